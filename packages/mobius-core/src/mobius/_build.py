@@ -1,0 +1,117 @@
+"""One build: model id or directory → config → module tree → graphs → weights → package."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import onnx_ir as ir
+
+from mobius._package import ModelPackage
+from mobius._registry import registry as default_registry
+from mobius.errors import CheckpointError, ModelSourceError
+from mobius.tasks import get_task
+from mobius.weights import SafetensorsCheckpoint, apply_weights, checkpoint_dtype, resolve_model
+
+DTYPES = {
+    "f32": ir.DataType.FLOAT,
+    "f16": ir.DataType.FLOAT16,
+    "bf16": ir.DataType.BFLOAT16,
+}
+
+
+def parse_dtype(dtype: str | ir.DataType | None) -> ir.DataType | None:
+    """``"f32" | "f16" | "bf16"`` (or an ``ir.DataType``) to an ``ir.DataType``."""
+    if dtype is None or isinstance(dtype, ir.DataType):
+        return dtype
+    try:
+        return DTYPES[dtype]
+    except KeyError:
+        raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}") from None
+
+
+def read_model_type(model_dir: Path) -> str:
+    """The ``model_type`` of a model directory's ``config.json``."""
+    config_path = model_dir / "config.json"
+    if not config_path.is_file():
+        raise ModelSourceError(f"no config.json in {model_dir}")
+    try:
+        raw = json.loads(config_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelSourceError(f"unreadable config.json in {model_dir}: {exc}") from None
+    model_type = raw.get("model_type") if isinstance(raw, dict) else None
+    if not model_type:
+        raise ModelSourceError(f"config.json in {model_dir} has no model_type")
+    return model_type
+
+
+def load_hf_config(model_dir: Path) -> Any:
+    """The transformers config object of a model directory (no model code, no torch)."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(model_dir)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelSourceError(f"cannot read the config in {model_dir}: {exc}") from None
+
+
+def cast_parameters(module, dtype: ir.DataType) -> None:
+    """Give every floating-point parameter of ``module`` the build dtype (before the graph is built)."""
+    for param in module.parameters():
+        if param.dtype is not None and param.dtype.is_floating_point():
+            param.type = ir.TensorType(dtype)
+
+
+def build_from_module(
+    module, task: str = "causal-lm", config: Any = None, dtype: ir.DataType | str = "f32"
+) -> ModelPackage:
+    """Build the graphs of a module tree for ``task``; parameters are left for :func:`apply_weights`."""
+    dtype = parse_dtype(dtype)
+    config = config if config is not None else getattr(module, "config", None)
+    cast_parameters(module, dtype)
+    models = get_task(task).build(module, config, dtype)
+    return ModelPackage(models=models, config=config, task=task)
+
+
+def build(
+    model: str | os.PathLike,
+    *,
+    dtype: str | ir.DataType | None = None,
+    load_weights: bool = True,
+    revision: str | None = None,
+    registry=None,
+) -> ModelPackage:
+    """Build the ONNX package of a HuggingFace model id or local directory.
+
+    ``dtype`` defaults to the checkpoint's own floating-point type. With
+    ``load_weights=False`` only the graphs are built (their parameters stay empty).
+    """
+    registry = registry or default_registry
+    model_dir = resolve_model(model, revision=revision)
+    if model_dir.is_file():
+        raise ModelSourceError(f"{model_dir} is a file; give a model directory or id")
+    entry = registry.get(read_model_type(model_dir))
+    hf_config = load_hf_config(model_dir)
+    config = entry.config_class().from_hf(hf_config)
+    module = entry.module_class()(config)
+
+    checkpoint = SafetensorsCheckpoint.open(model_dir) if load_weights else None
+    dtype = parse_dtype(dtype)
+    if dtype is None:
+        dtype = (checkpoint_dtype(checkpoint) if checkpoint else None) or ir.DataType.FLOAT
+    if dtype not in DTYPES.values():
+        raise CheckpointError(f"checkpoint dtype {dtype.name} is not one mobius builds in")
+
+    package = build_from_module(module, entry.task, config, dtype)
+    package.source_dir = model_dir
+    if checkpoint is not None:
+        weights = dict(checkpoint)
+        preprocess = getattr(module, "preprocess_weights", None)
+        if preprocess is not None:
+            weights = preprocess(weights)
+        apply_weights(
+            package.models.values(), weights, ignore=getattr(module, "ignored_weights", ())
+        )
+    return package

@@ -1,0 +1,162 @@
+"""The registry of architectures, filled by domain packages through entry points.
+
+A registration maps a key (an HF ``model_type`` or a diffusers ``_class_name``)
+to a module class, its default task and its config class, and records which
+package registered it. Domain packages declare ``register(registry)`` in the
+``mobius.plugins`` entry-point group; the registry loads them on first lookup.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import logging
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any
+
+from mobius.errors import UnknownModelTypeError
+
+logger = logging.getLogger(__name__)
+
+PLUGIN_GROUP = "mobius.plugins"
+
+# Keys that belong to a domain whose package may not be installed: a user who
+# asks for one is told what to install. Domain packages still own the truth.
+DOMAIN_HINTS: dict[str, tuple[str, ...]] = {
+    "mobius-text": (
+        "llama",
+        "mistral",
+        "qwen2",
+        "qwen3",
+        "smollm3",
+        "gemma",
+        "gemma2",
+        "gemma3_text",
+        "phi",
+        "phi3",
+        "mixtral",
+        "falcon",
+        "gpt2",
+        "gpt_neox",
+        "bert",
+        "t5",
+        "bart",
+    ),
+    "mobius-vision": ("vit", "clip", "siglip", "llava", "gemma3", "qwen2_vl", "mllama"),
+    "mobius-audio": ("whisper", "wav2vec2", "hubert", "wavlm"),
+    "mobius-diffusion": (
+        "AutoencoderKL",
+        "UNet2DConditionModel",
+        "FluxTransformer2DModel",
+        "SD3Transformer2DModel",
+        "ControlNetModel",
+    ),
+}
+
+
+def _load(target: Any) -> Any:
+    """Resolve a lazy ``"module:attr"`` string; anything else is returned as is."""
+    if not isinstance(target, str):
+        return target
+    module_name, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+@dataclass(frozen=True)
+class Registration:
+    """One registered architecture."""
+
+    key: str
+    module: Any  # class or lazy "module:Class"
+    task: str
+    config: Any  # class or lazy "module:Class"
+    package: str
+
+    def module_class(self) -> type:
+        return _load(self.module)
+
+    def config_class(self) -> type:
+        return _load(self.config)
+
+
+class Registry:
+    """Keys to :class:`Registration`, with plugins discovered lazily."""
+
+    def __init__(self, discover: bool = True) -> None:
+        self._entries: dict[str, Registration] = {}
+        self._discover = discover
+        self._plugins_loaded = False
+        self.plugin_errors: dict[str, str] = {}
+        self.plugins: dict[str, str] = {}  # entry-point name -> distribution
+
+    def register(
+        self, key: str, module: Any, *, task: str, config: Any, package: str
+    ) -> Registration:
+        """Add a key; registering the same key for the same package again is a no-op."""
+        entry = Registration(key, module, task, config, package)
+        existing = self._entries.get(key)
+        if existing is not None and existing.package != package:
+            raise ValueError(
+                f"model type {key!r} is already registered by {existing.package}, not {package}"
+            )
+        self._entries[key] = entry
+        return entry
+
+    def load_plugins(self) -> None:
+        """Call every installed plugin's ``register``; a failing plugin is recorded, not fatal."""
+        if self._plugins_loaded or not self._discover:
+            return
+        self._plugins_loaded = True
+        for ep in entry_points(group=PLUGIN_GROUP):
+            dist = ep.dist.name if ep.dist is not None else ep.value
+            try:
+                ep.load()(self)
+                self.plugins[ep.name] = dist
+            except Exception as exc:  # one broken plugin must not hide the others
+                self.plugin_errors[dist] = f"{type(exc).__name__}: {exc}"
+                logger.warning("mobius plugin %s failed to load: %s", dist, exc)
+
+    def __contains__(self, key: str) -> bool:
+        self.load_plugins()
+        return key in self._entries
+
+    def keys(self) -> list[str]:
+        self.load_plugins()
+        return sorted(self._entries)
+
+    def entries(self) -> list[Registration]:
+        self.load_plugins()
+        return [self._entries[k] for k in sorted(self._entries)]
+
+    def by_package(self) -> dict[str, list[Registration]]:
+        grouped: dict[str, list[Registration]] = {}
+        for entry in self.entries():
+            grouped.setdefault(entry.package, []).append(entry)
+        return grouped
+
+    def get(self, key: str) -> Registration:
+        """The registration of ``key``, or :class:`UnknownModelTypeError` explaining what to do."""
+        self.load_plugins()
+        try:
+            return self._entries[key]
+        except KeyError:
+            raise UnknownModelTypeError(self._unknown_message(key)) from None
+
+    def _unknown_message(self, key: str) -> str:
+        parts = [f"unknown model type {key!r}"]
+        close = difflib.get_close_matches(key, list(self._entries), n=3, cutoff=0.6)
+        if close:
+            parts.append("close matches: " + ", ".join(close))
+        installed = sorted(set(self.plugins.values()))
+        parts.append("installed: " + (", ".join(installed) if installed else "no domain packages"))
+        for package, keys in DOMAIN_HINTS.items():
+            if key in keys and package not in installed:
+                parts.append(f"install {package} (pip install {package})")
+        if self.plugin_errors:
+            failed = ", ".join(f"{d} ({e})" for d, e in self.plugin_errors.items())
+            parts.append("plugins that failed to load: " + failed)
+        return "; ".join(parts)
+
+
+registry = Registry()

@@ -1,0 +1,114 @@
+"""The ``mobius`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from mobius import __version__
+from mobius.errors import MobiusError
+
+EPILOG = """examples:
+  mobius build --model HuggingFaceTB/SmolLM2-135M-Instruct out/
+  mobius build --model ./my-checkpoint out/ --dtype f16
+  mobius list
+"""
+
+
+def _build(args: argparse.Namespace) -> int:
+    from mobius._build import build
+
+    package = build(
+        args.model, dtype=args.dtype, load_weights=not args.no_weights, revision=args.revision
+    )
+    if args.no_weights:
+        from mobius.weights import parameters
+
+        for model in package.models.values():
+            for value in parameters(model).values():
+                # Without weights, parameters become graph inputs so the graph stays valid ONNX.
+                model.graph.initializers.pop(value.name)
+                model.graph.inputs.append(value)
+    out = package.save(args.output, progress=not args.quiet)
+    print(f"wrote {out}")
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    from mobius._registry import registry
+
+    grouped = registry.by_package()
+    for package in sorted(grouped):
+        entries = grouped[package]
+        print(f"{package} ({len(entries)})")
+        for entry in entries:
+            print(f"  {entry.key:<24} {entry.task}")
+    if not grouped:
+        print("no architectures registered: install a domain package such as mobius-text")
+    for dist, error in registry.plugin_errors.items():
+        print(f"plugin {dist} failed to load: {error}", file=sys.stderr)
+    return 0
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mobius",
+        description="Build ONNX models for generative-AI architectures from HuggingFace checkpoints.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"mobius {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    build = commands.add_parser(
+        "build",
+        help="build an ONNX model from a HuggingFace model id or a local directory",
+        description=(
+            "Build MODEL into OUTPUT_DIR: model.onnx, model.onnx.data (external weights), "
+            "and the config, generation config and tokenizer files. The output appears "
+            "only once complete; an existing OUTPUT_DIR is replaced."
+        ),
+    )
+    build.add_argument(
+        "--model",
+        required=True,
+        metavar="ID_OR_DIR",
+        help="HuggingFace model id (downloaded, or read from the cache with HF_HUB_OFFLINE=1) "
+        "or a local directory with config.json and *.safetensors",
+    )
+    build.add_argument("output", metavar="OUTPUT_DIR", help="directory to write")
+    build.add_argument(
+        "--dtype",
+        choices=["f32", "f16", "bf16"],
+        default=None,
+        help="floating-point type of weights and compute (default: the checkpoint's own)",
+    )
+    build.add_argument(
+        "--no-weights",
+        action="store_true",
+        help="build the graph only; parameters become graph inputs instead of stored weights",
+    )
+    build.add_argument("--revision", default=None, help="hub revision (branch, tag or commit)")
+    build.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    build.set_defaults(run=_build)
+
+    list_ = commands.add_parser(
+        "list",
+        help="list the registered model types, grouped by package",
+        description="List every registered model type and its task, grouped by the package that registers it.",
+    )
+    list_.set_defaults(run=_list)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; user errors print one line to stderr and return a non-zero code."""
+    args = make_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except MobiusError as exc:
+        print(f"mobius: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("mobius: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,17 @@
+"""Tasks: the input/output contracts of the graphs mobius builds."""
+
+from mobius.tasks._base import OPSET, ModelTask
+from mobius.tasks._causal_lm import CausalLMTask
+
+TASKS: dict[str, type[ModelTask]] = {CausalLMTask.name: CausalLMTask}
+
+
+def get_task(name: str) -> ModelTask:
+    """A task instance by its name (``"causal-lm"``)."""
+    try:
+        return TASKS[name]()
+    except KeyError:
+        raise ValueError(f"unknown task {name!r}; known: {', '.join(sorted(TASKS))}") from None
+
+
+__all__ = ["OPSET", "TASKS", "CausalLMTask", "ModelTask", "get_task"]

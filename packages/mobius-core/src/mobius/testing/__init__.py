@@ -1,0 +1,26 @@
+"""The synthetic-parity kit every domain package reuses (needs torch and transformers: test-only).
+
+A tiny HF model is made from a config, every parameter perturbed with seeded
+noise, saved with ``save_pretrained``, built through the same path as
+``mobius build``, and compared in ONNX Runtime against PyTorch at fp32.
+"""
+
+from mobius.testing._parity import (
+    CausalLMParity,
+    OnnxCausalLM,
+    build_with_cli,
+    check_causal_lm_parity,
+    left_padded_batch,
+    make_random_model,
+    perturb_parameters,
+)
+
+__all__ = [
+    "CausalLMParity",
+    "OnnxCausalLM",
+    "build_with_cli",
+    "check_causal_lm_parity",
+    "left_padded_batch",
+    "make_random_model",
+    "perturb_parameters",
+]

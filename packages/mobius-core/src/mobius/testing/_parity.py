@@ -1,0 +1,181 @@
+"""Causal-LM parity: prefill and cached decode, ONNX Runtime against PyTorch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+PARITY_ATOL = 1e-4
+
+
+def perturb_parameters(model, seed: int = 0, scale: float = 0.05) -> None:
+    """Add seeded Gaussian noise to every parameter, biases and norm weights included.
+
+    HF initialises norms to one and biases to zero; a graph that dropped or
+    misplaced either would still match such a model, so nothing stays at its init.
+    """
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for _, param in sorted(model.named_parameters()):
+            noise = torch.randn(param.shape, generator=generator, dtype=torch.float32)
+            param.add_((noise * scale).to(param.dtype))
+
+
+def make_random_model(hf_config, seed: int = 0):
+    """A float32 causal LM from ``hf_config`` with every parameter perturbed, in eval mode."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32)
+    perturb_parameters(model, seed)
+    return model.eval()
+
+
+def build_with_cli(model_dir: Path, output_dir: Path, *extra: str) -> Path:
+    """Build ``model_dir`` exactly as ``mobius build`` does; returns ``output_dir``."""
+    from mobius.cli import main
+
+    code = main(["build", "--model", str(model_dir), str(output_dir), "--quiet", *extra])
+    if code != 0:
+        raise RuntimeError(f"mobius build failed with exit code {code}")
+    return output_dir
+
+
+def left_padded_batch(lengths: list[int], vocab_size: int, seed: int = 0):
+    """Random ``input_ids``, ``attention_mask`` and ``position_ids`` with left padding.
+
+    Position ids count real tokens only, as ``generate`` makes them.
+    """
+    rng = np.random.default_rng(seed)
+    width = max(lengths)
+    input_ids = rng.integers(1, vocab_size, size=(len(lengths), width), dtype=np.int64)
+    attention_mask = np.zeros_like(input_ids)
+    for row, length in enumerate(lengths):
+        attention_mask[row, width - length :] = 1
+        input_ids[row, : width - length] = 0
+    position_ids = np.where(attention_mask == 1, np.cumsum(attention_mask, -1) - 1, 1)
+    return input_ids, attention_mask, position_ids
+
+
+class OnnxCausalLM:
+    """A causal-LM graph in ONNX Runtime, driven step by step with its KV cache."""
+
+    def __init__(self, model_path: Path) -> None:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 2
+        self.session = ort.InferenceSession(
+            str(model_path), options, providers=["CPUExecutionProvider"]
+        )
+        self.past_inputs = [i for i in self.session.get_inputs() if i.name.startswith("past_")]
+        self.output_names = [o.name for o in self.session.get_outputs()]
+
+    def empty_cache(self, batch: int) -> dict[str, np.ndarray]:
+        cache = {}
+        for inp in self.past_inputs:
+            _, heads, _, dim = inp.shape
+            dtype = np.float16 if "float16" in inp.type else np.float32
+            cache[inp.name] = np.zeros((batch, heads, 0, dim), dtype=dtype)
+        return cache
+
+    def __call__(self, input_ids, attention_mask, position_ids, cache):
+        feeds = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
+        outputs = dict(zip(self.output_names, self.session.run(None, {**feeds, **cache})))
+        present = {
+            name.replace("present.", "past_key_values."): value
+            for name, value in outputs.items()
+            if name.startswith("present.")
+        }
+        return outputs["logits"], present
+
+
+@dataclass
+class CausalLMParity:
+    """What a parity run measured: max abs logit difference per step, and both token streams."""
+
+    prefill_diff: float = 0.0
+    decode_diffs: list[float] = field(default_factory=list)
+    torch_tokens: list[list[int]] = field(default_factory=list)
+    onnx_tokens: list[list[int]] = field(default_factory=list)
+
+    @property
+    def max_diff(self) -> float:
+        return max([self.prefill_diff, *self.decode_diffs])
+
+    def assert_close(self, atol: float = PARITY_ATOL) -> None:
+        assert self.onnx_tokens == self.torch_tokens, (
+            f"greedy tokens differ: onnx {self.onnx_tokens} torch {self.torch_tokens}"
+        )
+        assert self.max_diff <= atol, (
+            f"max abs logit diff {self.max_diff:.3g} > {atol:g} "
+            f"(prefill {self.prefill_diff:.3g}, decode {[f'{d:.3g}' for d in self.decode_diffs]})"
+        )
+
+
+def compare_causal_lm(torch_model, onnx_model: OnnxCausalLM, lengths, decode_steps=8, seed=0):
+    """Run prefill then ``decode_steps`` greedy steps through both caches, feeding torch's tokens."""
+    import torch
+    from transformers import DynamicCache
+
+    vocab = torch_model.config.vocab_size
+    input_ids, attention_mask, position_ids = left_padded_batch(lengths, vocab, seed)
+    real = attention_mask.astype(bool)
+    result = CausalLMParity()
+    cache = DynamicCache(config=torch_model.config)
+    onnx_cache = onnx_model.empty_cache(len(lengths))
+    for step in range(decode_steps + 1):
+        with torch.no_grad():
+            out = torch_model(
+                input_ids=torch.from_numpy(input_ids),
+                attention_mask=torch.from_numpy(attention_mask),
+                position_ids=torch.from_numpy(position_ids),
+                past_key_values=cache,
+                use_cache=True,
+            )
+        torch_logits = out.logits.float().numpy()
+        onnx_logits, onnx_cache = onnx_model(input_ids, attention_mask, position_ids, onnx_cache)
+        onnx_logits = onnx_logits.astype(np.float32)
+        if step == 0:  # padded positions carry no meaning: compare real tokens only
+            result.prefill_diff = float(np.abs(torch_logits - onnx_logits)[real].max())
+        else:
+            result.decode_diffs.append(float(np.abs(torch_logits - onnx_logits).max()))
+        torch_next = torch_logits[:, -1].argmax(-1)
+        result.torch_tokens.append(torch_next.tolist())
+        result.onnx_tokens.append(onnx_logits[:, -1].argmax(-1).tolist())
+        input_ids = torch_next[:, None].astype(np.int64)
+        position_ids = position_ids[:, -1:] + 1
+        attention_mask = np.concatenate([attention_mask, np.ones_like(input_ids)], axis=1)
+    return result
+
+
+def check_causal_lm_parity(
+    hf_config,
+    workdir: Path,
+    *,
+    batches=((7,), (7, 4)),
+    decode_steps: int = 8,
+    seed: int = 0,
+    atol: float = PARITY_ATOL,
+) -> list[CausalLMParity]:
+    """Build a perturbed tiny model of ``hf_config`` with the CLI and check it against PyTorch.
+
+    Each entry of ``batches`` lists prompt lengths: ``(7,)`` is batch 1, ``(7, 4)``
+    batch 2 with the second row left-padded. Returns the measurements.
+    """
+    workdir = Path(workdir)
+    torch_model = make_random_model(hf_config, seed)
+    torch_model.save_pretrained(workdir / "hf")
+    build_with_cli(workdir / "hf", workdir / "onnx")
+    onnx_model = OnnxCausalLM(workdir / "onnx" / "model.onnx")
+    results = []
+    for lengths in batches:
+        result = compare_causal_lm(torch_model, onnx_model, list(lengths), decode_steps, seed)
+        result.assert_close(atol)
+        results.append(result)
+    return results

@@ -1,0 +1,101 @@
+"""Turn a model argument (local directory, ``.gguf`` file or hub repo id) into a local path."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+from mobius.errors import ModelSourceError
+
+#: The files fetched from the hub: configs, tokenizer files and safetensors weights only.
+HUB_ALLOW_PATTERNS = [
+    "config.json",
+    "generation_config.json",
+    "preprocessor_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.json",
+    "chat_template.jinja",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "tokenizer.model",
+    "spiece.model",
+    "*.safetensors",
+    "*.safetensors.index.json",
+]
+
+
+def resolve_model(model: str | os.PathLike[str], *, revision: str | None = None) -> pathlib.Path:
+    """Return a local path holding ``model``, downloading it from the hub if needed.
+
+    ``model`` may be an existing directory (returned as is), an existing ``.gguf``
+    file (returned as is) or a hub repo id such as ``org/name``; a repo id is
+    fetched into the local hub cache (configs, tokenizer and safetensors files
+    only). With ``HF_HUB_OFFLINE=1`` only the local cache is consulted.
+
+    Raises:
+        ModelSourceError: ``model`` is neither a usable local path nor a repo id
+            that can be fetched (or found in the cache when offline).
+    """
+    path = pathlib.Path(model).expanduser()
+    if path.is_dir():
+        return path
+    if path.is_file():
+        if path.suffix.lower() == ".gguf":
+            return path
+        raise ModelSourceError(f"expected a model directory or a .gguf file, got file: {path}")
+    if not isinstance(model, str) or not _is_repo_id(model):
+        what = "file" if path.suffix.lower() == ".gguf" else "directory"
+        raise ModelSourceError(f"no such {what}: {model}")
+    return _download(model, revision)
+
+
+def _is_repo_id(text: str) -> bool:
+    """Whether ``text`` is shaped like a hub repo id (``name`` or ``namespace/name``)."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    if text.lower().endswith(".gguf"):
+        return False  # a missing local file, not a repo
+    try:
+        validate_repo_id(text)
+    except HFValidationError:
+        return False
+    return True
+
+
+_OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+
+
+def _offline() -> bool:
+    """Whether hub offline mode is on, per the library's constant or the environment now."""
+    from huggingface_hub import constants
+
+    flags = (os.environ.get(var, "").strip().upper() for var in _OFFLINE_VARS)
+    return bool(constants.HF_HUB_OFFLINE) or any(f in {"1", "ON", "YES", "TRUE"} for f in flags)
+
+
+def _download(repo_id: str, revision: str | None) -> pathlib.Path:
+    from huggingface_hub import snapshot_download
+
+    offline = _offline()
+    try:
+        local = snapshot_download(
+            repo_id,
+            revision=revision,
+            allow_patterns=HUB_ALLOW_PATTERNS,
+            local_files_only=offline,
+        )
+    except Exception as e:  # any hub, network or cache failure
+        at = f" at revision {revision!r}" if revision else ""
+        if offline:
+            raise ModelSourceError(
+                f"model {repo_id!r}{at} is not in the local cache and offline mode is on "
+                "(HF_HUB_OFFLINE=1)"
+            ) from e
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        detail = f"{type(e).__name__}: {reason}" if reason else type(e).__name__
+        raise ModelSourceError(f"cannot fetch model {repo_id!r}{at} from the hub ({detail})") from e
+    return pathlib.Path(local)

@@ -1,0 +1,340 @@
+"""A lazy, memory-mapped reader for safetensors checkpoints.
+
+The format is parsed by hand: an 8-byte little-endian header length, a JSON
+header mapping each tensor name to ``{dtype, shape, data_offsets}`` (plus an
+optional ``__metadata__`` entry), then the raw little-endian data. Opening a
+checkpoint reads only the headers; tensor data is memory-mapped on first use and
+returned as zero-copy, read-only numpy views.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import mmap
+import os
+import struct
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from types import TracebackType
+
+import ml_dtypes
+import numpy as np
+import onnx_ir as ir
+
+from mobius.errors import CheckpointError
+
+_DTYPES: dict[str, tuple[np.dtype, ir.DataType]] = {
+    "BOOL": (np.dtype(np.bool_), ir.DataType.BOOL),
+    "U8": (np.dtype("<u1"), ir.DataType.UINT8),
+    "I8": (np.dtype("<i1"), ir.DataType.INT8),
+    "U16": (np.dtype("<u2"), ir.DataType.UINT16),
+    "I16": (np.dtype("<i2"), ir.DataType.INT16),
+    "U32": (np.dtype("<u4"), ir.DataType.UINT32),
+    "I32": (np.dtype("<i4"), ir.DataType.INT32),
+    "U64": (np.dtype("<u8"), ir.DataType.UINT64),
+    "I64": (np.dtype("<i8"), ir.DataType.INT64),
+    "F16": (np.dtype("<f2"), ir.DataType.FLOAT16),
+    "BF16": (np.dtype(ml_dtypes.bfloat16), ir.DataType.BFLOAT16),
+    "F32": (np.dtype("<f4"), ir.DataType.FLOAT),
+    "F64": (np.dtype("<f8"), ir.DataType.DOUBLE),
+    "F8_E4M3": (np.dtype(ml_dtypes.float8_e4m3fn), ir.DataType.FLOAT8E4M3FN),
+    "F8_E5M2": (np.dtype(ml_dtypes.float8_e5m2), ir.DataType.FLOAT8E5M2),
+}
+
+_METADATA_KEY = "__metadata__"
+
+
+class _File:
+    """One safetensors file: its parsed header and a lazily created read-only mmap."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.size, self.data_start, header = _read_header(path)
+        self.tensors: dict[str, CheckpointTensor] = {}
+        entries = [(name, entry) for name, entry in header.items() if name != _METADATA_KEY]
+        for name, entry in sorted(entries, key=_begin_offset):
+            self.tensors[name] = _parse_entry(self, name, entry)
+        self._mmap: mmap.mmap | None = None
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def buffer(self) -> mmap.mmap:
+        """Map the file read-only on first use and return the mapping."""
+        with self._lock:
+            if self._closed:
+                raise ValueError(f"checkpoint file {self.path} is closed")
+            if self._mmap is None:
+                with open(self.path, "rb") as f:
+                    if os.fstat(f.fileno()).st_size != self.size:
+                        raise CheckpointError(f"{self.path}: file changed size since it was opened")
+                    self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            return self._mmap
+
+    def close(self) -> None:
+        """Drop the mapping; arrays already handed out keep it alive until freed."""
+        with self._lock:
+            self._closed = True
+            mapping, self._mmap = self._mmap, None
+        if mapping is not None:
+            # If numpy views still reference it, it is unmapped when the last one goes.
+            with contextlib.suppress(BufferError):
+                mapping.close()
+
+
+class CheckpointTensor:
+    """One tensor of a safetensors file, read lazily.
+
+    Attributes:
+        name: The tensor's name in the checkpoint.
+        shape: Its shape.
+        dtype: Its element type.
+        nbytes: The size of its data in bytes.
+        file: The file that holds it.
+    """
+
+    __slots__ = ("_file", "_np_dtype", "_offset", "dtype", "name", "nbytes", "shape")
+
+    def __init__(
+        self,
+        file: _File,
+        name: str,
+        shape: tuple[int, ...],
+        np_dtype: np.dtype,
+        dtype: ir.DataType,
+        offset: int,
+        nbytes: int,
+    ) -> None:
+        self._file = file
+        self._np_dtype = np_dtype
+        self._offset = offset
+        self.name = name
+        self.shape = shape
+        self.dtype = dtype
+        self.nbytes = nbytes
+
+    @property
+    def file(self) -> Path:
+        """The path of the safetensors file holding this tensor."""
+        return self._file.path
+
+    def numpy(self) -> np.ndarray:
+        """Return the data as a read-only numpy array viewing the memory-mapped file."""
+        if self.nbytes == 0:
+            return np.empty(self.shape, dtype=self._np_dtype)
+        count = self.nbytes // self._np_dtype.itemsize
+        flat = np.frombuffer(
+            self._file.buffer(), dtype=self._np_dtype, count=count, offset=self._offset
+        )
+        return flat.reshape(self.shape)
+
+    def __repr__(self) -> str:
+        return f"CheckpointTensor({self.name!r}, shape={self.shape}, dtype={self.dtype.name})"
+
+
+class SafetensorsCheckpoint(Mapping[str, CheckpointTensor]):
+    """The tensors of one safetensors file or a sharded set, by name.
+
+    Create it with :meth:`open`. Only headers are read up front; each tensor's
+    data is mapped from disk when :meth:`CheckpointTensor.numpy` is called.
+    """
+
+    def __init__(self, files: list[_File], tensors: dict[str, CheckpointTensor]) -> None:
+        self._files = files
+        self._tensors = tensors
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> SafetensorsCheckpoint:
+        """Open a ``.safetensors`` file, a ``*safetensors.index.json`` or a model directory.
+
+        A directory is read through its ``model.safetensors.index.json`` (or the
+        single other ``*safetensors.index.json``), else its ``model.safetensors``,
+        else every ``*.safetensors`` file in it.
+
+        Raises:
+            CheckpointError: The checkpoint is missing, truncated or corrupt.
+        """
+        path = Path(path)
+        if path.is_dir():
+            return _open_directory(path)
+        if not path.is_file():
+            raise CheckpointError(f"no such checkpoint file: {path}")
+        if path.name.endswith("safetensors.index.json"):
+            return _open_index(path)
+        file = _File(path)
+        return cls([file], dict(file.tensors))
+
+    @property
+    def files(self) -> list[Path]:
+        """The safetensors files this checkpoint reads from."""
+        return [f.path for f in self._files]
+
+    def close(self) -> None:
+        """Release the memory maps; arrays already returned stay valid."""
+        for f in self._files:
+            f.close()
+
+    def __enter__(self) -> SafetensorsCheckpoint:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __getitem__(self, name: str) -> CheckpointTensor:
+        return self._tensors[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+    def __repr__(self) -> str:
+        names = ", ".join(str(p) for p in self.files)
+        return f"SafetensorsCheckpoint([{names}], {len(self)} tensors)"
+
+
+def checkpoint_dtype(checkpoint: Mapping[str, CheckpointTensor]) -> ir.DataType | None:
+    """Return the floating-point dtype holding the most bytes, or None if there is none."""
+    totals: dict[ir.DataType, int] = {}
+    for tensor in checkpoint.values():
+        if tensor.dtype.is_floating_point():
+            totals[tensor.dtype] = totals.get(tensor.dtype, 0) + tensor.nbytes
+    if not totals:
+        return None
+    return max(totals, key=lambda dtype: totals[dtype])
+
+
+def _open_directory(directory: Path) -> SafetensorsCheckpoint:
+    index = directory / "model.safetensors.index.json"
+    if index.is_file():
+        return _open_index(index)
+    indexes = sorted(directory.glob("*safetensors.index.json"))
+    if len(indexes) == 1:
+        return _open_index(indexes[0])
+    if len(indexes) > 1:
+        names = ", ".join(p.name for p in indexes)
+        raise CheckpointError(f"{directory}: several safetensors index files ({names})")
+    single = directory / "model.safetensors"
+    if single.is_file():
+        return SafetensorsCheckpoint.open(single)
+    paths = sorted(p for p in directory.glob("*.safetensors") if p.is_file())
+    if not paths:
+        raise CheckpointError(f"no safetensors files in {directory}")
+    files = [_File(p) for p in paths]
+    tensors: dict[str, CheckpointTensor] = {}
+    for f in files:
+        for name, tensor in f.tensors.items():
+            if name in tensors:
+                raise CheckpointError(
+                    f"{f.path}: tensor {name!r} is also in {tensors[name].file.name}"
+                )
+            tensors[name] = tensor
+    return SafetensorsCheckpoint(files, tensors)
+
+
+def _open_index(index: Path) -> SafetensorsCheckpoint:
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{index}: unreadable safetensors index ({e})") from e
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise CheckpointError(f"{index}: 'weight_map' must map tensor names to file names")
+
+    files: dict[str, _File] = {}
+    for shard in dict.fromkeys(weight_map.values()):
+        shard_path = index.parent / shard
+        if not shard_path.is_file():
+            raise CheckpointError(f"missing shard {shard_path} (listed in {index.name})")
+        files[shard] = _File(shard_path)
+
+    tensors: dict[str, CheckpointTensor] = {}
+    for name, shard in weight_map.items():
+        tensor = files[shard].tensors.get(name)
+        if tensor is None:
+            raise CheckpointError(
+                f"{files[shard].path}: tensor {name!r} listed in {index.name} is not in this shard"
+            )
+        tensors[name] = tensor
+    for f in files.values():  # tensors a shard holds beyond what the index lists
+        for name, tensor in f.tensors.items():
+            tensors.setdefault(name, tensor)
+    return SafetensorsCheckpoint(list(files.values()), tensors)
+
+
+def _read_header(path: Path) -> tuple[int, int, dict[str, object]]:
+    """Return (file size, offset of the data section, parsed header) of ``path``."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < 8:
+                raise CheckpointError(f"{path}: too small to be a safetensors file ({size} bytes)")
+            (header_len,) = struct.unpack("<Q", f.read(8))
+            if 8 + header_len > size:
+                raise CheckpointError(
+                    f"{path}: header length {header_len} is larger than the file ({size} bytes)"
+                )
+            raw = f.read(header_len)
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read ({e.strerror or e})") from e
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise CheckpointError(f"{path}: invalid JSON header ({e})") from e
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: invalid JSON header (not an object)")
+    return size, 8 + header_len, header
+
+
+def _begin_offset(item: tuple[str, object]) -> int:
+    entry = item[1]
+    if isinstance(entry, dict):
+        offsets = entry.get("data_offsets")
+        if isinstance(offsets, list) and offsets and isinstance(offsets[0], int):
+            return offsets[0]
+    return 0
+
+
+def _parse_entry(file: _File, name: str, entry: object) -> CheckpointTensor:
+    path = file.path
+    if not isinstance(entry, dict):
+        raise CheckpointError(f"{path}: header entry for tensor {name!r} is not an object")
+    dtype_name, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    if dtype_name not in _DTYPES:
+        raise CheckpointError(f"{path}: tensor {name!r} has unknown dtype {dtype_name!r}")
+    if not isinstance(shape, list) or not all(_is_count(d) for d in shape):
+        raise CheckpointError(f"{path}: tensor {name!r} has invalid shape {shape!r}")
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(_is_count(o) for o in offsets)
+        or offsets[0] > offsets[1]
+    ):
+        raise CheckpointError(f"{path}: tensor {name!r} has invalid data_offsets {offsets!r}")
+    np_dtype, dtype = _DTYPES[dtype_name]
+    begin, end = offsets
+    expected = math.prod(shape) * np_dtype.itemsize
+    if end - begin != expected:
+        raise CheckpointError(
+            f"{path}: tensor {name!r} has {end - begin} bytes of data but shape {shape} "
+            f"of {dtype_name} needs {expected}"
+        )
+    if file.data_start + end > file.size:
+        raise CheckpointError(
+            f"{path}: file is truncated: tensor {name!r} ends at byte {file.data_start + end} "
+            f"but the file has {file.size} bytes"
+        )
+    return CheckpointTensor(
+        file, name, tuple(shape), np_dtype, dtype, file.data_start + begin, end - begin
+    )
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

@@ -1,0 +1,1 @@
+"""One file per architecture family, named after the HF ``model_type``."""

@@ -1,0 +1,116 @@
+"""Llama: the generic pre-norm RoPE decoder that Mistral, Qwen2/3 and SmolLM3 vary."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from onnxscript import nn
+
+from mobius._config import ArchitectureConfig
+from mobius.components import (
+    Attention,
+    DecoderLayer,
+    Embedding,
+    GatedMLP,
+    Linear,
+    RMSNorm,
+    TiedLMHead,
+    attention_bias,
+    make_rotary_embedding,
+    rotary_dim,
+)
+
+
+@dataclass
+class LlamaConfig(ArchitectureConfig):
+    """Llama needs nothing beyond the normalised fields."""
+
+
+class LlamaModel(nn.Module):
+    """Embeddings, decoder layers and the final norm (HF ``model.*``)."""
+
+    def __init__(self, config: LlamaConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embed_tokens = Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(
+            [self.make_layer(config, i) for i in range(config.num_hidden_layers)]
+        )
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.rotary_emb = make_rotary_embedding(
+            config.rope, config.head_dim, config.max_position_embeddings
+        )
+
+    def make_attention(self, config: LlamaConfig, layer_idx: int) -> Attention:
+        return Attention(
+            config.hidden_size,
+            config.num_attention_heads,
+            config.num_key_value_heads,
+            config.head_dim,
+            bias=config.attention_bias,
+            rotary_dim=rotary_dim(config.rope, config.head_dim),
+        )
+
+    def make_layer(self, config: LlamaConfig, layer_idx: int) -> DecoderLayer:
+        return DecoderLayer(
+            self_attn=self.make_attention(config, layer_idx),
+            mlp=GatedMLP(
+                config.hidden_size, config.intermediate_size, config.hidden_act, config.mlp_bias
+            ),
+            input_layernorm=RMSNorm(config.hidden_size, config.rms_norm_eps),
+            post_attention_layernorm=RMSNorm(config.hidden_size, config.rms_norm_eps),
+        )
+
+    def layer_uses_rope(self, layer_idx: int) -> bool:
+        return True
+
+    def forward(self, op, input_ids, attention_mask, position_ids, past_key_values):
+        x = self.embed_tokens(op, input_ids)  # [batch, seq, hidden]
+        cos_sin = self.rotary_emb(op, position_ids)
+        seq_len = op.Squeeze(op.Slice(op.Shape(input_ids), [1], [2]), [0])
+        windows = {
+            "full_attention": None,
+            "sliding_attention": self.config.sliding_window,
+        }
+        biases = {
+            kind: attention_bias(op, attention_mask, seq_len, x.dtype, windows[kind])
+            for kind in set(self.config.layer_types)
+        }
+        presents = []
+        for i, (layer, (past_key, past_value)) in enumerate(zip(self.layers, past_key_values)):
+            rope = cos_sin if self.layer_uses_rope(i) else None
+            bias = biases[self.config.layer_types[i]]
+            x, present = layer(op, x, rope, bias, past_key, past_value)
+            presents.append(present)
+        return self.norm(op, x), presents
+
+
+class LlamaForCausalLM(nn.Module):
+    """The causal LM: ``model`` plus ``lm_head`` (tied to the embeddings when the config says so)."""
+
+    config_class = LlamaConfig
+    model_class = LlamaModel
+
+    def __init__(self, config: LlamaConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.model = self.model_class(config)
+        if config.tie_word_embeddings:
+            self.lm_head = TiedLMHead(self.model.embed_tokens)
+        else:
+            self.lm_head = Linear(config.hidden_size, config.vocab_size)
+
+    def kv_cache_shapes(self) -> list[tuple[int, int, int]]:
+        """Per layer: (kv_heads, key head_dim, value head_dim)."""
+        c = self.config
+        return [(c.num_key_value_heads, c.head_dim, c.head_dim)] * c.num_hidden_layers
+
+    def forward(self, op, input_ids, attention_mask, position_ids, past_key_values):
+        hidden, presents = self.model(op, input_ids, attention_mask, position_ids, past_key_values)
+        return self.lm_head(op, hidden), presents
+
+    def preprocess_weights(self, weights: dict) -> dict:
+        """Tied checkpoints may still carry a copy of the head: it is the embedding, so drop it."""
+        if self.config.tie_word_embeddings:
+            weights.pop("lm_head.weight", None)
+        return weights

@@ -1,0 +1,51 @@
+"""Qwen2 (biased q/k/v projections) and Qwen3 (RMS-normalised queries and keys per head)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mobius.components import Attention, RMSNorm, rotary_dim
+from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM, LlamaModel
+
+
+@dataclass
+class Qwen2Config(LlamaConfig):
+    @classmethod
+    def hf_fields(cls, hf_config):
+        fields = super().hf_fields(hf_config)
+        fields["attention_bias"] = True  # q, k and v carry biases; o_proj does not
+        return fields
+
+
+class Qwen2ForCausalLM(LlamaForCausalLM):
+    config_class = Qwen2Config
+
+
+class QKNormAttention(Attention):
+    """Attention whose queries and keys are RMS-normalised per head before RoPE."""
+
+    def __init__(self, *args, eps: float, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.q_norm = RMSNorm(self.head_dim, eps)
+        self.k_norm = RMSNorm(self.head_dim, eps)
+
+    def project_qkv(self, op, x):
+        q, k, v = super().project_qkv(op, x)  # [batch, heads, seq, head_dim]
+        return self.q_norm(op, q), self.k_norm(op, k), v
+
+
+class Qwen3Model(LlamaModel):
+    def make_attention(self, config, layer_idx):
+        return QKNormAttention(
+            config.hidden_size,
+            config.num_attention_heads,
+            config.num_key_value_heads,
+            config.head_dim,
+            bias=config.attention_bias,
+            rotary_dim=rotary_dim(config.rope, config.head_dim),
+            eps=config.rms_norm_eps,
+        )
+
+
+class Qwen3ForCausalLM(LlamaForCausalLM):
+    model_class = Qwen3Model

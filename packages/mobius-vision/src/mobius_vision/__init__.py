@@ -1,0 +1,5 @@
+__version__ = "0.1.0"
+
+
+def register(registry):
+    pass
