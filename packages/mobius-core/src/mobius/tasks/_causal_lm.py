@@ -41,7 +41,7 @@ class CausalLMTask(ModelTask):
 
         set_output(builder, logits, "logits", dtype, ["batch", "sequence", config.vocab_size])
         for i, ((key, value), (kv_heads, key_dim, value_dim)) in enumerate(
-            zip(present, cache_shapes)
+            zip(present, cache_shapes, strict=True)
         ):
             shape = ["batch", kv_heads, "total_sequence"]
             set_output(builder, key, f"present.{i}.key", dtype, [*shape, key_dim])

@@ -86,7 +86,9 @@ class OnnxCausalLM:
 
     def __call__(self, input_ids, attention_mask, position_ids, cache):
         feeds = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
-        outputs = dict(zip(self.output_names, self.session.run(None, {**feeds, **cache})))
+        outputs = dict(
+            zip(self.output_names, self.session.run(None, {**feeds, **cache}), strict=True)
+        )
         present = {
             name.replace("present.", "past_key_values."): value
             for name, value in outputs.items()

@@ -77,7 +77,9 @@ class LlamaModel(nn.Module):
             for kind in set(self.config.layer_types)
         }
         presents = []
-        for i, (layer, (past_key, past_value)) in enumerate(zip(self.layers, past_key_values)):
+        for i, (layer, (past_key, past_value)) in enumerate(
+            zip(self.layers, past_key_values, strict=True)
+        ):
             rope = cos_sin if self.layer_uses_rope(i) else None
             bias = biases[self.config.layer_types[i]]
             x, present = layer(op, x, rope, bias, past_key, past_value)
