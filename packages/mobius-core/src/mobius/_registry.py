@@ -70,13 +70,15 @@ class Registration:
     key: str
     module: Any  # class or lazy "module:Class"
     task: str
-    config: Any  # class or lazy "module:Class"
+    config: Any  # class, lazy "module:Class", or None for the module's ``config_class``
     package: str
 
     def module_class(self) -> type:
         return _load(self.module)
 
     def config_class(self) -> type:
+        if self.config is None:
+            return self.module_class().config_class
         return _load(self.config)
 
 
@@ -91,7 +93,7 @@ class Registry:
         self.plugins: dict[str, str] = {}  # entry-point name -> distribution
 
     def register(
-        self, key: str, module: Any, *, task: str, config: Any, package: str
+        self, key: str, module: Any, *, task: str, package: str, config: Any = None
     ) -> Registration:
         """Add a key; registering the same key for the same package again is a no-op."""
         entry = Registration(key, module, task, config, package)

@@ -8,26 +8,20 @@ __version__ = "0.1.0"
 
 PACKAGE = "mobius-text"
 
-# model_type -> (module class, config class), lazily imported.
-MODELS: dict[str, tuple[str, str]] = {
-    "llama": ("mobius_text.models.llama:LlamaForCausalLM", "mobius_text.models.llama:LlamaConfig"),
-    "mistral": (
-        "mobius_text.models.llama:LlamaForCausalLM",
-        "mobius_text.models.llama:LlamaConfig",
-    ),
-    "qwen2": ("mobius_text.models.qwen:Qwen2ForCausalLM", "mobius_text.models.qwen:Qwen2Config"),
-    "qwen3": ("mobius_text.models.qwen:Qwen3ForCausalLM", "mobius_text.models.llama:LlamaConfig"),
-    "smollm3": (
-        "mobius_text.models.smollm3:SmolLM3ForCausalLM",
-        "mobius_text.models.smollm3:SmolLM3Config",
-    ),
+# model_type -> causal-LM module class ("module:Class", imported on first use).
+MODELS: dict[str, str] = {
+    "llama": "mobius_text.models.llama:LlamaForCausalLM",
+    "mistral": "mobius_text.models.mistral:MistralForCausalLM",
+    "qwen2": "mobius_text.models.qwen:Qwen2ForCausalLM",
+    "qwen3": "mobius_text.models.qwen:Qwen3ForCausalLM",
+    "smollm3": "mobius_text.models.smollm3:SmolLM3ForCausalLM",
 }
 
 
 def register(registry) -> None:
     """Add mobius-text's architectures to ``registry``; calling it again changes nothing."""
-    for model_type, (module, config) in MODELS.items():
-        registry.register(model_type, module, task="causal-lm", config=config, package=PACKAGE)
+    for model_type, module in MODELS.items():
+        registry.register(model_type, module, task="causal-lm", package=PACKAGE)
 
 
 def _register_default() -> None:

@@ -137,7 +137,7 @@ def compare_causal_lm(torch_model, onnx_model: OnnxCausalLM, lengths, decode_ste
                 input_ids=torch.from_numpy(input_ids),
                 attention_mask=torch.from_numpy(attention_mask),
                 position_ids=torch.from_numpy(position_ids),
-                past_key_values=cache,
+                cache=cache,
                 use_cache=True,
             )
         torch_logits = out.logits.float().numpy()

@@ -48,6 +48,7 @@ class LlamaModel(nn.Module):
             config.num_key_value_heads,
             config.head_dim,
             bias=config.attention_bias,
+            out_bias=config.attention_bias,
             rotary_dim=rotary_dim(config.rope, config.head_dim),
         )
 

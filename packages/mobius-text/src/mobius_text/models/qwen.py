@@ -9,16 +9,28 @@ from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM, LlamaModel
 
 
 @dataclass
-class Qwen2Config(LlamaConfig):
+class QwenConfig(LlamaConfig):
     @classmethod
     def hf_fields(cls, hf_config):
-        fields = super().hf_fields(hf_config)
-        fields["attention_bias"] = True  # q, k and v carry biases; o_proj does not
-        return fields
+        return {**super().hf_fields(hf_config), "mlp_bias": False}  # Qwen MLPs have no biases
+
+
+class Qwen2Model(LlamaModel):
+    def make_attention(self, config, layer_idx):
+        return Attention(
+            config.hidden_size,
+            config.num_attention_heads,
+            config.num_key_value_heads,
+            config.head_dim,
+            bias=True,  # q, k and v always carry biases; o_proj never does
+            out_bias=False,
+            rotary_dim=rotary_dim(config.rope, config.head_dim),
+        )
 
 
 class Qwen2ForCausalLM(LlamaForCausalLM):
-    config_class = Qwen2Config
+    config_class = QwenConfig
+    model_class = Qwen2Model
 
 
 class QKNormAttention(Attention):
@@ -42,10 +54,12 @@ class Qwen3Model(LlamaModel):
             config.num_key_value_heads,
             config.head_dim,
             bias=config.attention_bias,
+            out_bias=config.attention_bias,
             rotary_dim=rotary_dim(config.rope, config.head_dim),
             eps=config.rms_norm_eps,
         )
 
 
 class Qwen3ForCausalLM(LlamaForCausalLM):
+    config_class = QwenConfig
     model_class = Qwen3Model
