@@ -46,7 +46,8 @@ class RopeConfig:
         )
         known = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in params.items() if k in known and v is not None}
-        kwargs.pop("rope_type", None)
+        for explicit in ("rope_type", "partial_rotary_factor"):
+            kwargs.pop(explicit, None)
         return cls(
             **kwargs,
             rope_type=rope_type,

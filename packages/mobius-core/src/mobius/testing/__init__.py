@@ -5,6 +5,7 @@ noise, saved with ``save_pretrained``, built through the same path as
 ``mobius build``, and compared in ONNX Runtime against PyTorch at fp32.
 """
 
+from mobius.testing._graph import module_graph, run_module
 from mobius.testing._parity import (
     CausalLMParity,
     OnnxCausalLM,
@@ -22,5 +23,7 @@ __all__ = [
     "check_causal_lm_parity",
     "left_padded_batch",
     "make_random_model",
+    "module_graph",
     "perturb_parameters",
+    "run_module",
 ]
