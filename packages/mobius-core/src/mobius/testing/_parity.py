@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import onnx
 
 PARITY_ATOL = 1e-4
 
@@ -174,6 +175,7 @@ def check_causal_lm_parity(
     torch_model = make_random_model(hf_config, seed)
     torch_model.save_pretrained(workdir / "hf")
     build_with_cli(workdir / "hf", workdir / "onnx")
+    onnx.checker.check_model(str(workdir / "onnx" / "model.onnx"), full_check=True)
     onnx_model = OnnxCausalLM(workdir / "onnx" / "model.onnx")
     results = []
     for lengths in batches:
