@@ -72,6 +72,12 @@ CASES = {
     },
     "mistral": ("mistral", {}),
     "mistral-sliding": ("mistral", dict(sliding_window=4)),
+    # transformers' Ministral reads head_dim without a fallback; real configs set it.
+    "ministral": ("ministral", dict(sliding_window=4, head_dim=16)),
+    "ministral-alternating": (
+        "ministral",
+        dict(sliding_window=4, head_dim=16, layer_types=["sliding_attention", "full_attention"]),
+    ),
     "qwen2": ("qwen2", {}),
     "qwen2-tied-sliding": (
         "qwen2",

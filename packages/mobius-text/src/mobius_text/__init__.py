@@ -12,6 +12,7 @@ PACKAGE = "mobius-text"
 MODELS: dict[str, str] = {
     "llama": "mobius_text.models.llama:LlamaForCausalLM",
     "mistral": "mobius_text.models.mistral:MistralForCausalLM",
+    "ministral": "mobius_text.models.mistral:MistralForCausalLM",
     "qwen2": "mobius_text.models.qwen:Qwen2ForCausalLM",
     "qwen3": "mobius_text.models.qwen:Qwen3ForCausalLM",
     "smollm3": "mobius_text.models.smollm3:SmolLM3ForCausalLM",

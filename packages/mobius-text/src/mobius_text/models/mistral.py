@@ -1,4 +1,4 @@
-"""Mistral: Llama with a sliding attention window and no biases anywhere."""
+"""Mistral and Ministral: Llama with sliding-window attention (all or some layers) and no biases."""
 
 from __future__ import annotations
 
