@@ -8,7 +8,6 @@ build a tiny Llama with the installed ``mobius`` command.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -19,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from mobius.testing import TINY_LLAMA_CONFIG, write_tiny_llama
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,20 +32,7 @@ PACKAGES = {
     "mobius-diffusion": "mobius_diffusion",
 }
 
-TINY_LLAMA = {
-    "model_type": "llama",
-    "architectures": ["LlamaForCausalLM"],
-    "vocab_size": 64,
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 128,
-    "tie_word_embeddings": False,
-    "rms_norm_eps": 1e-6,
-    "torch_dtype": "float32",
-}
+TINY_LLAMA = TINY_LLAMA_CONFIG
 
 
 def _uv() -> str:
@@ -82,42 +70,6 @@ def _source_version(dist: str) -> str:
     return match.group(1)
 
 
-def _write_tiny_llama(directory: Path) -> None:
-    """A random tiny Llama checkpoint written with numpy only (no torch)."""
-    from safetensors.numpy import save_file
-
-    directory.mkdir(parents=True)
-    (directory / "config.json").write_text(json.dumps(TINY_LLAMA, indent=2))
-    c = TINY_LLAMA
-    hidden, inter, vocab = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
-    head_dim = hidden // c["num_attention_heads"]
-    kv = c["num_key_value_heads"] * head_dim
-    shapes = {"model.embed_tokens.weight": (vocab, hidden)}
-    for i in range(c["num_hidden_layers"]):
-        p = f"model.layers.{i}"
-        shapes |= {
-            f"{p}.input_layernorm.weight": (hidden,),
-            f"{p}.self_attn.q_proj.weight": (hidden, hidden),
-            f"{p}.self_attn.k_proj.weight": (kv, hidden),
-            f"{p}.self_attn.v_proj.weight": (kv, hidden),
-            f"{p}.self_attn.o_proj.weight": (hidden, hidden),
-            f"{p}.post_attention_layernorm.weight": (hidden,),
-            f"{p}.mlp.gate_proj.weight": (inter, hidden),
-            f"{p}.mlp.up_proj.weight": (inter, hidden),
-            f"{p}.mlp.down_proj.weight": (hidden, inter),
-        }
-    shapes |= {"model.norm.weight": (hidden,), "lm_head.weight": (vocab, hidden)}
-    rng = np.random.default_rng(0)
-    tensors = {}
-    for name, shape in shapes.items():
-        if name.endswith("norm.weight"):
-            value = 1.0 + 0.1 * rng.standard_normal(shape)
-        else:
-            value = 0.1 * rng.standard_normal(shape)
-        tensors[name] = value.astype(np.float32)
-    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
-
-
 @pytest.mark.slow
 def test_core_and_text_wheels_install_without_torch_and_build_a_model(tmp_path: Path) -> None:
     uv = _uv()
@@ -136,7 +88,7 @@ def test_core_and_text_wheels_install_without_torch_and_build_a_model(tmp_path: 
     assert "ModuleNotFoundError" in no_torch.stderr, no_torch.stderr
 
     model_dir = tmp_path / "tiny-llama"
-    _write_tiny_llama(model_dir)
+    write_tiny_llama(model_dir)
 
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     env |= {"HF_HUB_OFFLINE": "1", "PATH": f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"}

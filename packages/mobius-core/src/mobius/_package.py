@@ -71,6 +71,14 @@ class ModelPackage:
         try:
             parent.mkdir(parents=True, exist_ok=True)
             staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent))
+            # mkdtemp makes 0700; the renamed output should get the usual umask permissions.
+            umask = os.umask(0)
+            os.umask(umask)
+            staging.chmod(0o777 & ~umask)
+        except (FileExistsError, NotADirectoryError):
+            raise OutputError(
+                f"cannot write to {parent}: a path component is not a directory"
+            ) from None
         except OSError as exc:
             raise OutputError(f"cannot write to {parent}: {exc.strerror or exc}") from None
         try:

@@ -150,7 +150,7 @@ class Registry:
         close = difflib.get_close_matches(key, list(self._entries), n=3, cutoff=0.6)
         if close:
             parts.append("close matches: " + ", ".join(close))
-        installed = sorted(set(self.plugins.values()))
+        installed = sorted(set(self.plugins.values()) | {e.package for e in self._entries.values()})
         parts.append("installed: " + (", ".join(installed) if installed else "no domain packages"))
         for package, keys in DOMAIN_HINTS.items():
             if key in keys and package not in installed:

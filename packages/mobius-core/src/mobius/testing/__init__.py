@@ -5,6 +5,12 @@ noise, saved with ``save_pretrained``, built through the same path as
 ``mobius build``, and compared in ONNX Runtime against PyTorch at fp32.
 """
 
+from mobius.testing._checkpoints import (
+    TINY_LLAMA_CONFIG,
+    tiny_llama_shapes,
+    tiny_llama_tensors,
+    write_tiny_llama,
+)
 from mobius.testing._graph import module_graph, run_module
 from mobius.testing._parity import (
     CausalLMParity,
@@ -17,6 +23,10 @@ from mobius.testing._parity import (
 )
 
 __all__ = [
+    "TINY_LLAMA_CONFIG",
+    "tiny_llama_shapes",
+    "tiny_llama_tensors",
+    "write_tiny_llama",
     "CausalLMParity",
     "OnnxCausalLM",
     "build_with_cli",

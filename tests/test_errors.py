@@ -1,0 +1,306 @@
+"""User errors through the real CLI: one line on stderr, non-zero exit, no traceback, no partial output.
+
+Each case writes a tiny Llama checkpoint by hand (numpy + safetensors, no torch),
+breaks it in one way and runs ``mobius build`` (``mobius.cli.main``; once through
+``python -m mobius``). The output must not appear, nor any staging directory
+beside it.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from huggingface_hub import constants
+from safetensors.numpy import load_file, save_file
+
+from mobius._package import ModelPackage
+from mobius.cli import main
+from mobius.testing import write_tiny_llama
+
+
+@pytest.fixture(autouse=True)
+def _offline_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "hf_home"
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HOME", str(home))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(home / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+
+
+@pytest.fixture
+def model_dir(tmp_path: Path) -> Path:
+    return write_tiny_llama(tmp_path / "model")
+
+
+@pytest.fixture
+def outputs(tmp_path: Path) -> Path:
+    """The parent of every output directory: empty, so leftovers are easy to see."""
+    path = tmp_path / "outputs"
+    path.mkdir()
+    return path
+
+
+def leftovers(parent: Path, name: str) -> list[str]:
+    """Staging (``.<name>.*.tmp``) and backup (``.<name>.old-*``) directories left in ``parent``."""
+    if not parent.is_dir():
+        return []
+    return sorted(p.name for p in parent.iterdir() if p.name.startswith(f".{name}."))
+
+
+def assert_user_error(capsys: pytest.CaptureFixture[str], argv: list[str], *expected: str) -> str:
+    """Run the CLI; it must fail with one ``mobius: error:`` line holding every ``expected``."""
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code != 0
+    assert code == 1
+    assert "Traceback" not in err and "Traceback" not in out
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    line = lines[0]
+    assert line.startswith("mobius: error: "), line
+    for text in expected:
+        assert text in line, f"{text!r} not in {line!r}"
+    assert "wrote" not in out
+    return line
+
+
+def assert_fails_cleanly(
+    capsys: pytest.CaptureFixture[str], model: Path | str, out: Path, *expected: str
+) -> str:
+    before = sorted(os.listdir(out.parent)) if out.parent.is_dir() else None
+    line = assert_user_error(capsys, ["build", "--model", str(model), str(out), "-q"], *expected)
+    assert not out.exists()
+    assert leftovers(out.parent, out.name) == []
+    if before is not None:
+        assert sorted(os.listdir(out.parent)) == before
+    return line
+
+
+def edit_tensors(directory: Path, edit: Callable[[dict[str, np.ndarray]], None]) -> None:
+    tensors = load_file(directory / "model.safetensors")
+    edit(tensors)
+    save_file(tensors, directory / "model.safetensors")
+
+
+# -- unknown model types --------------------------------------------------------------------
+
+
+def test_unknown_model_type(capsys, tmp_path: Path, outputs: Path) -> None:
+    model = write_tiny_llama(tmp_path / "m", model_type="not_a_model")
+    line = assert_fails_cleanly(
+        capsys, model, outputs / "out", "unknown model type", "'not_a_model'", "installed:"
+    )
+    assert "mobius-text" in line
+    assert "close matches" not in line
+
+
+def test_near_miss_model_type_lists_close_matches(capsys, tmp_path: Path, outputs: Path) -> None:
+    model = write_tiny_llama(tmp_path / "m", model_type="lama")
+    line = assert_fails_cleanly(capsys, model, outputs / "out", "unknown model type", "'lama'")
+    assert "close matches: llama" in line
+
+
+def test_known_domain_key_without_support_yet(capsys, tmp_path: Path, outputs: Path) -> None:
+    """mobius-audio is installed but registers no whisper yet: still one clear line."""
+    model = write_tiny_llama(tmp_path / "m", model_type="whisper")
+    assert_fails_cleanly(capsys, model, outputs / "out", "unknown model type 'whisper'")
+
+
+# -- checkpoints that do not fit ----------------------------------------------------------
+
+
+def test_missing_weight(capsys, model_dir: Path, outputs: Path) -> None:
+    edit_tensors(model_dir, lambda t: t.pop("model.norm.weight"))
+    assert_fails_cleanly(capsys, model_dir, outputs / "out", "missing", "model.norm.weight")
+
+
+def test_unexpected_weight(capsys, model_dir: Path, outputs: Path) -> None:
+    edit_tensors(model_dir, lambda t: t.update({"model.extra.weight": np.zeros(3, np.float32)}))
+    assert_fails_cleanly(capsys, model_dir, outputs / "out", "unexpected", "model.extra.weight")
+
+
+def test_wrong_shape(capsys, model_dir: Path, outputs: Path) -> None:
+    name = "model.layers.1.mlp.down_proj.weight"
+    edit_tensors(model_dir, lambda t: t.update({name: np.zeros((64, 32), np.float32)}))
+    line = assert_fails_cleanly(capsys, model_dir, outputs / "out", "wrong shape", name)
+    assert "[64, 32] (expected [32, 64])" in line
+
+
+def test_wrong_dtype(capsys, model_dir: Path, outputs: Path) -> None:
+    name = "model.layers.0.input_layernorm.weight"
+    edit_tensors(model_dir, lambda t: t.update({name: np.ones(32, np.int32)}))
+    assert_fails_cleanly(capsys, model_dir, outputs / "out", "wrong dtype", name, "INT32")
+
+
+def test_every_problem_in_one_line(capsys, model_dir: Path, outputs: Path) -> None:
+    def edit(t: dict[str, np.ndarray]) -> None:
+        del t["model.norm.weight"]
+        t["model.extra.weight"] = np.zeros(3, np.float32)
+
+    edit_tensors(model_dir, edit)
+    assert_fails_cleanly(
+        capsys, model_dir, outputs / "out", "missing (1): model.norm.weight", "unexpected (1)"
+    )
+
+
+# -- broken files ---------------------------------------------------------------------------
+
+
+def test_truncated_safetensors(capsys, model_dir: Path, outputs: Path) -> None:
+    path = model_dir / "model.safetensors"
+    data = path.read_bytes()
+    path.write_bytes(data[:-100])
+    assert_fails_cleanly(capsys, model_dir, outputs / "out", "truncated", "model.safetensors")
+
+
+def test_missing_shard(capsys, model_dir: Path, outputs: Path) -> None:
+    tensors = load_file(model_dir / "model.safetensors")
+    (model_dir / "model.safetensors").unlink()
+    names = sorted(tensors)
+    shards = {
+        "model-00001-of-00002.safetensors": names[: len(names) // 2],
+        "model-00002-of-00002.safetensors": names[len(names) // 2 :],
+    }
+    weight_map = {name: shard for shard, group in shards.items() for name in group}
+    (model_dir / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": weight_map})
+    )
+    first = "model-00001-of-00002.safetensors"
+    save_file({n: tensors[n] for n in shards[first]}, model_dir / first)  # the second is absent
+    assert_fails_cleanly(
+        capsys, model_dir, outputs / "out", "missing shard", "model-00002-of-00002.safetensors"
+    )
+
+
+def test_unreadable_config(capsys, model_dir: Path, outputs: Path) -> None:
+    (model_dir / "config.json").write_text("{not json")
+    assert_fails_cleanly(capsys, model_dir, outputs / "out", "config.json")
+
+
+def test_no_safetensors(capsys, model_dir: Path, outputs: Path) -> None:
+    (model_dir / "model.safetensors").unlink()
+    assert_fails_cleanly(capsys, model_dir, outputs / "out", "no safetensors files")
+
+
+# -- sources and outputs ------------------------------------------------------------------
+
+
+def test_nonexistent_model_path(capsys, tmp_path: Path, outputs: Path) -> None:
+    missing = tmp_path / "no" / "such" / "model"
+    assert_fails_cleanly(capsys, missing, outputs / "out", "no such directory", str(missing))
+
+
+def test_output_parent_is_a_file(capsys, model_dir: Path, tmp_path: Path) -> None:
+    """Unwritable output (a parent that is a regular file stops root too)."""
+    afile = tmp_path / "afile"
+    afile.write_text("not a directory")
+    before = sorted(os.listdir(tmp_path))
+    line = assert_fails_cleanly(capsys, model_dir, afile / "out", "cannot write", str(afile))
+    assert afile.read_text() == "not a directory"
+    assert sorted(os.listdir(tmp_path)) == before
+    assert line.count("mobius: error:") == 1
+
+
+def test_output_is_an_existing_file(capsys, model_dir: Path, outputs: Path) -> None:
+    out = outputs / "out"
+    out.write_text("precious")
+    before = sorted(os.listdir(outputs))
+    assert_user_error(
+        capsys,
+        ["build", "--model", str(model_dir), str(out), "-q"],
+        "exists and is not a directory",
+    )
+    assert out.read_text() == "precious"
+    assert sorted(os.listdir(outputs)) == before
+
+
+def test_disk_full_while_writing(
+    capsys, model_dir: Path, outputs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure half-way through writing removes the staging directory."""
+    original = ModelPackage._write
+    staged: list[Path] = []
+
+    def write_then_fail(self, staging: Path, progress: bool) -> None:
+        staged.append(staging)
+        original(self, staging, progress)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(ModelPackage, "_write", write_then_fail)
+    assert_fails_cleanly(capsys, model_dir, outputs / "out", "disk full")
+    assert staged and staged[0].parent == outputs and staged[0].name.startswith(".out.")
+    assert not staged[0].exists()
+
+
+def test_interrupt_while_writing(
+    capsys, model_dir: Path, outputs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def interrupted(self, staging: Path, progress: bool) -> None:
+        (staging / "model.onnx").write_bytes(b"partial")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ModelPackage, "_write", interrupted)
+    code = main(["build", "--model", str(model_dir), str(outputs / "out"), "-q"])
+    _, err = capsys.readouterr()
+    assert code == 130
+    assert err.strip() == "mobius: interrupted"
+    assert os.listdir(outputs) == []
+
+
+def test_existing_output_is_replaced_only_on_success(
+    capsys, model_dir: Path, outputs: Path
+) -> None:
+    out = outputs / "out"
+    out.mkdir()
+    (out / "marker.txt").write_text("from an earlier build")
+
+    broken = write_tiny_llama(model_dir.parent / "broken")
+    edit_tensors(broken, lambda t: t.pop("model.norm.weight"))
+    assert_user_error(
+        capsys, ["build", "--model", str(broken), str(out), "-q"], "missing", "model.norm.weight"
+    )
+    assert sorted(p.name for p in out.iterdir()) == ["marker.txt"]
+    assert (out / "marker.txt").read_text() == "from an earlier build"
+    assert leftovers(outputs, "out") == []
+
+    assert main(["build", "--model", str(model_dir), str(out), "-q"]) == 0
+    stdout, stderr = capsys.readouterr()
+    assert stdout.strip() == f"wrote {out}"
+    assert stderr == ""
+    assert (out / "model.onnx").is_file() and (out / "model.onnx.data").is_file()
+    assert not (out / "marker.txt").exists()
+    assert leftovers(outputs, "out") == []
+    assert os.listdir(outputs) == ["out"]
+
+
+# -- the real console entry point -----------------------------------------------------------
+
+
+def test_python_m_mobius_reports_one_line(model_dir: Path, outputs: Path) -> None:
+    edit_tensors(model_dir, lambda t: t.pop("model.norm.weight"))
+    out = outputs / "out"
+    result = subprocess.run(
+        [sys.executable, "-m", "mobius", "build", "--model", str(model_dir), str(out), "-q"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("mobius: error: ")
+    assert "missing" in lines[0] and "model.norm.weight" in lines[0]
+    assert result.stdout == ""
+    assert not out.exists()
+    assert os.listdir(outputs) == []
