@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,13 +27,19 @@ def perturb_parameters(model, seed: int = 0, scale: float = 0.05) -> None:
             param.add_((noise * scale).to(param.dtype))
 
 
-def make_random_model(hf_config, seed: int = 0):
-    """A float32 causal LM from ``hf_config`` with every parameter perturbed, in eval mode."""
+def make_random_model(hf_config, seed: int = 0, attn_implementation: str = "eager"):
+    """A float32 causal LM from ``hf_config`` with every parameter perturbed, in eval mode.
+
+    The reference uses transformers' eager attention: the plain formulation every
+    model supports (soft-capping and sinks included).
+    """
     import torch
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_config(
+        hf_config, dtype=torch.float32, attn_implementation=attn_implementation
+    )
     perturb_parameters(model, seed)
     return model.eval()
 
@@ -132,15 +139,18 @@ def compare_causal_lm(torch_model, onnx_model: OnnxCausalLM, lengths, decode_ste
     result = CausalLMParity()
     cache = DynamicCache(config=torch_model.config)
     onnx_cache = onnx_model.empty_cache(len(lengths))
+    takes_positions = "position_ids" in inspect.signature(torch_model.forward).parameters
     for step in range(decode_steps + 1):
+        inputs = dict(
+            input_ids=torch.from_numpy(input_ids),
+            attention_mask=torch.from_numpy(attention_mask),
+            cache=cache,
+            use_cache=True,
+        )
+        if takes_positions:  # ALiBi models (Bloom, MPT...) have no position ids
+            inputs["position_ids"] = torch.from_numpy(position_ids)
         with torch.no_grad():
-            out = torch_model(
-                input_ids=torch.from_numpy(input_ids),
-                attention_mask=torch.from_numpy(attention_mask),
-                position_ids=torch.from_numpy(position_ids),
-                cache=cache,
-                use_cache=True,
-            )
+            out = torch_model(**inputs)
         torch_logits = out.logits.float().numpy()
         onnx_logits, onnx_cache = onnx_model(input_ids, attention_mask, position_ids, onnx_cache)
         onnx_logits = onnx_logits.astype(np.float32)
