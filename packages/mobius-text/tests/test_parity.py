@@ -29,4 +29,4 @@ def test_every_registered_type_has_a_parity_case():
     import mobius_text
 
     covered = {model_type for model_type, _ in CASES.values()}
-    assert set(mobius_text.MODELS) <= covered
+    assert set(mobius_text.model_types()) <= covered

@@ -1,27 +1,38 @@
 """mobius-text: decoder-only LLMs (and, later, MoE, encoder and encoder-decoder text models).
 
 Importing the package registers its architectures with ``mobius.registry``;
-the ``mobius.plugins`` entry point does the same without an import.
+the ``mobius.plugins`` entry point does the same without an import. Each model
+file in ``mobius_text.models`` declares the HF ``model_type`` keys it builds in
+a ``MODEL_TYPES`` table, next to the classes themselves.
 """
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
 
 __version__ = "0.1.0"
 
 PACKAGE = "mobius-text"
 
-# model_type -> causal-LM module class ("module:Class", imported on first use).
-MODELS: dict[str, str] = {
-    "llama": "mobius_text.models.llama:LlamaForCausalLM",
-    "mistral": "mobius_text.models.mistral:MistralForCausalLM",
-    "ministral": "mobius_text.models.mistral:MistralForCausalLM",
-    "qwen2": "mobius_text.models.qwen:Qwen2ForCausalLM",
-    "qwen3": "mobius_text.models.qwen:Qwen3ForCausalLM",
-    "smollm3": "mobius_text.models.smollm3:SmolLM3ForCausalLM",
-}
+
+def model_types() -> dict[str, type]:
+    """Every ``model_type`` this package builds, mapped to its causal-LM module class."""
+    from mobius_text import models
+
+    table: dict[str, type] = {}
+    for info in sorted(pkgutil.iter_modules(models.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{models.__name__}.{info.name}")
+        for key, cls in getattr(module, "MODEL_TYPES", {}).items():
+            if key in table:
+                raise ValueError(f"model_type {key!r} is declared twice (again in {info.name})")
+            table[key] = cls
+    return table
 
 
 def register(registry) -> None:
     """Add mobius-text's architectures to ``registry``; calling it again changes nothing."""
-    for model_type, module in MODELS.items():
+    for model_type, module in model_types().items():
         registry.register(model_type, module, task="causal-lm", package=PACKAGE)
 
 

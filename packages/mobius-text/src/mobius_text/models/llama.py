@@ -117,3 +117,6 @@ class LlamaForCausalLM(nn.Module):
         if self.config.tie_word_embeddings:
             weights.pop("lm_head.weight", None)
         return weights
+
+
+MODEL_TYPES = {"llama": LlamaForCausalLM}

@@ -17,3 +17,6 @@ class MistralConfig(LlamaConfig):
 
 class MistralForCausalLM(LlamaForCausalLM):
     config_class = MistralConfig
+
+
+MODEL_TYPES = {"mistral": MistralForCausalLM, "ministral": MistralForCausalLM}

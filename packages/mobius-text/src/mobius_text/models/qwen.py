@@ -63,3 +63,6 @@ class Qwen3Model(LlamaModel):
 class Qwen3ForCausalLM(LlamaForCausalLM):
     config_class = QwenConfig
     model_class = Qwen3Model
+
+
+MODEL_TYPES = {"qwen2": Qwen2ForCausalLM, "qwen3": Qwen3ForCausalLM}

@@ -27,3 +27,6 @@ class SmolLM3Model(LlamaModel):
 class SmolLM3ForCausalLM(LlamaForCausalLM):
     config_class = SmolLM3Config
     model_class = SmolLM3Model
+
+
+MODEL_TYPES = {"smollm3": SmolLM3ForCausalLM}
