@@ -1,10 +1,15 @@
 """The causal-LM contract (ORT, ORT GenAI and Optimum read these names).
 
 Inputs: ``input_ids`` int64 [batch, sequence], ``attention_mask`` int64
-[batch, total_sequence], ``position_ids`` int64 [batch, sequence] and per layer
-``past_key_values.{i}.key`` / ``.value`` [batch, kv_heads, past_sequence, head_dim].
-Outputs: ``logits`` [batch, sequence, vocab] and ``present.{i}.key`` / ``.value``
-[batch, kv_heads, total_sequence, head_dim].
+[batch, total_sequence], ``position_ids`` int64 [batch, sequence] and, per layer,
+its cache tensors ``past_key_values.{i}.<kind>``. Outputs: ``logits``
+[batch, sequence, vocab] and ``present.{i}.<kind>``.
+
+Attention layers cache ``key`` and ``value`` [batch, kv_heads, past_sequence,
+head_dim]; the present ones span ``total_sequence``. State-space layers cache
+fixed-size states instead (``conv_state``, ``ssm_state``): their present
+tensors have the same shape as the past ones. A module describes its cache with
+``cache_layout()`` (or, for attention-only models, ``kv_cache_shapes()``).
 """
 
 from __future__ import annotations
@@ -15,9 +20,29 @@ from mobius.tasks._base import IR_VERSION, ModelTask, new_graph, set_output
 
 INT64 = ir.DataType.INT64
 
+# Per layer: the (kind, shape) of each cache tensor, shapes in symbolic dims and ints.
+CacheLayout = list[list[tuple[str, list]]]
+
+
+def cache_layout(module) -> CacheLayout:
+    """The module's cache layout; attention-only modules give ``(kv_heads, key_dim, value_dim)``."""
+    if hasattr(module, "cache_layout"):
+        return module.cache_layout()
+    return [
+        [
+            ("key", ["batch", kv_heads, "past_sequence", key_dim]),
+            ("value", ["batch", kv_heads, "past_sequence", value_dim]),
+        ]
+        for kv_heads, key_dim, value_dim in module.kv_cache_shapes()
+    ]
+
+
+def _present_shape(shape: list) -> list:
+    return ["total_sequence" if dim == "past_sequence" else dim for dim in shape]
+
 
 class CausalLMTask(ModelTask):
-    """Text generation with a KV cache; the module returns ``(logits, [(key, value), ...])``."""
+    """Text generation with a cache; the module returns ``(logits, [per-layer present tuple])``."""
 
     name = "causal-lm"
 
@@ -26,24 +51,18 @@ class CausalLMTask(ModelTask):
         input_ids = builder.input("input_ids", INT64, ["batch", "sequence"])
         attention_mask = builder.input("attention_mask", INT64, ["batch", "total_sequence"])
         position_ids = builder.input("position_ids", INT64, ["batch", "sequence"])
-        cache_shapes = module.kv_cache_shapes()
-        past = []
-        for i, (kv_heads, key_dim, value_dim) in enumerate(cache_shapes):
-            key = builder.input(
-                f"past_key_values.{i}.key", dtype, ["batch", kv_heads, "past_sequence", key_dim]
+        layout = cache_layout(module)
+        past = [
+            tuple(
+                builder.input(f"past_key_values.{i}.{kind}", dtype, shape) for kind, shape in layer
             )
-            value = builder.input(
-                f"past_key_values.{i}.value", dtype, ["batch", kv_heads, "past_sequence", value_dim]
-            )
-            past.append((key, value))
+            for i, layer in enumerate(layout)
+        ]
 
         logits, present = module(builder.op, input_ids, attention_mask, position_ids, past)
 
         set_output(builder, logits, "logits", dtype, ["batch", "sequence", config.vocab_size])
-        for i, ((key, value), (kv_heads, key_dim, value_dim)) in enumerate(
-            zip(present, cache_shapes, strict=True)
-        ):
-            shape = ["batch", kv_heads, "total_sequence"]
-            set_output(builder, key, f"present.{i}.key", dtype, [*shape, key_dim])
-            set_output(builder, value, f"present.{i}.value", dtype, [*shape, value_dim])
+        for i, (values, layer) in enumerate(zip(present, layout, strict=True)):
+            for value, (kind, shape) in zip(values, layer, strict=True):
+                set_output(builder, value, f"present.{i}.{kind}", dtype, _present_shape(shape))
         return {"model": ir.Model(graph, ir_version=IR_VERSION, producer_name="mobius")}

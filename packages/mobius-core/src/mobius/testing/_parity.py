@@ -85,11 +85,12 @@ class OnnxCausalLM:
         self.output_names = [o.name for o in self.session.get_outputs()]
 
     def empty_cache(self, batch: int) -> dict[str, np.ndarray]:
+        """Zero-length KV caches and zero-filled fixed-size states (conv, ssm)."""
         cache = {}
         for inp in self.past_inputs:
-            _, heads, _, dim = inp.shape
+            shape = [batch if d == "batch" else 0 if isinstance(d, str) else d for d in inp.shape]
             dtype = np.float16 if "float16" in inp.type else np.float32
-            cache[inp.name] = np.zeros((batch, heads, 0, dim), dtype=dtype)
+            cache[inp.name] = np.zeros(shape, dtype=dtype)
         return cache
 
     def __call__(self, input_ids, attention_mask, position_ids, cache):
@@ -128,8 +129,19 @@ class CausalLMParity:
         )
 
 
-def compare_causal_lm(torch_model, onnx_model: OnnxCausalLM, lengths, decode_steps=8, seed=0):
-    """Run prefill then ``decode_steps`` greedy steps through both caches, feeding torch's tokens."""
+def compare_causal_lm(
+    torch_model,
+    onnx_model: OnnxCausalLM,
+    lengths,
+    decode_steps=8,
+    seed=0,
+    decode_attention_mask: bool = True,
+):
+    """Run prefill then ``decode_steps`` greedy steps through both caches, feeding torch's tokens.
+
+    ``decode_attention_mask=False`` gives PyTorch no mask after prefill, as ``generate``
+    does for state-space models (the ONNX graph always gets the full mask).
+    """
     import torch
     from transformers import DynamicCache
 
@@ -141,12 +153,9 @@ def compare_causal_lm(torch_model, onnx_model: OnnxCausalLM, lengths, decode_ste
     onnx_cache = onnx_model.empty_cache(len(lengths))
     takes_positions = "position_ids" in inspect.signature(torch_model.forward).parameters
     for step in range(decode_steps + 1):
-        inputs = dict(
-            input_ids=torch.from_numpy(input_ids),
-            attention_mask=torch.from_numpy(attention_mask),
-            cache=cache,
-            use_cache=True,
-        )
+        inputs = dict(input_ids=torch.from_numpy(input_ids), cache=cache, use_cache=True)
+        if step == 0 or decode_attention_mask:
+            inputs["attention_mask"] = torch.from_numpy(attention_mask)
         if takes_positions:  # ALiBi models (Bloom, MPT...) have no position ids
             inputs["position_ids"] = torch.from_numpy(position_ids)
         with torch.no_grad():
@@ -175,6 +184,7 @@ def check_causal_lm_parity(
     decode_steps: int = 8,
     seed: int = 0,
     atol: float = PARITY_ATOL,
+    decode_attention_mask: bool = True,
 ) -> list[CausalLMParity]:
     """Build a perturbed tiny model of ``hf_config`` with the CLI and check it against PyTorch.
 
@@ -189,7 +199,9 @@ def check_causal_lm_parity(
     onnx_model = OnnxCausalLM(workdir / "onnx" / "model.onnx")
     results = []
     for lengths in batches:
-        result = compare_causal_lm(torch_model, onnx_model, list(lengths), decode_steps, seed)
+        result = compare_causal_lm(
+            torch_model, onnx_model, list(lengths), decode_steps, seed, decode_attention_mask
+        )
         result.assert_close(atol)
         results.append(result)
     return results
