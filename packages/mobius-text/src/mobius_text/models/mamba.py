@@ -1,0 +1,236 @@
+"""Mamba (selective state space) and Falcon-Mamba.
+
+No attention and no KV cache: each layer carries two fixed-size states,
+``conv_state`` (the last ``conv_kernel - 1`` inputs of its causal depthwise
+convolution) and ``ssm_state`` (the recurrent state ``[intermediate, state_size]``).
+The selective scan runs step by step with the ONNX ``Scan`` op, in the same
+order as transformers' sequential path, so prefill and decode share one graph.
+Padding positions are zeroed before and after the convolution, as HF does,
+which keeps left-padded rows exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import onnx_ir as ir
+from onnxscript import nn
+
+from mobius.components import Embedding, Linear, RMSNorm, TiedLMHead, get_activation
+
+
+@dataclass
+class MambaConfig:
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    state_size: int
+    conv_kernel: int
+    time_step_rank: int
+    layer_norm_epsilon: float = 1e-5
+    use_bias: bool = False
+    use_conv_bias: bool = True
+    hidden_act: str = "silu"
+    tie_word_embeddings: bool = True
+    mixer_rms_eps: float = 1e-6
+
+    @classmethod
+    def from_hf(cls, hf_config) -> MambaConfig:
+        fields = {
+            f: getattr(hf_config, f) for f in cls.__dataclass_fields__ if hasattr(hf_config, f)
+        }
+        return cls(**fields)
+
+
+def _value(name: str, dtype: ir.DataType, rank: int) -> ir.Value:
+    return ir.Value(name=name, type=ir.TensorType(dtype), shape=ir.Shape([None] * rank))
+
+
+def selective_scan(op, state, decay, update, readout):
+    """``h = decay_t * h + update_t; y_t = h @ readout_t`` over the sequence.
+
+    ``state`` [batch, inner, n]; ``decay`` and ``update`` [batch, inner, seq, n];
+    ``readout`` [batch, seq, n]. Returns ``y`` [batch, inner, seq] and the last state.
+    """
+    dtype = state.dtype
+
+    def step(op, h, decay_t, update_t, readout_t):
+        h = op.Add(op.Mul(decay_t, h), update_t)  # [batch, inner, n]
+        y = op.Squeeze(op.MatMul(h, op.Unsqueeze(readout_t, [-1])), [-1])  # [batch, inner]
+        return h, y
+
+    body = op.builder.subgraph(
+        step,
+        inputs=[_value(n, dtype, r) for n, r in (("h", 3), ("a", 3), ("b", 3), ("c", 2))],
+        outputs=[_value("h_out", dtype, 3), _value("y", dtype, 2)],
+        name="selective_scan_step",
+    )
+    last_state, y = op.Scan(
+        state,
+        decay,
+        update,
+        readout,
+        body=body,
+        num_scan_inputs=3,
+        scan_input_axes=[2, 2, 1],
+        scan_output_axes=[2],
+        _outputs=2,
+    )
+    return y, last_state
+
+
+class MambaMixer(nn.Module):
+    """in_proj → causal depthwise conv → selective scan gated by SiLU → out_proj."""
+
+    def __init__(self, config: MambaConfig) -> None:
+        super().__init__()
+        inner, n, rank = config.intermediate_size, config.state_size, config.time_step_rank
+        self.in_proj = Linear(config.hidden_size, 2 * inner, config.use_bias)
+        self.conv1d = DepthwiseConv1d(inner, config.conv_kernel, config.use_conv_bias)
+        self.x_proj = Linear(inner, rank + 2 * n)
+        self.dt_proj = Linear(rank, inner, bias=True)
+        self.A_log = nn.Parameter([inner, n])
+        self.D = nn.Parameter([inner])
+        self.out_proj = Linear(inner, config.hidden_size, config.use_bias)
+        self.act = get_activation(config.hidden_act)
+        self.rank, self.n, self.kernel = rank, n, config.conv_kernel
+
+    def ssm_inputs(self, op, x):
+        """dt, B, C from the convolved sequence ``x`` [batch, seq, inner]; Falcon-Mamba normalises them."""
+        dt, b, c = op.Split(self.x_proj(op, x), [self.rank, self.n, self.n], axis=-1, _outputs=3)
+        return dt, b, c
+
+    def forward(self, op, x, real, conv_state, ssm_state):
+        x = op.Mul(x, real)  # padding positions contribute nothing
+        xs, gate = op.Split(
+            op.Transpose(self.in_proj(op, x), perm=[0, 2, 1]), num_outputs=2, axis=1, _outputs=2
+        )
+        window = op.Concat(conv_state, xs, axis=2)  # [batch, inner, kernel-1+seq]
+        new_conv_state = op.Slice(window, [-(self.kernel - 1)], [2**62], [2])
+        xs = self.act(op, self.conv1d(op, window))  # [batch, inner, seq]
+        xs = op.Mul(op.Transpose(xs, perm=[0, 2, 1]), real)  # [batch, seq, inner]
+
+        dt, b, c = self.ssm_inputs(op, xs)
+        dt = op.Transpose(op.Softplus(self.dt_proj(op, dt)), perm=[0, 2, 1])  # [batch, inner, seq]
+        a = op.Neg(op.Exp(self.A_log))  # [inner, n]
+        decay = op.Exp(
+            op.Mul(op.Unsqueeze(a, [0, 2]), op.Unsqueeze(dt, [-1]))
+        )  # [b, inner, seq, n]
+        xs_t = op.Transpose(xs, perm=[0, 2, 1])  # [batch, inner, seq]
+        update = op.Mul(
+            op.Mul(op.Unsqueeze(dt, [-1]), op.Unsqueeze(b, [1])), op.Unsqueeze(xs_t, [-1])
+        )
+        y, new_ssm_state = selective_scan(op, ssm_state, decay, update, c)
+        y = op.Add(y, op.Mul(xs_t, op.Unsqueeze(self.D, [-1])))
+        y = op.Mul(y, self.act(op, gate))  # [batch, inner, seq]
+        return self.out_proj(op, op.Transpose(y, perm=[0, 2, 1])), (new_conv_state, new_ssm_state)
+
+
+class DepthwiseConv1d(nn.Module):
+    """``Conv1d(groups=channels)`` with the checkpoint's ``weight [channels, 1, kernel]``, no padding."""
+
+    def __init__(self, channels: int, kernel: int, bias: bool) -> None:
+        super().__init__()
+        self.weight = nn.Parameter([channels, 1, kernel])
+        self.bias = nn.Parameter([channels]) if bias else None
+        self.channels = channels
+
+    def forward(self, op, x):
+        inputs = [x, self.weight] + ([self.bias] if self.bias is not None else [])
+        return op.Conv(*inputs, group=self.channels)
+
+
+class MambaBlock(nn.Module):
+    def __init__(self, config: MambaConfig, mixer_class=MambaMixer) -> None:
+        super().__init__()
+        self.norm = RMSNorm(config.hidden_size, config.layer_norm_epsilon)
+        self.mixer = mixer_class(config)
+
+    def forward(self, op, x, real, conv_state, ssm_state):
+        h, state = self.mixer(op, self.norm(op, x), real, conv_state, ssm_state)
+        return op.Add(x, h), state
+
+
+class MambaModel(nn.Module):
+    mixer_class = MambaMixer
+
+    def __init__(self, config: MambaConfig) -> None:
+        super().__init__()
+        self.embeddings = Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(
+            [MambaBlock(config, self.mixer_class) for _ in range(config.num_hidden_layers)]
+        )
+        self.norm_f = RMSNorm(config.hidden_size, config.layer_norm_epsilon)
+
+    def forward(self, op, input_ids, attention_mask, states):
+        x = self.embeddings(op, input_ids)  # [batch, seq, hidden]
+        seq = op.Shape(input_ids, start=1, end=2)
+        current = op.Slice(attention_mask, op.Neg(seq), [2**62], [1])  # this step's tokens
+        real = op.Unsqueeze(op.CastLike(current, x), [-1])  # [batch, seq, 1]
+        presents = []
+        for layer, (conv_state, ssm_state) in zip(self.layers, states, strict=True):
+            x, present = layer(op, x, real, conv_state, ssm_state)
+            presents.append(present)
+        return self.norm_f(op, x), presents
+
+
+class MambaForCausalLM(nn.Module):
+    config_class = MambaConfig
+    model_class = MambaModel
+
+    def __init__(self, config: MambaConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.backbone = self.model_class(config)
+        if config.tie_word_embeddings:
+            self.lm_head = TiedLMHead(self.backbone.embeddings)
+        else:
+            self.lm_head = Linear(config.hidden_size, config.vocab_size)
+
+    def cache_layout(self):
+        c = self.config
+        layer = [
+            ("conv_state", ["batch", c.intermediate_size, c.conv_kernel - 1]),
+            ("ssm_state", ["batch", c.intermediate_size, c.state_size]),
+        ]
+        return [layer] * c.num_hidden_layers
+
+    def forward(self, op, input_ids, attention_mask, position_ids, states):
+        hidden, presents = self.backbone(op, input_ids, attention_mask, states)
+        return self.lm_head(op, hidden), presents
+
+    def preprocess_weights(self, weights: dict) -> dict:
+        if self.config.tie_word_embeddings:
+            weights.pop("lm_head.weight", None)
+        return weights
+
+
+def _weightless_rms_norm(op, x, eps: float):
+    """``x / rms(x)`` without a learned scale (Falcon-Mamba's dt, B and C norms)."""
+    mean_square = op.ReduceMean(op.Mul(x, x), [-1], keepdims=1)
+    return op.Mul(x, op.Reciprocal(op.Sqrt(op.Add(mean_square, eps))))
+
+
+class FalconMambaMixer(MambaMixer):
+    """Mamba with weightless RMS norms on dt, B and C before discretisation."""
+
+    def __init__(self, config: MambaConfig) -> None:
+        super().__init__(config)
+        self.eps = config.mixer_rms_eps
+
+    def ssm_inputs(self, op, x):
+        dt, b, c = super().ssm_inputs(op, x)
+        return tuple(_weightless_rms_norm(op, t, self.eps) for t in (dt, b, c))
+
+
+class FalconMambaModel(MambaModel):
+    mixer_class = FalconMambaMixer
+
+
+class FalconMambaForCausalLM(MambaForCausalLM):
+    model_class = FalconMambaModel
+
+
+MODEL_TYPES = {"mamba": MambaForCausalLM, "falcon_mamba": FalconMambaForCausalLM}
