@@ -1,0 +1,164 @@
+"""Mamba-2: multi-head state space (scalar decay per head, grouped B and C) with a gated RMS norm.
+
+transformers computes the prefill with the chunked SSD algorithm and decodes
+with the recurrence; both equal the per-step recurrence run here with ``Scan``
+(the parity cases use a small ``chunk_size`` so that several chunks meet).
+States per layer: ``conv_state`` [batch, conv_dim, conv_kernel - 1] and
+``ssm_state`` [batch, heads, head_dim, state_size].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from onnxscript import nn
+
+from mobius.components import Linear
+from mobius_text.models.mamba import (
+    DepthwiseConv1d,
+    MambaConfig,
+    MambaForCausalLM,
+    MambaModel,
+    _value,
+)
+
+
+@dataclass
+class Mamba2Config(MambaConfig):
+    num_heads: int = 8
+    head_dim: int = 64
+    n_groups: int = 1
+    time_step_limit: tuple[float, float] = (0.0, float("inf"))
+
+    @classmethod
+    def from_hf(cls, hf_config) -> Mamba2Config:
+        fields = {
+            f: getattr(hf_config, f) for f in cls.__dataclass_fields__ if hasattr(hf_config, f)
+        }
+        fields["intermediate_size"] = int(hf_config.expand * hf_config.hidden_size)
+        fields["time_step_limit"] = tuple(hf_config.time_step_limit)
+        fields.setdefault("time_step_rank", 0)  # Mamba-2 has no dt projection
+        return cls(**fields)
+
+
+class GatedRMSNorm(nn.Module):
+    """``rms_norm(x * silu(gate))`` over groups of channels, then the learned scale."""
+
+    def __init__(self, dim: int, groups: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter([dim])
+        self.groups, self.eps = groups, eps
+
+    def forward(self, op, x, gate):
+        x = op.Mul(x, op.Mul(gate, op.Sigmoid(gate)))
+        grouped = op.Reshape(x, op.Concat(op.Shape(x, end=-1), [self.groups, -1], axis=0))
+        mean_square = op.ReduceMean(op.Mul(grouped, grouped), [-1], keepdims=1)
+        grouped = op.Mul(grouped, op.Reciprocal(op.Sqrt(op.Add(mean_square, self.eps))))
+        return op.Mul(op.Reshape(grouped, op.Shape(x)), self.weight)
+
+
+def multihead_scan(op, state, decay, update, readout):
+    """``h = decay_t * h + update_t; y_t = h @ readout_t`` per head, over the sequence.
+
+    ``state`` [batch, heads, head_dim, n]; ``decay`` [batch, seq, heads];
+    ``update`` [batch, seq, heads, head_dim, n]; ``readout`` [batch, seq, heads, n].
+    Returns ``y`` [batch, seq, heads, head_dim] and the last state.
+    """
+    dtype = state.dtype
+
+    def step(op, h, decay_t, update_t, readout_t):
+        h = op.Add(op.Mul(op.Unsqueeze(decay_t, [-1, -2]), h), update_t)
+        y = op.Squeeze(op.MatMul(h, op.Unsqueeze(readout_t, [-1])), [-1])  # [batch, heads, p]
+        return h, y
+
+    body = op.builder.subgraph(
+        step,
+        inputs=[_value(n, dtype, r) for n, r in (("h", 4), ("a", 2), ("b", 4), ("c", 3))],
+        outputs=[_value("h_out", dtype, 4), _value("y", dtype, 3)],
+        name="multihead_scan_step",
+    )
+    last_state, y = op.Scan(
+        state,
+        decay,
+        update,
+        readout,
+        body=body,
+        num_scan_inputs=3,
+        scan_input_axes=[1, 1, 1],
+        scan_output_axes=[1],
+        _outputs=2,
+    )
+    return y, last_state
+
+
+class Mamba2Mixer(nn.Module):
+    def __init__(self, config: Mamba2Config) -> None:
+        super().__init__()
+        inner, heads = config.intermediate_size, config.num_heads
+        group_dim = config.n_groups * config.state_size
+        self.conv_dim = inner + 2 * group_dim
+        self.in_proj = Linear(config.hidden_size, inner + self.conv_dim + heads, config.use_bias)
+        self.conv1d = DepthwiseConv1d(self.conv_dim, config.conv_kernel, config.use_conv_bias)
+        self.dt_bias = nn.Parameter([heads])
+        self.A_log = nn.Parameter([heads])
+        self.D = nn.Parameter([heads])
+        self.norm = GatedRMSNorm(inner, config.n_groups, config.layer_norm_epsilon)
+        self.out_proj = Linear(inner, config.hidden_size, config.use_bias)
+        self.inner, self.group_dim, self.heads = inner, group_dim, heads
+        self.head_dim, self.groups, self.n = config.head_dim, config.n_groups, config.state_size
+        self.kernel, self.dt_limit = config.conv_kernel, config.time_step_limit
+
+    def per_head(self, op, x, width):
+        """[batch, seq, groups*n] → [batch, seq, heads, n] (each group serves heads/groups heads)."""
+        x = op.Reshape(x, [0, 0, self.groups, 1, width])
+        x = op.Expand(x, [1, 1, self.groups, self.heads // self.groups, width])
+        return op.Reshape(x, [0, 0, self.heads, width])
+
+    def forward(self, op, x, real, conv_state, ssm_state):
+        x = op.Mul(x, real)
+        gate, xbc, dt = op.Split(
+            self.in_proj(op, x), [self.inner, self.conv_dim, self.heads], axis=-1, _outputs=3
+        )
+        window = op.Concat(conv_state, op.Transpose(xbc, perm=[0, 2, 1]), axis=2)
+        new_conv_state = op.Slice(window, [-(self.kernel - 1)], [2**62], [2])
+        xbc = op.Transpose(self.conv1d(op, window), perm=[0, 2, 1])  # [batch, seq, conv_dim]
+        xbc = op.Mul(op.Mul(xbc, op.Sigmoid(xbc)), real)
+        xs, b, c = op.Split(xbc, [self.inner, self.group_dim, self.group_dim], axis=-1, _outputs=3)
+
+        dt = op.Softplus(op.Add(dt, self.dt_bias))  # [batch, seq, heads]
+        low, high = self.dt_limit
+        if (low, high) != (0.0, float("inf")):
+            dt = op.Clip(dt, low, high)
+        decay = op.Exp(op.Mul(dt, op.Neg(op.Exp(self.A_log))))  # [batch, seq, heads]
+        heads_x = op.Reshape(xs, [0, 0, self.heads, self.head_dim])  # [batch, seq, heads, p]
+        update = op.Mul(
+            op.Unsqueeze(op.Mul(heads_x, op.Unsqueeze(dt, [-1])), [-1]),
+            op.Unsqueeze(self.per_head(op, b, self.n), [3]),
+        )  # [batch, seq, heads, p, n]
+        y, new_ssm_state = multihead_scan(
+            op, ssm_state, decay, update, self.per_head(op, c, self.n)
+        )
+        y = op.Add(y, op.Mul(heads_x, op.Unsqueeze(self.D, [-1])))
+        y = self.norm(op, op.Reshape(y, [0, 0, -1]), gate)  # [batch, seq, inner]
+        return self.out_proj(op, y), (new_conv_state, new_ssm_state)
+
+
+class Mamba2Model(MambaModel):
+    mixer_class = Mamba2Mixer
+
+
+class Mamba2ForCausalLM(MambaForCausalLM):
+    config_class = Mamba2Config
+    model_class = Mamba2Model
+
+    def cache_layout(self):
+        c = self.config
+        conv_dim = c.intermediate_size + 2 * c.n_groups * c.state_size
+        layer = [
+            ("conv_state", ["batch", conv_dim, c.conv_kernel - 1]),
+            ("ssm_state", ["batch", c.num_heads, c.head_dim, c.state_size]),
+        ]
+        return [layer] * c.num_hidden_layers
+
+
+MODEL_TYPES = {"mamba2": Mamba2ForCausalLM}
