@@ -1,0 +1,148 @@
+"""Bamba: a hybrid of Mamba-2 mixers and Llama attention layers, each followed by a gated MLP.
+
+``layers_block_type`` says which layers attend (``full_attention``, with a KV
+cache) and which run the Mamba-2 mixer (``linear_attention``, with conv and ssm
+states). The cache layout follows the same per-layer choice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from onnxscript import nn
+
+from mobius.components import (
+    Attention,
+    Embedding,
+    GatedMLP,
+    Linear,
+    RMSNorm,
+    attention_bias,
+    make_rotary_embedding,
+    rotary_dim,
+)
+from mobius_text.models.llama import LlamaConfig
+from mobius_text.models.mamba2 import Mamba2Config, Mamba2Mixer
+
+
+@dataclass
+class BambaConfig(LlamaConfig):
+    layers_block_type: list[str] = field(default_factory=list)
+    mamba: Mamba2Config | None = None
+
+    @classmethod
+    def hf_fields(cls, hf_config):
+        fields = super().hf_fields(hf_config)
+        fields["layers_block_type"] = list(hf_config.layers_block_type)
+        fields["mamba"] = Mamba2Config(
+            model_type=hf_config.model_type,
+            vocab_size=hf_config.vocab_size,
+            hidden_size=hf_config.hidden_size,
+            intermediate_size=int(hf_config.mamba_expand * hf_config.hidden_size),
+            num_hidden_layers=hf_config.num_hidden_layers,
+            state_size=hf_config.mamba_d_state,
+            conv_kernel=hf_config.mamba_d_conv,
+            time_step_rank=0,
+            layer_norm_epsilon=hf_config.rms_norm_eps,
+            use_bias=hf_config.mamba_proj_bias,
+            use_conv_bias=hf_config.mamba_conv_bias,
+            num_heads=hf_config.mamba_n_heads,
+            head_dim=hf_config.mamba_d_head,
+            n_groups=hf_config.mamba_n_groups,
+            time_step_limit=tuple(hf_config.time_step_limit or (0.0, float("inf"))),
+        )
+        return fields
+
+
+class BambaDecoderLayer(nn.Module):
+    """``x + mixer(norm(x))`` with a Mamba-2 mixer or attention, then ``x + mlp(norm(x))``."""
+
+    def __init__(self, config: BambaConfig, attends: bool) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        if attends:
+            self.self_attn = Attention(
+                config.hidden_size,
+                config.num_attention_heads,
+                config.num_key_value_heads,
+                config.head_dim,
+                bias=config.attention_bias,
+                out_bias=config.attention_bias,
+                rotary_dim=rotary_dim(config.rope, config.head_dim),
+            )
+        else:
+            self.mamba = Mamba2Mixer(config.mamba)
+        self.pre_ff_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.feed_forward = GatedMLP(
+            config.hidden_size, config.intermediate_size, config.hidden_act, config.mlp_bias
+        )
+        self.attends = attends
+
+    def forward(self, op, x, rope, bias, real, past):
+        h = self.input_layernorm(op, x)
+        if self.attends:
+            h, present = self.self_attn(op, h, rope, bias, *past)
+        else:
+            h, present = self.mamba(op, h, real, *past)
+        x = op.Add(x, h)
+        x = op.Add(x, self.feed_forward(op, self.pre_ff_layernorm(op, x)))
+        return x, present
+
+
+class BambaModel(nn.Module):
+    def __init__(self, config: BambaConfig) -> None:
+        super().__init__()
+        self.embed_tokens = Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(
+            [
+                BambaDecoderLayer(config, kind == "full_attention")
+                for kind in config.layers_block_type
+            ]
+        )
+        self.final_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.rotary_emb = make_rotary_embedding(
+            config.rope, config.head_dim, config.max_position_embeddings
+        )
+
+    def forward(self, op, input_ids, attention_mask, position_ids, past):
+        x = self.embed_tokens(op, input_ids)  # [batch, seq, hidden]
+        seq = op.Shape(input_ids, start=1, end=2)
+        bias = attention_bias(op, attention_mask, op.Squeeze(seq, [0]), x.dtype)
+        current = op.Slice(attention_mask, op.Neg(seq), [2**62], [1])
+        real = op.Unsqueeze(op.CastLike(current, x), [-1])  # [batch, seq, 1]
+        rope = self.rotary_emb(op, position_ids)
+        presents = []
+        for layer, layer_past in zip(self.layers, past, strict=True):
+            x, present = layer(op, x, rope, bias, real, layer_past)
+            presents.append(present)
+        return self.final_layernorm(op, x), presents
+
+
+class BambaForCausalLM(nn.Module):
+    config_class = BambaConfig
+
+    def __init__(self, config: BambaConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.model = BambaModel(config)
+        self.lm_head = Linear(config.hidden_size, config.vocab_size)
+
+    def cache_layout(self):
+        c, m = self.config, self.config.mamba
+        attention = [
+            ("key", ["batch", c.num_key_value_heads, "past_sequence", c.head_dim]),
+            ("value", ["batch", c.num_key_value_heads, "past_sequence", c.head_dim]),
+        ]
+        conv_dim = m.intermediate_size + 2 * m.n_groups * m.state_size
+        mamba = [
+            ("conv_state", ["batch", conv_dim, m.conv_kernel - 1]),
+            ("ssm_state", ["batch", m.num_heads, m.head_dim, m.state_size]),
+        ]
+        return [attention if k == "full_attention" else mamba for k in c.layers_block_type]
+
+    def forward(self, op, input_ids, attention_mask, position_ids, past):
+        hidden, presents = self.model(op, input_ids, attention_mask, position_ids, past)
+        return self.lm_head(op, hidden), presents
+
+
+MODEL_TYPES = {"bamba": BambaForCausalLM}
