@@ -112,3 +112,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("mobius: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into a reader that stopped (``mobius list | head``)
+        sys.stderr.close()
+        return 0
