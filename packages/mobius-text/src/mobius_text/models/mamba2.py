@@ -114,6 +114,18 @@ class Mamba2Mixer(nn.Module):
         x = op.Expand(x, [1, 1, self.groups, self.heads // self.groups, width])
         return op.Reshape(x, [0, 0, self.heads, width])
 
+    def limit_dt(self, op, dt):
+        """Clamp dt to ``time_step_limit`` on multi-token forwards only.
+
+        transformers clamps in its chunked prefill but not in its one-token decode
+        update (nor do the reference kernels), so a decode step keeps dt as is.
+        """
+        low, high = self.dt_limit
+        if (low, high) == (0.0, float("inf")):
+            return dt
+        multi_token = op.Greater(op.Shape(dt, start=1, end=2), 1)
+        return op.Where(multi_token, op.Clip(dt, low, min(high, 3.0e38)), dt)
+
     def forward(self, op, x, real, conv_state, ssm_state):
         x = op.Mul(x, real)
         gate, xbc, dt = op.Split(
@@ -125,10 +137,7 @@ class Mamba2Mixer(nn.Module):
         xbc = op.Mul(op.Mul(xbc, op.Sigmoid(xbc)), real)
         xs, b, c = op.Split(xbc, [self.inner, self.group_dim, self.group_dim], axis=-1, _outputs=3)
 
-        dt = op.Softplus(op.Add(dt, self.dt_bias))  # [batch, seq, heads]
-        low, high = self.dt_limit
-        if (low, high) != (0.0, float("inf")):
-            dt = op.Clip(dt, low, high)
+        dt = self.limit_dt(op, op.Softplus(op.Add(dt, self.dt_bias)))  # [batch, seq, heads]
         decay = op.Exp(op.Mul(dt, op.Neg(op.Exp(self.A_log))))  # [batch, seq, heads]
         heads_x = op.Reshape(xs, [0, 0, self.heads, self.head_dim])  # [batch, seq, heads, p]
         update = op.Mul(
