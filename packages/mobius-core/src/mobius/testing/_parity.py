@@ -140,7 +140,9 @@ def compare_causal_lm(
     """Run prefill then ``decode_steps`` greedy steps through both caches, feeding torch's tokens.
 
     ``decode_attention_mask=False`` gives PyTorch no mask after prefill, as ``generate``
-    does for state-space models (the ONNX graph always gets the full mask).
+    does for state-space models (the ONNX graph always gets the full mask). A PyTorch
+    model without a cache (OpenAI GPT) re-reads the whole sequence at every step; the
+    ONNX graph still decodes through its cache.
     """
     import torch
     from transformers import DynamicCache
@@ -151,16 +153,24 @@ def compare_causal_lm(
     result = CausalLMParity()
     cache = DynamicCache(config=torch_model.config)
     onnx_cache = onnx_model.empty_cache(len(lengths))
-    takes_positions = "position_ids" in inspect.signature(torch_model.forward).parameters
+    parameters = inspect.signature(torch_model.forward).parameters
+    takes_positions = "position_ids" in parameters
+    takes_cache = bool({"cache", "past_key_values"} & set(parameters))
+    all_ids, all_positions = input_ids, position_ids
     for step in range(decode_steps + 1):
-        inputs = dict(input_ids=torch.from_numpy(input_ids), cache=cache, use_cache=True)
-        if step == 0 or decode_attention_mask:
+        if takes_cache:
+            inputs = dict(input_ids=torch.from_numpy(input_ids), cache=cache, use_cache=True)
+        else:
+            inputs = dict(input_ids=torch.from_numpy(all_ids))
+        if step == 0 or decode_attention_mask or not takes_cache:
             inputs["attention_mask"] = torch.from_numpy(attention_mask)
         if takes_positions:  # ALiBi models (Bloom, MPT...) have no position ids
-            inputs["position_ids"] = torch.from_numpy(position_ids)
+            inputs["position_ids"] = torch.from_numpy(
+                position_ids if takes_cache else all_positions
+            )
         with torch.no_grad():
             out = torch_model(**inputs)
-        torch_logits = out.logits.float().numpy()
+        torch_logits = out.logits[:, -input_ids.shape[1] :].float().numpy()
         onnx_logits, onnx_cache = onnx_model(input_ids, attention_mask, position_ids, onnx_cache)
         onnx_logits = onnx_logits.astype(np.float32)
         if step == 0:  # padded positions carry no meaning: compare real tokens only
@@ -173,6 +183,8 @@ def compare_causal_lm(
         input_ids = torch_next[:, None].astype(np.int64)
         position_ids = position_ids[:, -1:] + 1
         attention_mask = np.concatenate([attention_mask, np.ones_like(input_ids)], axis=1)
+        all_ids = np.concatenate([all_ids, input_ids], axis=1)
+        all_positions = np.concatenate([all_positions, position_ids], axis=1)
     return result
 
 
