@@ -20,6 +20,8 @@ from pathlib import Path
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 TESTS = PACKAGE_DIR / "tests"
 OUTPUT = PACKAGE_DIR / "SUPPORT.md"
+README = PACKAGE_DIR / "README.md"
+BEGIN, END = "<!-- verified-models:begin -->", "<!-- verified-models:end -->"
 
 ENCODERS = (
     "bert bert-generation big_bird camembert data2vec-text electra ernie megatron-bert rembert "
@@ -133,7 +135,12 @@ def main() -> None:
         "",
     ]
     OUTPUT.write_text("\n".join(lines))
-    print(f"wrote {OUTPUT}: {verified} verified of {len(rows)}")
+    names = ", ".join(f"`{t}`" for t, _, status in rows if status.startswith("verified"))
+    readme = README.read_text()
+    start, end = readme.index(BEGIN) + len(BEGIN), readme.index(END)
+    summary = f"\n{verified} model types verified by parity (see SUPPORT.md): {names}.\n"
+    README.write_text(readme[:start] + summary + readme[end:])
+    print(f"wrote {OUTPUT} and the README list: {verified} verified of {len(rows)}")
     if any("FAILING" in s for _, _, s in rows):
         sys.exit(1)
 
