@@ -1,0 +1,158 @@
+"""MPT: ALiBi attention with a fused ``Wqkv``, optional ``clip_qkv``, no biases anywhere.
+
+MPT's ALiBi uses the raw cache index of each key (no correction for left padding,
+unlike Bloom) and its own slope schedule (``alibi_bias_max``, heads rounded up to
+a power of two). LayerNorms have weights only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from onnxscript import nn
+
+from mobius._config import ArchitectureConfig
+from mobius.components import Attention, Embedding, LayerNorm, Linear, TiedLMHead
+from mobius.components._alibi import alibi, alibi_attention_bias, mpt_alibi_slopes
+
+
+@dataclass
+class MptConfig(ArchitectureConfig):
+    clip_qkv: float | None = None
+    softmax_scale: float | None = None
+    alibi_bias_max: float = 8.0
+
+    @classmethod
+    def hf_fields(cls, hf_config):
+        fields = super().hf_fields(hf_config)
+        attn = hf_config.attn_config
+        if not hf_config.no_bias:
+            raise NotImplementedError("MPT with biases (no_bias=False) is not supported")
+        if not attn.alibi:
+            raise NotImplementedError("MPT without ALiBi (learned positions) is not supported")
+        heads = hf_config.n_heads
+        return {
+            **fields,
+            "num_key_value_heads": heads,  # multi-head only, as transformers implements it
+            "head_dim": hf_config.d_model // heads,
+            "intermediate_size": int(hf_config.expansion_ratio * hf_config.d_model),
+            "hidden_act": "gelu",
+            "rms_norm_eps": hf_config.layer_norm_epsilon,
+            "max_position_embeddings": hf_config.max_seq_len,
+            "rope": None,
+            "layer_types": [],
+            "sliding_window": None,
+            "clip_qkv": attn.clip_qkv,
+            "softmax_scale": attn.softmax_scale,
+            "alibi_bias_max": attn.alibi_bias_max,
+        }
+
+
+class MptAttention(Attention):
+    """Fused ``Wqkv`` (q, k, v concatenated), clamped to ``±clip_qkv`` when set; output ``out_proj``."""
+
+    def __init__(self, config: MptConfig) -> None:
+        nn.Module.__init__(self)  # no separate q/k/v projections: the checkpoint fuses them
+        hidden = config.hidden_size
+        self.Wqkv = Linear(hidden, 3 * hidden)
+        self.out_proj = Linear(hidden, hidden)
+        self.num_heads = self.num_kv_heads = config.num_attention_heads
+        self.head_dim = config.head_dim
+        self.scale = config.softmax_scale or self.head_dim**-0.5
+        self.clip_qkv = config.clip_qkv
+
+    def project_qkv(self, op, x):
+        qkv = self.Wqkv(op, x)
+        if self.clip_qkv:
+            qkv = op.Clip(qkv, -float(self.clip_qkv), float(self.clip_qkv))
+        q, k, v = op.Split(qkv, axis=-1, num_outputs=3, _outputs=3)
+        return self.split_heads(op, q), self.split_heads(op, k), self.split_heads(op, v)
+
+    def forward(self, op, x, bias, past_key, past_value):
+        q, k, v = self.project_qkv(op, x)
+        y, present_key, present_value = self.attend(op, q, k, v, bias, past_key, past_value)
+        y = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
+        return self.out_proj(op, y), (present_key, present_value)
+
+
+class MptMLP(nn.Module):
+    def __init__(self, hidden_size: int, intermediate_size: int) -> None:
+        super().__init__()
+        self.up_proj = Linear(hidden_size, intermediate_size)
+        self.down_proj = Linear(intermediate_size, hidden_size)
+
+    def forward(self, op, x):
+        return self.down_proj(op, op.Gelu(self.up_proj(op, x), approximate="none"))
+
+
+class MptBlock(nn.Module):
+    def __init__(self, config: MptConfig) -> None:
+        super().__init__()
+        hidden, eps = config.hidden_size, config.rms_norm_eps
+        self.norm_1 = LayerNorm(hidden, eps, bias=False)
+        self.attn = MptAttention(config)
+        self.norm_2 = LayerNorm(hidden, eps, bias=False)
+        self.ffn = MptMLP(hidden, config.intermediate_size)
+
+    def forward(self, op, x, bias, past_key, past_value):
+        h, present = self.attn(op, self.norm_1(op, x), bias, past_key, past_value)
+        x = op.Add(x, h)
+        return op.Add(x, self.ffn(op, self.norm_2(op, x))), present
+
+
+class MptModel(nn.Module):
+    """HF ``transformer.*``: ``wte``, ``blocks``, ``norm_f``."""
+
+    def __init__(self, config: MptConfig) -> None:
+        super().__init__()
+        self.wte = Embedding(config.vocab_size, config.hidden_size)
+        self.blocks = nn.ModuleList([MptBlock(config) for _ in range(config.num_hidden_layers)])
+        self.norm_f = LayerNorm(config.hidden_size, config.rms_norm_eps, bias=False)
+        self.slopes = mpt_alibi_slopes(config.num_attention_heads, config.alibi_bias_max)
+
+    def forward(self, op, input_ids, attention_mask, past_key_values):
+        x = self.wte(op, input_ids)
+        seq_len = op.Squeeze(op.Slice(op.Shape(input_ids), [1], [2]), [0])
+        # Raw cache index of each key, padding included: transformers' MPT slices its
+        # ALiBi table by cache length only (rows differ from it by a constant, which softmax ignores).
+        total = op.Squeeze(op.Shape(attention_mask, start=1, end=2), [0])
+        key_index = op.Unsqueeze(op.Range(0, total, 1), [0])  # [1, total]
+        linear_bias = alibi(op, self.slopes, key_index)
+        bias = alibi_attention_bias(op, attention_mask, seq_len, x.dtype, linear_bias)
+        presents = []
+        for block, (past_key, past_value) in zip(self.blocks, past_key_values, strict=True):
+            x, present = block(op, x, bias, past_key, past_value)
+            presents.append(present)
+        return self.norm_f(op, x), presents
+
+
+class MptForCausalLM(nn.Module):
+    """The causal LM: ``transformer`` plus an ``lm_head`` (tied to ``wte`` by default)."""
+
+    config_class = MptConfig
+
+    def __init__(self, config: MptConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.transformer = MptModel(config)
+        if config.tie_word_embeddings:
+            self.lm_head = TiedLMHead(self.transformer.wte)
+        else:
+            self.lm_head = Linear(config.hidden_size, config.vocab_size)
+
+    def kv_cache_shapes(self) -> list[tuple[int, int, int]]:
+        c = self.config
+        return [(c.num_key_value_heads, c.head_dim, c.head_dim)] * c.num_hidden_layers
+
+    def forward(self, op, input_ids, attention_mask, position_ids, past_key_values):
+        # ALiBi: positions come from the cache index; position_ids is part of the contract only.
+        hidden, presents = self.transformer(op, input_ids, attention_mask, past_key_values)
+        return self.lm_head(op, hidden), presents
+
+    def preprocess_weights(self, weights: dict) -> dict:
+        if self.config.tie_word_embeddings:
+            weights.pop("lm_head.weight", None)
+        return weights
+
+
+MODEL_TYPES = {"mpt": MptForCausalLM}
