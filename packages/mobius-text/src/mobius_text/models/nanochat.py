@@ -1,0 +1,112 @@
+"""NanoChat: a Llama-shaped decoder with weightless RMS norms (also on the embeddings and on
+queries/keys after RoPE), RoPE turning the other way, a ReLU² MLP and soft-capped logits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx_ir as ir
+from onnxscript import nn
+
+from mobius.components import MLP, Attention, DecoderLayer, Embedding, apply_rotary
+from mobius_text.models.gemma2 import softcap
+from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM, LlamaModel
+
+
+@dataclass
+class NanoChatConfig(LlamaConfig):
+    final_logit_softcapping: float | None = None
+
+    @classmethod
+    def hf_fields(cls, hf_config):
+        return {
+            **super().hf_fields(hf_config),
+            "mlp_bias": False,
+            "final_logit_softcapping": hf_config.final_logit_softcapping,
+        }
+
+
+class WeightlessRMSNorm(nn.Module):
+    """``x / rms(x)`` over the last axis, in float32, with no learned scale."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.dim, self.eps = dim, eps
+
+    def forward(self, op, x: ir.Value) -> ir.Value:
+        ones = op.Constant(value=ir.tensor(np.ones(self.dim, dtype=x.dtype.numpy())))
+        return op.RMSNormalization(x, ones, axis=-1, epsilon=self.eps, stash_type=1)
+
+
+class NormalizedEmbedding(Embedding):
+    """Token lookup followed by a weightless RMS norm (NanoChat normalises embeddings first)."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, eps: float) -> None:
+        super().__init__(num_embeddings, embedding_dim)
+        self.norm = WeightlessRMSNorm(embedding_dim, eps)
+
+    def forward(self, op, ids: ir.Value) -> ir.Value:
+        return self.norm(op, super().forward(op, ids))
+
+
+class NanoChatAttention(Attention):
+    """Rotates by ``-angle`` (HF's ``rotate_half`` is ``cat(x2, -x1)``), then RMS-normalises q and k."""
+
+    def __init__(self, *args, eps: float, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.qk_norm = WeightlessRMSNorm(self.head_dim, eps)
+
+    def forward(self, op, x, position_embeddings, bias, past_key, past_value):
+        q, k, v = self.project_qkv(op, x)  # [batch, heads, seq, head_dim]
+        cos, sin = position_embeddings
+        sin = op.Neg(sin)  # the flipped rotate_half is the standard one at the opposite angle
+        q = self.qk_norm(op, apply_rotary(op, q, cos, sin, self.rotary_dim))
+        k = self.qk_norm(op, apply_rotary(op, k, cos, sin, self.rotary_dim))
+        y, present_key, present_value = self.attend(op, q, k, v, bias, past_key, past_value)
+        # y: [batch, heads, seq, head_dim] -> [batch, seq, heads*head_dim]
+        y = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
+        return self.o_proj(op, y), (present_key, present_value)
+
+
+class NanoChatModel(LlamaModel):
+    def __init__(self, config: NanoChatConfig) -> None:
+        super().__init__(config)
+        eps = config.rms_norm_eps
+        self.embed_tokens = NormalizedEmbedding(config.vocab_size, config.hidden_size, eps)
+        self.norm = WeightlessRMSNorm(config.hidden_size, eps)
+
+    def make_layer(self, config: NanoChatConfig, layer_idx: int) -> DecoderLayer:
+        eps = config.rms_norm_eps
+        return DecoderLayer(
+            self_attn=NanoChatAttention(
+                config.hidden_size,
+                config.num_attention_heads,
+                config.num_key_value_heads,
+                config.head_dim,
+                bias=config.attention_bias,
+                out_bias=config.attention_bias,
+                eps=eps,
+            ),
+            mlp=MLP(config.hidden_size, config.intermediate_size, config.hidden_act, bias=False),
+            input_layernorm=WeightlessRMSNorm(config.hidden_size, eps),
+            post_attention_layernorm=WeightlessRMSNorm(config.hidden_size, eps),
+        )
+
+
+class NanoChatForCausalLM(LlamaForCausalLM):
+    """NanoChat causal LM; logits soft-capped when the config says so."""
+
+    config_class = NanoChatConfig
+    model_class = NanoChatModel
+
+    def forward(self, op, input_ids, attention_mask, position_ids, past_key_values):
+        logits, presents = super().forward(
+            op, input_ids, attention_mask, position_ids, past_key_values
+        )
+        if self.config.final_logit_softcapping:
+            logits = softcap(op, logits, self.config.final_logit_softcapping)
+        return logits, presents
+
+
+MODEL_TYPES = {"nanochat": NanoChatForCausalLM}
