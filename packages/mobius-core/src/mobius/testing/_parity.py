@@ -13,18 +13,25 @@ PARITY_ATOL = 1e-4
 
 
 def perturb_parameters(model, seed: int = 0, scale: float = 0.05) -> None:
-    """Add seeded Gaussian noise to every parameter, biases and norm weights included.
+    """Add seeded Gaussian noise to every parameter and every saved float buffer.
 
     HF initialises norms to one and biases to zero; a graph that dropped or
     misplaced either would still match such a model, so nothing stays at its init.
+    Saved float buffers (a router's ``e_score_correction_bias``) are state that the
+    checkpoint carries too; unsaved ones (rotary tables) are left alone.
     """
     import torch
 
     generator = torch.Generator().manual_seed(seed)
+    saved = set(model.state_dict())
+    tensors = [*sorted(model.named_parameters())]
+    tensors += [(n, b) for n, b in sorted(model.named_buffers()) if n in saved]
     with torch.no_grad():
-        for _, param in sorted(model.named_parameters()):
-            noise = torch.randn(param.shape, generator=generator, dtype=torch.float32)
-            param.add_((noise * scale).to(param.dtype))
+        for _, tensor in tensors:
+            if not tensor.is_floating_point():
+                continue
+            noise = torch.randn(tensor.shape, generator=generator, dtype=torch.float32)
+            tensor.add_((noise * scale).to(tensor.dtype))
 
 
 def make_random_model(hf_config, seed: int = 0, attn_implementation: str = "eager"):
