@@ -22,6 +22,7 @@ from mobius.components import (
     rotary_dim,
 )
 from mobius_text.models.llama import LlamaConfig
+from mobius_text.models.mamba import real_token_scale
 from mobius_text.models.mamba2 import Mamba2Config, Mamba2Mixer
 
 
@@ -106,10 +107,9 @@ class BambaModel(nn.Module):
 
     def forward(self, op, input_ids, attention_mask, position_ids, past):
         x = self.embed_tokens(op, input_ids)  # [batch, seq, hidden]
-        seq = op.Shape(input_ids, start=1, end=2)
-        bias = attention_bias(op, attention_mask, op.Squeeze(seq, [0]), x.dtype)
-        current = op.Slice(attention_mask, op.Neg(seq), [2**62], [1])
-        real = op.Unsqueeze(op.CastLike(current, x), [-1])  # [batch, seq, 1]
+        seq = op.Squeeze(op.Shape(input_ids, start=1, end=2), [0])
+        bias = attention_bias(op, attention_mask, seq, x.dtype)
+        real = real_token_scale(op, attention_mask, input_ids, x)  # [batch, seq, 1]
         rope = self.rotary_emb(op, position_ids)
         presents = []
         for layer, layer_past in zip(self.layers, past, strict=True):

@@ -15,7 +15,7 @@ from onnxscript import nn
 from mobius.components import Attention, Embedding, GatedMLP, Linear, RMSNorm, attention_bias
 from mobius.components._moe import ExpertList, TopKRouter, flatten_tokens, unflatten_tokens
 from mobius_text.models.llama import LlamaConfig
-from mobius_text.models.mamba import MambaConfig, MambaMixer
+from mobius_text.models.mamba import MambaConfig, MambaMixer, real_token_scale
 
 
 @dataclass
@@ -136,10 +136,9 @@ class JambaModel(nn.Module):
 
     def forward(self, op, input_ids, attention_mask, past):
         x = self.embed_tokens(op, input_ids)  # [batch, seq, hidden]
-        seq = op.Shape(input_ids, start=1, end=2)
-        bias = attention_bias(op, attention_mask, op.Squeeze(seq, [0]), x.dtype)
-        current = op.Slice(attention_mask, op.Neg(seq), [2**62], [1])
-        real = op.Unsqueeze(op.CastLike(current, x), [-1])  # [batch, seq, 1]
+        seq = op.Squeeze(op.Shape(input_ids, start=1, end=2), [0])
+        bias = attention_bias(op, attention_mask, seq, x.dtype)
+        real = real_token_scale(op, attention_mask, input_ids, x)  # [batch, seq, 1]
         presents = []
         for layer, layer_past in zip(self.layers, past, strict=True):
             x, present = layer(op, x, bias, real, layer_past)

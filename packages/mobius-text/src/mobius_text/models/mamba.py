@@ -44,6 +44,17 @@ class MambaConfig:
         return cls(**fields)
 
 
+def real_token_scale(op, attention_mask, input_ids, like):
+    """``[batch, seq, 1]``: 1 for this step's real tokens, 0 for padding (the mask's last ``seq`` columns).
+
+    State-space mixers multiply their inputs by it, as transformers does, so
+    that left padding leaves the conv and ssm states untouched.
+    """
+    seq = op.Shape(input_ids, start=1, end=2)
+    current = op.Slice(attention_mask, op.Neg(seq), [2**62], [1])
+    return op.Unsqueeze(op.CastLike(current, like), [-1])
+
+
 def _value(name: str, dtype: ir.DataType, rank: int) -> ir.Value:
     return ir.Value(name=name, type=ir.TensorType(dtype), shape=ir.Shape([None] * rank))
 
@@ -166,9 +177,7 @@ class MambaModel(nn.Module):
 
     def forward(self, op, input_ids, attention_mask, states):
         x = self.embeddings(op, input_ids)  # [batch, seq, hidden]
-        seq = op.Shape(input_ids, start=1, end=2)
-        current = op.Slice(attention_mask, op.Neg(seq), [2**62], [1])  # this step's tokens
-        real = op.Unsqueeze(op.CastLike(current, x), [-1])  # [batch, seq, 1]
+        real = real_token_scale(op, attention_mask, input_ids, x)  # [batch, seq, 1]
         presents = []
         for layer, (conv_state, ssm_state) in zip(self.layers, states, strict=True):
             x, present = layer(op, x, real, conv_state, ssm_state)
