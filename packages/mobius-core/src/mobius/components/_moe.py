@@ -23,7 +23,9 @@ Expert weights come in the two layouts checkpoints use:
   and :class:`StackedGatedExperts`. Each expert's slice is taken with ``Gather``.
 
 Routing runs in float32 (as transformers does, ``router_logits.float()``) and is
-cast back to the activation dtype before it scales the expert outputs.
+cast back to the activation dtype before it scales the expert outputs. The sum over
+experts is accumulated in float32 (ONNX Runtime's CPU ``ScatterND`` cannot add float16)
+and cast to the activation dtype once.
 """
 
 from __future__ import annotations
@@ -150,11 +152,25 @@ def dispatch_experts(
         y = expert(op, op.Gather(x, rows, axis=0))  # [n, out]
         y = op.Mul(y, op.Unsqueeze(op.Gather(weight, rows, axis=0), [-1]))
         if out is None:  # zeros [tokens, out], shaped like one expert's full output row count
-            out_dim = op.Slice(op.Shape(y), [1], [2])
-            zeros_shape = op.Concat(op.Slice(op.Shape(x), [0], [1]), out_dim, axis=0)
-            out = op.Expand(op.CastLike(op.Constant(value_float=0.0), x), zeros_shape)
-        out = op.ScatterND(out, op.Unsqueeze(rows, [-1]), y, reduction="add")
-    return out
+            out = zero_rows(op, op.Slice(op.Shape(x), [0], [1]), op.Slice(op.Shape(y), [1], [2]))
+        out = scatter_add_rows(op, out, rows, y)
+    return op.CastLike(out, x)
+
+
+def zero_rows(op, num_rows: ir.Value, width: ir.Value) -> ir.Value:
+    """A float32 accumulator of zeros ``[num_rows, width]`` (both 1-D int64 shapes)."""
+    zero = op.Constant(value=ir.tensor(np.array(0.0, dtype=np.float32)))
+    return op.Expand(zero, op.Concat(num_rows, width, axis=0))
+
+
+def scatter_add_rows(op, out: ir.Value, rows: ir.Value, y: ir.Value) -> ir.Value:
+    """``out[rows] += y`` on a float32 accumulator.
+
+    ONNX Runtime's CPU ``ScatterND`` adds only in float32 (not float16), so the sum is
+    accumulated in float32 whatever the model dtype, and cast back once at the end.
+    """
+    y = op.Cast(y, to=FLOAT)
+    return op.ScatterND(out, op.Unsqueeze(rows, [-1]), y, reduction="add")
 
 
 class ExpertList(nn.ModuleList):
@@ -262,3 +278,31 @@ def unflatten_tokens(op, y: ir.Value, like: ir.Value) -> ir.Value:
     """``[batch*seq, d] -> [batch, seq, d]`` with batch and seq taken from ``like``."""
     shape = op.Concat(op.Slice(op.Shape(like), [0], [2]), op.Slice(op.Shape(y), [1], [2]), axis=0)
     return op.Reshape(y, shape)
+
+
+def stack_expert_weights(
+    weights: dict, prefix: str, num_experts: int, parts: Sequence[str], target: str
+) -> dict:
+    """Replace per-expert tensors by one lazily stacked ``[experts, sum(rows), in]`` tensor.
+
+    For expert ``e`` the tensors ``{prefix}.{e}.{part}`` of every ``part`` are concatenated
+    along their first (output) axis, then the experts are stacked: e.g. ``parts=("w1.weight",
+    "w3.weight")`` gives the fused ``gate_up_proj`` layout of :class:`StackedGatedExperts`.
+    The result is stored under ``target``; nothing is read until the tensor is written.
+    """
+    from mobius.weights._apply import DerivedTensor  # the weight pipeline imports components
+
+    names = [[f"{prefix}.{e}.{part}" for part in parts] for e in range(num_experts)]
+    sources = [[weights.pop(name) for name in row] for row in names]
+    first = sources[0]
+    rows = sum(source.shape[0] for source in first)
+
+    def stacked() -> np.ndarray:
+        return np.stack(
+            [np.concatenate([s.numpy() for s in row], axis=0) for row in sources], axis=0
+        )
+
+    weights[target] = DerivedTensor(
+        stacked, (num_experts, rows, *first[0].shape[1:]), first[0].dtype
+    )
+    return weights
