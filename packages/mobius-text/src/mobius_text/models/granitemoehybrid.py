@@ -1,0 +1,182 @@
+"""Granite-MoE-Hybrid (Granite 4.0-H): Granite-MoE-Shared layers whose mixer is Mamba-2 or attention.
+
+``layer_types`` picks each layer's mixer: ``linear_attention`` (Bamba's Mamba-2
+mixer, conv and ssm states) or ``full_attention`` (Granite attention, KV cache,
+RoPE only when ``position_embedding_type == "rope"``). Every layer then runs the
+routed experts (when ``num_local_experts > 0``) plus the dense ``shared_mlp``,
+and Granite's µP multipliers apply throughout: embeddings, residual branches,
+attention scale and logits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from onnxscript import nn
+
+from mobius.components import (
+    Attention,
+    Linear,
+    RMSNorm,
+    TiedLMHead,
+    attention_bias,
+    make_rotary_embedding,
+    rotary_dim,
+)
+from mobius_text.models.granitemoe import (
+    GraniteMoeBlock,
+    GraniteMoeConfig,
+    GraniteSharedMLP,
+    ScaledEmbedding,
+)
+from mobius_text.models.mamba2 import Mamba2Config, Mamba2Mixer
+
+
+@dataclass
+class GraniteMoeHybridConfig(GraniteMoeConfig):
+    layers_block_type: list[str] = field(default_factory=list)
+    mamba: Mamba2Config | None = None
+
+    @classmethod
+    def hf_fields(cls, hf_config):
+        fields = super().hf_fields(hf_config)
+        if hf_config.hidden_act != "silu":  # the Mamba-2 mixer's convolution uses hidden_act
+            raise ValueError(f"granitemoehybrid with hidden_act={hf_config.hidden_act!r}")
+        fields.update(
+            layers_block_type=list(hf_config.layers_block_type),
+            rope=fields["rope"] if hf_config.position_embedding_type == "rope" else None,
+            num_local_experts=hf_config.num_local_experts or 0,
+            mamba=Mamba2Config(
+                model_type=hf_config.model_type,
+                vocab_size=hf_config.vocab_size,
+                hidden_size=hf_config.hidden_size,
+                intermediate_size=int(hf_config.mamba_expand * hf_config.hidden_size),
+                num_hidden_layers=hf_config.num_hidden_layers,
+                state_size=hf_config.mamba_d_state,
+                conv_kernel=hf_config.mamba_d_conv,
+                time_step_rank=0,
+                layer_norm_epsilon=hf_config.rms_norm_eps,
+                use_bias=hf_config.mamba_proj_bias,
+                use_conv_bias=hf_config.mamba_conv_bias,
+                num_heads=hf_config.mamba_n_heads,
+                head_dim=hf_config.mamba_d_head,
+                n_groups=hf_config.mamba_n_groups,
+                time_step_limit=tuple(hf_config.time_step_limit or (0.0, float("inf"))),
+            ),
+        )
+        return fields
+
+
+class GraniteMoeHybridDecoderLayer(nn.Module):
+    """``x + m * mixer(norm(x))``, then ``x + m * (moe(norm(x)) + shared_mlp(norm(x)))``."""
+
+    def __init__(self, config: GraniteMoeHybridConfig, block_type: str) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.attends = block_type == "full_attention"
+        if self.attends:
+            rotary = rotary_dim(config.rope, config.head_dim) if config.rope else None
+            self.self_attn = Attention(
+                config.hidden_size,
+                config.num_attention_heads,
+                config.num_key_value_heads,
+                config.head_dim,
+                bias=config.attention_bias,
+                out_bias=config.attention_bias,
+                rotary_dim=rotary,
+                scale=config.attention_multiplier,
+            )
+        else:
+            self.mamba = Mamba2Mixer(config.mamba)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        if config.num_local_experts > 0:
+            self.block_sparse_moe = GraniteMoeBlock(config, config.intermediate_size)
+        else:
+            self.block_sparse_moe = None
+        self.shared_mlp = GraniteSharedMLP(
+            config.hidden_size, config.shared_intermediate_size, config.hidden_act
+        )
+        self.residual_multiplier = config.residual_multiplier
+
+    def forward(self, op, x, rope, bias, real, past):
+        h = self.input_layernorm(op, x)
+        if self.attends:
+            h, present = self.self_attn(op, h, rope, bias, *past)
+        else:
+            h, present = self.mamba(op, h, real, *past)
+        x = op.Add(x, op.Mul(h, self.residual_multiplier))
+        normed = self.post_attention_layernorm(op, x)
+        h = self.shared_mlp(op, normed)
+        if self.block_sparse_moe is not None:
+            h = op.Add(self.block_sparse_moe(op, normed), h)
+        return op.Add(x, op.Mul(h, self.residual_multiplier)), present
+
+
+class GraniteMoeHybridModel(nn.Module):
+    def __init__(self, config: GraniteMoeHybridConfig) -> None:
+        super().__init__()
+        self.embed_tokens = ScaledEmbedding(
+            config.vocab_size, config.hidden_size, config.embedding_multiplier
+        )
+        self.layers = nn.ModuleList(
+            [GraniteMoeHybridDecoderLayer(config, kind) for kind in config.layers_block_type]
+        )
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.rotary_emb = (
+            make_rotary_embedding(config.rope, config.head_dim, config.max_position_embeddings)
+            if config.rope
+            else None
+        )
+
+    def forward(self, op, input_ids, attention_mask, position_ids, past):
+        x = self.embed_tokens(op, input_ids)  # [batch, seq, hidden]
+        seq = op.Shape(input_ids, start=1, end=2)
+        bias = attention_bias(op, attention_mask, op.Squeeze(seq, [0]), x.dtype)
+        current = op.Slice(attention_mask, op.Neg(seq), [2**62], [1])
+        real = op.Unsqueeze(op.CastLike(current, x), [-1])  # [batch, seq, 1]
+        rope = self.rotary_emb(op, position_ids) if self.rotary_emb is not None else None
+        presents = []
+        for layer, layer_past in zip(self.layers, past, strict=True):
+            x, present = layer(op, x, rope, bias, real, layer_past)
+            presents.append(present)
+        return self.norm(op, x), presents
+
+
+class GraniteMoeHybridForCausalLM(nn.Module):
+    """Logits divided by ``logits_scaling``."""
+
+    config_class = GraniteMoeHybridConfig
+
+    def __init__(self, config: GraniteMoeHybridConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.model = GraniteMoeHybridModel(config)
+        if config.tie_word_embeddings:
+            self.lm_head = TiedLMHead(self.model.embed_tokens)
+        else:
+            self.lm_head = Linear(config.hidden_size, config.vocab_size)
+
+    def cache_layout(self):
+        c, m = self.config, self.config.mamba
+        kv = ["batch", c.num_key_value_heads, "past_sequence", c.head_dim]
+        conv_dim = m.intermediate_size + 2 * m.n_groups * m.state_size
+        mamba = [
+            ("conv_state", ["batch", conv_dim, m.conv_kernel - 1]),
+            ("ssm_state", ["batch", m.num_heads, m.head_dim, m.state_size]),
+        ]
+        return [
+            [("key", kv), ("value", kv)] if kind == "full_attention" else mamba
+            for kind in c.layers_block_type
+        ]
+
+    def forward(self, op, input_ids, attention_mask, position_ids, past):
+        hidden, presents = self.model(op, input_ids, attention_mask, position_ids, past)
+        return op.Div(self.lm_head(op, hidden), self.config.logits_scaling), presents
+
+    def preprocess_weights(self, weights: dict) -> dict:
+        if self.config.tie_word_embeddings:
+            weights.pop("lm_head.weight", None)
+        return weights
+
+
+MODEL_TYPES = {"granitemoehybrid": GraniteMoeHybridForCausalLM}

@@ -1,0 +1,199 @@
+"""LFM2: gated short-convolution layers and attention layers (with QK norms), each with a SwiGLU MLP.
+
+``layer_types`` says which layers attend (``full_attention``, KV cache) and
+which run the short convolution (``conv``): ``in_proj`` gives B, C and x;
+``y = C * conv(B * x)`` with a causal depthwise convolution of
+``conv_L_cache`` taps and no activation. A conv layer caches its last
+``conv_L_cache - 1`` inputs (``conv_state``). As transformers does, padding
+positions are zeroed *before* ``in_proj`` only (with ``conv_bias`` the padded
+positions still feed the bias through the convolution). The final norm is
+named ``embedding_norm`` in checkpoints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from onnxscript import nn
+
+from mobius.components import (
+    Embedding,
+    Linear,
+    RMSNorm,
+    TiedLMHead,
+    apply_rotary,
+    attention_bias,
+    make_rotary_embedding,
+)
+from mobius_text.models.llama import LlamaConfig
+from mobius_text.models.mamba import DepthwiseConv1d
+
+
+@dataclass
+class Lfm2Config(LlamaConfig):
+    conv_L_cache: int = 3
+    conv_bias: bool = False
+
+    @classmethod
+    def hf_fields(cls, hf_config):
+        fields = super().hf_fields(hf_config)
+        inter = hf_config.intermediate_size
+        if hf_config.block_auto_adjust_ff_dim:
+            inter = int(2 * inter / 3)
+            if hf_config.block_ffn_dim_multiplier is not None:
+                inter = int(hf_config.block_ffn_dim_multiplier * inter)
+                multiple = hf_config.block_multiple_of
+                inter = multiple * ((inter + multiple - 1) // multiple)
+        fields.update(
+            intermediate_size=inter,
+            rms_norm_eps=hf_config.norm_eps,
+            head_dim=hf_config.hidden_size // hf_config.num_attention_heads,
+            sliding_window=None,
+            conv_L_cache=hf_config.conv_L_cache,
+            conv_bias=bool(hf_config.conv_bias),
+        )
+        return fields
+
+
+class Lfm2MLP(nn.Module):
+    """SwiGLU with the checkpoint's ``w1`` (gate), ``w3`` (up) and ``w2`` (down) names."""
+
+    def __init__(self, hidden: int, intermediate: int) -> None:
+        super().__init__()
+        self.w1 = Linear(hidden, intermediate)
+        self.w3 = Linear(hidden, intermediate)
+        self.w2 = Linear(intermediate, hidden)
+
+    def forward(self, op, x):
+        gate = self.w1(op, x)
+        return self.w2(op, op.Mul(op.Mul(gate, op.Sigmoid(gate)), self.w3(op, x)))
+
+
+class Lfm2Attention(nn.Module):
+    """GQA attention with per-head RMS norms on queries and keys (before RoPE), ``out_proj`` out."""
+
+    def __init__(self, config: Lfm2Config) -> None:
+        super().__init__()
+        heads, kv_heads, d = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+        self.q_proj = Linear(config.hidden_size, heads * d)
+        self.k_proj = Linear(config.hidden_size, kv_heads * d)
+        self.v_proj = Linear(config.hidden_size, kv_heads * d)
+        self.out_proj = Linear(heads * d, config.hidden_size)
+        self.q_layernorm = RMSNorm(d, config.rms_norm_eps)
+        self.k_layernorm = RMSNorm(d, config.rms_norm_eps)
+        self.head_dim = d
+
+    def heads(self, op, x):
+        """``[batch, seq, heads*d]`` → ``[batch, heads, seq, d]``."""
+        return op.Transpose(op.Reshape(x, [0, 0, -1, self.head_dim]), perm=[0, 2, 1, 3])
+
+    def forward(self, op, x, rope, bias, past_key, past_value):
+        cos, sin = rope
+        d = self.head_dim
+        q = apply_rotary(op, self.q_layernorm(op, self.heads(op, self.q_proj(op, x))), cos, sin, d)
+        k = apply_rotary(op, self.k_layernorm(op, self.heads(op, self.k_proj(op, x))), cos, sin, d)
+        v = self.heads(op, self.v_proj(op, x))
+        y, key, value = op.Attention(
+            q, k, v, bias, past_key, past_value, scale=self.head_dim**-0.5, _outputs=3
+        )
+        y = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), [0, 0, -1])
+        return self.out_proj(op, y), (key, value)
+
+
+class Lfm2ShortConv(nn.Module):
+    """``out_proj(C * conv(B * x))`` with B, C, x from ``in_proj``; a causal depthwise conv."""
+
+    def __init__(self, config: Lfm2Config) -> None:
+        super().__init__()
+        hidden = config.hidden_size
+        self.in_proj = Linear(hidden, 3 * hidden, config.conv_bias)
+        self.conv = DepthwiseConv1d(hidden, config.conv_L_cache, config.conv_bias)
+        self.out_proj = Linear(hidden, hidden, config.conv_bias)
+        self.kernel = config.conv_L_cache
+
+    def forward(self, op, x, real, conv_state):
+        bcx = op.Transpose(self.in_proj(op, op.Mul(x, real)), perm=[0, 2, 1])  # [batch, 3h, seq]
+        b, c, xs = op.Split(bcx, num_outputs=3, axis=1, _outputs=3)
+        window = op.Concat(conv_state, op.Mul(b, xs), axis=2)  # [batch, h, kernel-1+seq]
+        new_conv_state = op.Slice(window, [-(self.kernel - 1)], [2**62], [2])
+        y = op.Mul(c, self.conv(op, window))  # [batch, h, seq]
+        return self.out_proj(op, op.Transpose(y, perm=[0, 2, 1])), (new_conv_state,)
+
+
+class Lfm2DecoderLayer(nn.Module):
+    def __init__(self, config: Lfm2Config, attends: bool) -> None:
+        super().__init__()
+        self.operator_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        if attends:
+            self.self_attn = Lfm2Attention(config)
+        else:
+            self.conv = Lfm2ShortConv(config)
+        self.ffn_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.feed_forward = Lfm2MLP(config.hidden_size, config.intermediate_size)
+        self.attends = attends
+
+    def forward(self, op, x, rope, bias, real, past):
+        h = self.operator_norm(op, x)
+        if self.attends:
+            h, present = self.self_attn(op, h, rope, bias, *past)
+        else:
+            h, present = self.conv(op, h, real, *past)
+        x = op.Add(x, h)
+        return op.Add(x, self.feed_forward(op, self.ffn_norm(op, x))), present
+
+
+class Lfm2Model(nn.Module):
+    def __init__(self, config: Lfm2Config) -> None:
+        super().__init__()
+        self.embed_tokens = Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(
+            [Lfm2DecoderLayer(config, kind != "conv") for kind in config.layer_types]
+        )
+        self.embedding_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)  # the final norm
+        self.rotary_emb = make_rotary_embedding(
+            config.rope, config.head_dim, config.max_position_embeddings
+        )
+
+    def forward(self, op, input_ids, attention_mask, position_ids, past):
+        x = self.embed_tokens(op, input_ids)  # [batch, seq, hidden]
+        seq = op.Shape(input_ids, start=1, end=2)
+        bias = attention_bias(op, attention_mask, op.Squeeze(seq, [0]), x.dtype)
+        current = op.Slice(attention_mask, op.Neg(seq), [2**62], [1])
+        real = op.Unsqueeze(op.CastLike(current, x), [-1])  # [batch, seq, 1]
+        rope = self.rotary_emb(op, position_ids)
+        presents = []
+        for layer, layer_past in zip(self.layers, past, strict=True):
+            x, present = layer(op, x, rope, bias, real, layer_past)
+            presents.append(present)
+        return self.embedding_norm(op, x), presents
+
+
+class Lfm2ForCausalLM(nn.Module):
+    config_class = Lfm2Config
+
+    def __init__(self, config: Lfm2Config) -> None:
+        super().__init__()
+        self.config = config
+        self.model = Lfm2Model(config)
+        if config.tie_word_embeddings:
+            self.lm_head = TiedLMHead(self.model.embed_tokens)
+        else:
+            self.lm_head = Linear(config.hidden_size, config.vocab_size)
+
+    def cache_layout(self):
+        c = self.config
+        kv = ["batch", c.num_key_value_heads, "past_sequence", c.head_dim]
+        conv = [("conv_state", ["batch", c.hidden_size, c.conv_L_cache - 1])]
+        return [conv if kind == "conv" else [("key", kv), ("value", kv)] for kind in c.layer_types]
+
+    def forward(self, op, input_ids, attention_mask, position_ids, past):
+        hidden, presents = self.model(op, input_ids, attention_mask, position_ids, past)
+        return self.lm_head(op, hidden), presents
+
+    def preprocess_weights(self, weights: dict) -> dict:
+        if self.config.tie_word_embeddings:
+            weights.pop("lm_head.weight", None)
+        return weights
+
+
+MODEL_TYPES = {"lfm2": Lfm2ForCausalLM}
