@@ -51,7 +51,7 @@ class RopeConfig:
         return cls(
             **kwargs,
             rope_type=rope_type,
-            theta=float(params.get("rope_theta", 10000.0)),
+            theta=float(params.get("rope_theta") or 10000.0),  # None: a NoPE model (OLMo Hybrid)
             partial_rotary_factor=float(partial) if partial is not None else 1.0,
         )
 
