@@ -20,6 +20,7 @@ from mobius.components._rope import (
     make_rotary_embedding,
     rotary_dim,
 )
+from mobius.components._scan import scan_body
 
 __all__ = [
     "ACTIVATIONS",
@@ -43,4 +44,5 @@ __all__ = [
     "lowest_value",
     "make_rotary_embedding",
     "rotary_dim",
+    "scan_body",
 ]

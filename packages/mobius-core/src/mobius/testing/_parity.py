@@ -143,13 +143,15 @@ def compare_causal_lm(
     decode_steps=8,
     seed=0,
     decode_attention_mask: bool = True,
+    torch_cache=None,
 ):
     """Run prefill then ``decode_steps`` greedy steps through both caches, feeding torch's tokens.
 
     ``decode_attention_mask=False`` gives PyTorch no mask after prefill, as ``generate``
     does for state-space models (the ONNX graph always gets the full mask). A PyTorch
     model without a cache (OpenAI GPT) re-reads the whole sequence at every step; the
-    ONNX graph still decodes through its cache.
+    ONNX graph still decodes through its cache. ``torch_cache(model, batch)`` makes the
+    PyTorch cache for models that need their own class (xLSTM's ``xLSTMCache``).
     """
     import torch
     from transformers import DynamicCache
@@ -158,7 +160,10 @@ def compare_causal_lm(
     input_ids, attention_mask, position_ids = left_padded_batch(lengths, vocab, seed)
     real = attention_mask.astype(bool)
     result = CausalLMParity()
-    cache = DynamicCache(config=torch_model.config)
+    if torch_cache is not None:
+        cache = torch_cache(torch_model, len(lengths))
+    else:
+        cache = DynamicCache(config=torch_model.config)
     onnx_cache = onnx_model.empty_cache(len(lengths))
     parameters = inspect.signature(torch_model.forward).parameters
     takes_positions = "position_ids" in parameters
@@ -205,6 +210,7 @@ def check_causal_lm_parity(
     atol: float = PARITY_ATOL,
     decode_attention_mask: bool = True,
     attn_implementation: str = "eager",
+    torch_cache=None,
 ) -> list[CausalLMParity]:
     """Build a perturbed tiny model of ``hf_config`` with the CLI and check it against PyTorch.
 
@@ -222,7 +228,13 @@ def check_causal_lm_parity(
     results = []
     for lengths in batches:
         result = compare_causal_lm(
-            torch_model, onnx_model, list(lengths), decode_steps, seed, decode_attention_mask
+            torch_model,
+            onnx_model,
+            list(lengths),
+            decode_steps,
+            seed,
+            decode_attention_mask,
+            torch_cache,
         )
         result.assert_close(atol)
         results.append(result)

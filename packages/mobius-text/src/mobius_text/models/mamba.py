@@ -16,7 +16,14 @@ from dataclasses import dataclass
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius.components import Embedding, Linear, RMSNorm, TiedLMHead, get_activation
+from mobius.components import (
+    Embedding,
+    Linear,
+    RMSNorm,
+    TiedLMHead,
+    get_activation,
+    scan_body,
+)
 
 
 @dataclass
@@ -72,7 +79,8 @@ def selective_scan(op, state, decay, update, readout):
         y = op.Squeeze(op.MatMul(h, op.Unsqueeze(readout_t, [-1])), [-1])  # [batch, inner]
         return h, y
 
-    body = op.builder.subgraph(
+    body = scan_body(
+        op,
         step,
         inputs=[_value(n, dtype, r) for n, r in (("h", 3), ("a", 3), ("b", 3), ("c", 2))],
         outputs=[_value("h_out", dtype, 3), _value("y", dtype, 2)],

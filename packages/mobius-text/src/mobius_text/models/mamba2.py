@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from onnxscript import nn
 
-from mobius.components import Linear
+from mobius.components import Linear, scan_body
 from mobius_text.models.mamba import (
     DepthwiseConv1d,
     MambaConfig,
@@ -71,7 +71,8 @@ def multihead_scan(op, state, decay, update, readout):
         y = op.Squeeze(op.MatMul(h, op.Unsqueeze(readout_t, [-1])), [-1])  # [batch, heads, p]
         return h, y
 
-    body = op.builder.subgraph(
+    body = scan_body(
+        op,
         step,
         inputs=[_value(n, dtype, r) for n, r in (("h", 4), ("a", 2), ("b", 4), ("c", 3))],
         outputs=[_value("h_out", dtype, 4), _value("y", dtype, 3)],
