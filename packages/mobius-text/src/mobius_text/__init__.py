@@ -9,6 +9,7 @@ a ``MODEL_TYPES`` table, next to the classes themselves.
 from __future__ import annotations
 
 import importlib
+import logging
 import pkgutil
 
 __version__ = "0.1.0"
@@ -16,13 +17,28 @@ __version__ = "0.1.0"
 PACKAGE = "mobius-text"
 
 
+logger = logging.getLogger(__name__)
+
+# Model files that failed to import: file name -> error. Their types are not registered.
+LOAD_ERRORS: dict[str, str] = {}
+
+
 def model_types() -> dict[str, type]:
-    """Every ``model_type`` this package builds, mapped to its causal-LM module class."""
+    """Every ``model_type`` this package builds, mapped to its causal-LM module class.
+
+    A model file that fails to import is recorded in ``LOAD_ERRORS`` (and reported
+    by the registry) without hiding the other families.
+    """
     from mobius_text import models
 
     table: dict[str, type] = {}
     for info in sorted(pkgutil.iter_modules(models.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"{models.__name__}.{info.name}")
+        try:
+            module = importlib.import_module(f"{models.__name__}.{info.name}")
+        except Exception as exc:
+            LOAD_ERRORS[info.name] = f"{type(exc).__name__}: {exc}"
+            logger.warning("mobius-text model file %s failed to import: %s", info.name, exc)
+            continue
         for key, cls in getattr(module, "MODEL_TYPES", {}).items():
             if key in table:
                 raise ValueError(f"model_type {key!r} is declared twice (again in {info.name})")
@@ -34,6 +50,8 @@ def register(registry) -> None:
     """Add mobius-text's architectures to ``registry``; calling it again changes nothing."""
     for model_type, module in model_types().items():
         registry.register(model_type, module, task="causal-lm", package=PACKAGE)
+    for name, error in LOAD_ERRORS.items():
+        registry.plugin_errors[f"{PACKAGE} (models/{name}.py)"] = error
 
 
 def _register_default() -> None:
