@@ -19,13 +19,12 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius.components import Linear, RMSNorm
-from mobius_text.models.deepseek_v2 import FLOAT, DeepseekV2Router
+from mobius_text.models.deepseek_v2 import FLOAT, DeepseekV2MoE, DeepseekV2Router
 from mobius_text.models.deepseek_v32 import (
     DeepseekV32Attention,
     DeepseekV32Config,
     DeepseekV32ForCausalLM,
     DeepseekV32Model,
-    DeepseekV32MoE,
     IndexedDecoderLayer,
 )
 
@@ -95,7 +94,7 @@ class AXK2Router(DeepseekV2Router):
         return op.ScatterElements(op.ConstantOfShape(op.Shape(scores)), experts, weights, axis=1)
 
 
-class AXK2MoE(DeepseekV32MoE):
+class AXK2MoE(DeepseekV2MoE):
     """DeepSeek's MoE block with A.X-K2's router."""
 
     def __init__(self, config: AXK2Config) -> None:

@@ -303,12 +303,13 @@ class DeepseekV2MoE(nn.Module):
             if c.n_shared_experts
             else None
         )
+        self.hidden = c.hidden_size
 
     def route(self, op, flat: ir.Value) -> ir.Value:
         return self.gate(op, flat)
 
     def forward(self, op, x: ir.Value) -> ir.Value:
-        flat = flatten_tokens(op, x, x.shape[-1])  # [N, hidden]
+        flat = flatten_tokens(op, x, self.hidden)  # [N, hidden]
         out = unflatten_tokens(op, self.experts.dispatch(op, flat, self.route(op, flat)), x)
         if self.shared_experts is not None:
             out = op.Add(out, self.shared_experts(op, x))

@@ -19,7 +19,6 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius.components import DecoderLayer, LayerNorm, Linear, attention_bias, lowest_value
-from mobius.components._moe import flatten_tokens, unflatten_tokens
 from mobius_text.models.deepseek_v2 import (
     DeepseekV2Attention,
     DeepseekV2Config,
@@ -174,22 +173,6 @@ class IndexedDecoderLayer(DecoderLayer):
         return x, present, keep
 
 
-class DeepseekV32MoE(DeepseekV2MoE):
-    """DeepSeek's MoE, flattening tokens by the configured width (the graph after the
-    indexer's mask does not carry static shapes)."""
-
-    def __init__(self, config: DeepseekV32Config) -> None:
-        super().__init__(config)
-        self.hidden = config.hidden_size
-
-    def forward(self, op, x: ir.Value) -> ir.Value:
-        flat = flatten_tokens(op, x, self.hidden)  # [N, hidden]
-        out = unflatten_tokens(op, self.experts.dispatch(op, flat, self.route(op, flat)), x)
-        if self.shared_experts is not None:
-            out = op.Add(out, self.shared_experts(op, x))
-        return out
-
-
 class DeepseekV32Model(DeepseekV2Model):
     """DeepSeek's layers; the key selection is passed from layer to layer."""
 
@@ -200,7 +183,7 @@ class DeepseekV32Model(DeepseekV2Model):
 
     def make_mlp(self, config, layer_idx):
         if config.mlp_layer_types[layer_idx] == "sparse":
-            return DeepseekV32MoE(config)
+            return DeepseekV2MoE(config)
         return super().make_mlp(config, layer_idx)
 
     def make_layer(self, config, layer_idx):
