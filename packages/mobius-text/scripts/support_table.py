@@ -34,7 +34,8 @@ SEQ2SEQ_DECODERS = (
 ).split()
 MULTIMODAL = (
     "aria_text emu3 fuyu gemma3 gemma3n gemma4 gemma4_unified git got_ocr2 mllama "
-    "phi4_multimodal minimax_m3_vl_text dots3_note moss_transcribe_diarize blt"
+    "phi4_multimodal minimax_m3_vl_text dots3_note moss_transcribe_diarize blt "
+    "llama4 qwen3_5 qwen3_5_moe qwen4_exp"
 ).split()
 AUDIO = "moshi musicgen musicgen_melody".split()
 
