@@ -1,7 +1,7 @@
 """Building blocks shared by more than one model family. Each takes explicit arguments."""
 
-from mobius.components._activations import ACTIVATIONS, get_activation
-from mobius.components._attention import Attention, attention_bias, lowest_value
+from mobius.components._activations import ACTIVATIONS, get_activation, softcap
+from mobius.components._attention import Attention, attention_bias, lowest_value, repeat_kv
 from mobius.components._decoder import DecoderLayer
 from mobius.components._linear import (
     Embedding,
@@ -11,7 +11,7 @@ from mobius.components._linear import (
     checkpoint_shape,
 )
 from mobius.components._mlp import MLP, GatedMLP
-from mobius.components._norms import LayerNorm, RMSNorm
+from mobius.components._norms import LayerNorm, RMSNorm, WeightlessRMSNorm
 from mobius.components._rope import (
     DynamicNTKRotaryEmbedding,
     LongRopeRotaryEmbedding,
@@ -37,12 +37,15 @@ __all__ = [
     "RotaryEmbedding",
     "TiedLMHead",
     "TransposedParameter",
+    "WeightlessRMSNorm",
     "apply_rotary",
     "attention_bias",
     "checkpoint_shape",
     "get_activation",
     "lowest_value",
     "make_rotary_embedding",
+    "repeat_kv",
     "rotary_dim",
     "scan_body",
+    "softcap",
 ]

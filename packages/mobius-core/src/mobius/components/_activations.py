@@ -36,6 +36,11 @@ def tanh(op, x: ir.Value) -> ir.Value:
     return op.Tanh(x)
 
 
+def softcap(op, x: ir.Value, cap: float) -> ir.Value:
+    """``cap * tanh(x / cap)``: squashes ``x`` smoothly into ``(-cap, cap)`` (Gemma 2, Grok...)."""
+    return op.Mul(op.Tanh(op.Div(x, cap)), cap)
+
+
 ACTIVATIONS: dict[str, Callable[..., ir.Value]] = {
     "silu": silu,
     "swish": silu,

@@ -18,6 +18,19 @@ _NUMPY_FLOAT = {
 }
 
 
+def repeat_kv(op, x: ir.Value, num_heads: int, num_kv_heads: int, head_dim: int) -> ir.Value:
+    """``[batch, kv_heads, seq, dim]`` → ``[batch, heads, seq, dim]``: head ``h`` reads kv head ``h // group``.
+
+    For attention written out with MatMul/Softmax (sinks, custom masks); the ONNX
+    ``Attention`` op groups heads itself.
+    """
+    if num_heads == num_kv_heads:
+        return x
+    group = num_heads // num_kv_heads
+    x = op.Expand(op.Unsqueeze(x, [2]), op.Constant(value_ints=[1, 1, group, 1, 1]))
+    return op.Reshape(x, op.Constant(value_ints=[0, num_heads, -1, head_dim]))
+
+
 def lowest_value(dtype: ir.DataType) -> float:
     """The most negative finite value of a float dtype: masked scores stay finite (no NaN rows)."""
     return float(ml_dtypes.finfo(_NUMPY_FLOAT[dtype]).min)

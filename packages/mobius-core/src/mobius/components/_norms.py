@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
@@ -33,3 +34,15 @@ class LayerNorm(nn.Module):
         return op.LayerNormalization(
             x, self.weight, self.bias, axis=-1, epsilon=self.eps, stash_type=1
         )
+
+
+class WeightlessRMSNorm(nn.Module):
+    """``x / rms(x)`` over the last axis, in float32, with no learned scale."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.dim, self.eps = dim, eps
+
+    def forward(self, op, x: ir.Value) -> ir.Value:
+        ones = op.CastLike(op.Constant(value=ir.tensor(np.ones(self.dim, np.float32))), x)
+        return op.RMSNormalization(x, ones, axis=-1, epsilon=self.eps, stash_type=1)

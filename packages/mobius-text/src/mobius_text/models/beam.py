@@ -24,9 +24,15 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius._config import RopeConfig
-from mobius.components import GatedMLP, Linear, RMSNorm, attention_bias, make_rotary_embedding
+from mobius.components import (
+    GatedMLP,
+    Linear,
+    RMSNorm,
+    attention_bias,
+    make_rotary_embedding,
+    softcap,
+)
 from mobius_text.models.deepseek_v2 import DeepseekMoEConfig, DeepseekV2MoE
-from mobius_text.models.gemma2 import softcap
 from mobius_text.models.llama import LlamaForCausalLM, LlamaModel
 from mobius_text.models.qwen import QKNormAttention
 

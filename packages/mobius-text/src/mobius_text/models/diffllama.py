@@ -14,9 +14,8 @@ from dataclasses import dataclass
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius.components import Attention, apply_rotary
+from mobius.components import Attention, WeightlessRMSNorm, apply_rotary
 from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM, LlamaModel
-from mobius_text.models.nanochat import WeightlessRMSNorm
 
 
 @dataclass

@@ -28,9 +28,9 @@ from mobius.components import (
     RMSNorm,
     get_activation,
     lowest_value,
+    repeat_kv,
     rotary_dim,
 )
-from mobius_text.models.gpt_oss import repeat_kv
 from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM, LlamaModel
 from mobius_text.models.qwen import QKNormAttention
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from onnxscript import nn
 
-from mobius.components import GatedMLP, rotary_dim
+from mobius.components import GatedMLP, repeat_kv, rotary_dim
 from mobius.components._linear import TransposedParameter
 from mobius.components._moe import ExpertList, flatten_tokens, top_k_routing, unflatten_tokens
 from mobius_text.models.qwen import QKNormAttention
@@ -23,18 +23,6 @@ from mobius_text.models.qwen3_moe import Qwen3MoeConfig, Qwen3MoeForCausalLM, Qw
 @dataclass
 class FlintConfig(Qwen3MoeConfig):
     shared_expert_intermediate_size: int = 0
-
-
-def repeat_kv(op, x, heads: int, kv_heads: int, head_dim: int):
-    """``[batch, kv_heads, total, d] -> [batch, heads, total, d]``, each kv head used by consecutive heads."""
-    groups = heads // kv_heads
-    if groups == 1:
-        return x
-    x = op.Unsqueeze(x, [2])  # [batch, kv_heads, 1, total, d]
-    shape = op.Concat(
-        op.Shape(x, end=2), op.Constant(value_ints=[groups]), op.Shape(x, start=3), axis=0
-    )
-    return op.Reshape(op.Expand(x, shape), op.Constant(value_ints=[0, heads, -1, head_dim]))
 
 
 class SinkAttention(QKNormAttention):

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import onnx_ir as ir
 from onnxscript import nn
 
-from mobius.components import Attention, GatedMLP
+from mobius.components import Attention, GatedMLP, softcap
 from mobius_text.models.gemma import GemmaConfig, GemmaForCausalLM, GemmaModel, GemmaRMSNorm
 
 
@@ -29,11 +28,6 @@ class Gemma2Config(GemmaConfig):
             "attn_logit_softcapping": hf_config.attn_logit_softcapping,
             "final_logit_softcapping": hf_config.final_logit_softcapping,
         }
-
-
-def softcap(op, x: ir.Value, cap: float) -> ir.Value:
-    """``cap * tanh(x / cap)``: squashes ``x`` smoothly into ``(-cap, cap)``."""
-    return op.Mul(op.Tanh(op.Div(x, cap)), cap)
 
 
 class SoftcapAttention(Attention):

@@ -37,9 +37,9 @@ from mobius.components import (
     attention_bias,
     get_activation,
     make_rotary_embedding,
+    softcap,
 )
 from mobius_text.models.gemma import ScaledEmbedding
-from mobius_text.models.gemma2 import softcap
 
 
 @dataclass

@@ -35,9 +35,9 @@ from mobius.components import (
     get_activation,
     make_rotary_embedding,
     rotary_dim,
+    softcap,
 )
 from mobius_text.models.gemma import ScaledEmbedding
-from mobius_text.models.gemma2 import softcap
 from mobius_text.models.gemma3n_text import (
     Gemma3nSharedKVAttention,
     PerLayerEmbedding,

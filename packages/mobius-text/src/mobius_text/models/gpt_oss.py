@@ -21,7 +21,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius.components import Attention, DecoderLayer, Linear, RMSNorm, rotary_dim
+from mobius.components import Attention, DecoderLayer, Linear, RMSNorm, repeat_kv, rotary_dim
 from mobius.components._moe import (
     dispatch_experts,
     flatten_tokens,
@@ -49,15 +49,6 @@ class GptOssConfig(LlamaConfig):
             "swiglu_alpha": float(hf_config.swiglu_alpha),
             "swiglu_limit": float(hf_config.swiglu_limit),
         }
-
-
-def repeat_kv(op, x: ir.Value, num_heads: int, num_kv_heads: int, head_dim: int) -> ir.Value:
-    """``[batch, kv_heads, seq, dim]`` → ``[batch, heads, seq, dim]``: head ``h`` reads kv head ``h // group``."""
-    if num_heads == num_kv_heads:
-        return x
-    group = num_heads // num_kv_heads
-    x = op.Expand(op.Unsqueeze(x, [2]), op.Constant(value_ints=[1, 1, group, 1, 1]))
-    return op.Reshape(x, op.Constant(value_ints=[0, num_heads, -1, head_dim]))
 
 
 class SinkAttention(Attention):

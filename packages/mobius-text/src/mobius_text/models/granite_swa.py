@@ -15,8 +15,13 @@ from dataclasses import dataclass, field
 
 from onnxscript import nn
 
-from mobius.components import Attention, attention_bias, make_rotary_embedding, rotary_dim
-from mobius_text.models.gpt_oss import repeat_kv
+from mobius.components import (
+    Attention,
+    attention_bias,
+    make_rotary_embedding,
+    repeat_kv,
+    rotary_dim,
+)
 from mobius_text.models.granite import GraniteConfig, GraniteForCausalLM, GraniteModel
 
 

@@ -22,13 +22,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-import onnx_ir as ir
 from onnxscript import nn
 
 from mobius.components import (
     Embedding,
     Linear,
+    WeightlessRMSNorm,
     apply_rotary,
     attention_bias,
     get_activation,
@@ -59,18 +58,6 @@ class HrmTextConfig(LlamaConfig):
             "L_cycles": hf_config.L_cycles,
             "embedding_scale": float(hf_config.embedding_scale),
         }
-
-
-class WeightlessRMSNorm(nn.Module):
-    """``x / rms(x)`` over the last axis, with no learnable weight."""
-
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.dim, self.eps = dim, eps
-
-    def forward(self, op, x: ir.Value) -> ir.Value:
-        ones = op.CastLike(op.Constant(value=ir.tensor(np.ones(self.dim, np.float32))), x)
-        return op.RMSNormalization(x, ones, axis=-1, epsilon=self.eps, stash_type=1)
 
 
 class GatedMHA(nn.Module):

@@ -34,9 +34,9 @@ from mobius.components import (
     attention_bias,
     make_rotary_embedding,
     rotary_dim,
+    softcap,
 )
 from mobius.components._moe import ExpertList, flatten_tokens, top_k_routing, unflatten_tokens
-from mobius_text.models.gemma2 import softcap
 from mobius_text.models.llama import LlamaForCausalLM, LlamaModel
 from mobius_text.models.qwen import QKNormAttention
 

@@ -19,9 +19,16 @@ from types import SimpleNamespace
 from onnxscript import nn
 
 from mobius._config import RopeConfig
-from mobius.components import Attention, DecoderLayer, GatedMLP, Linear, RMSNorm, rotary_dim
+from mobius.components import (
+    Attention,
+    DecoderLayer,
+    GatedMLP,
+    Linear,
+    RMSNorm,
+    repeat_kv,
+    rotary_dim,
+)
 from mobius_text.models.deepseek_v2 import DeepseekMoEConfig, DeepseekV2MoE
-from mobius_text.models.gpt_oss import repeat_kv
 from mobius_text.models.laguna import LagunaModel
 from mobius_text.models.llama import LlamaForCausalLM
 

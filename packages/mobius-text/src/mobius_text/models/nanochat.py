@@ -5,12 +5,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import onnx_ir as ir
-from onnxscript import nn
 
-from mobius.components import MLP, Attention, DecoderLayer, Embedding, apply_rotary
-from mobius_text.models.gemma2 import softcap
+from mobius.components import (
+    MLP,
+    Attention,
+    DecoderLayer,
+    Embedding,
+    WeightlessRMSNorm,
+    apply_rotary,
+    softcap,
+)
 from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM, LlamaModel
 
 
@@ -25,18 +30,6 @@ class NanoChatConfig(LlamaConfig):
             "mlp_bias": False,
             "final_logit_softcapping": hf_config.final_logit_softcapping,
         }
-
-
-class WeightlessRMSNorm(nn.Module):
-    """``x / rms(x)`` over the last axis, in float32, with no learned scale."""
-
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.dim, self.eps = dim, eps
-
-    def forward(self, op, x: ir.Value) -> ir.Value:
-        ones = op.Constant(value=ir.tensor(np.ones(self.dim, dtype=x.dtype.numpy())))
-        return op.RMSNormalization(x, ones, axis=-1, epsilon=self.eps, stash_type=1)
 
 
 class NormalizedEmbedding(Embedding):

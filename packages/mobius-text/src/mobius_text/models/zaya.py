@@ -38,10 +38,10 @@ from mobius.components import (
     attention_bias,
     get_activation,
     make_rotary_embedding,
+    repeat_kv,
     rotary_dim,
 )
 from mobius.components._moe import StackedGatedExperts, flatten_tokens, unflatten_tokens
-from mobius_text.models.gpt_oss import repeat_kv
 
 FLOAT = ir.DataType.FLOAT
 # Whether each attention kind uses the sliding window.
