@@ -40,6 +40,27 @@ class Mamba2Config(MambaConfig):
         fields.setdefault("time_step_rank", 0)  # Mamba-2 has no dt projection
         return cls(**fields)
 
+    @classmethod
+    def from_hybrid(cls, hf_config) -> Mamba2Config:
+        """The mixer config of a hybrid that names it ``mamba_*`` (Bamba, Granite-MoE-Hybrid)."""
+        return cls(
+            model_type=hf_config.model_type,
+            vocab_size=hf_config.vocab_size,
+            hidden_size=hf_config.hidden_size,
+            intermediate_size=int(hf_config.mamba_expand * hf_config.hidden_size),
+            num_hidden_layers=hf_config.num_hidden_layers,
+            state_size=hf_config.mamba_d_state,
+            conv_kernel=hf_config.mamba_d_conv,
+            time_step_rank=0,
+            layer_norm_epsilon=hf_config.rms_norm_eps,
+            use_bias=hf_config.mamba_proj_bias,
+            use_conv_bias=hf_config.mamba_conv_bias,
+            num_heads=hf_config.mamba_n_heads,
+            head_dim=hf_config.mamba_d_head,
+            n_groups=hf_config.mamba_n_groups,
+            time_step_limit=tuple(hf_config.time_step_limit or (0.0, float("inf"))),
+        )
+
 
 class GatedRMSNorm(nn.Module):
     """``rms_norm(x * silu(gate))`` over groups of channels, then the learned scale."""
