@@ -105,16 +105,27 @@ class Attention(nn.Module):
         v = self.split_heads(op, self.v_proj(op, x))
         return q, k, v
 
+    # Pairs of adjacent channels rotate together (GPT-J layout) instead of the two halves.
+    interleaved_rotary = False
+
+    def rotate(self, op, q, k, position_embeddings):
+        """Apply the rotary embedding to queries and keys; ``None`` is a layer without one (NoPE)."""
+        if position_embeddings is None:
+            return q, k
+        cos, sin = position_embeddings
+        interleaved = self.interleaved_rotary
+        return (
+            apply_rotary(op, q, cos, sin, self.rotary_dim, interleaved),
+            apply_rotary(op, k, cos, sin, self.rotary_dim, interleaved),
+        )
+
     def attend(self, op, q, k, v, bias, past_key, past_value):
         """Scaled dot-product attention over the cache; variants add soft-capping, sinks..."""
         return op.Attention(q, k, v, bias, past_key, past_value, scale=self.scale, _outputs=3)
 
     def forward(self, op, x, position_embeddings, bias, past_key, past_value):
         q, k, v = self.project_qkv(op, x)
-        if position_embeddings is not None:  # None: a layer without positional encoding (NoPE)
-            cos, sin = position_embeddings
-            q = apply_rotary(op, q, cos, sin, self.rotary_dim)
-            k = apply_rotary(op, k, cos, sin, self.rotary_dim)
+        q, k = self.rotate(op, q, k, position_embeddings)
         y, present_key, present_value = self.attend(op, q, k, v, bias, past_key, past_value)
         # y: [batch, heads, seq, head_dim] -> [batch, seq, heads*head_dim]
         y = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))

@@ -169,7 +169,15 @@ def make_rotary_embedding(rope: RopeConfig, head_dim: int, max_positions: int) -
     raise ValueError(f"unsupported rope_type {kind!r}")
 
 
-def apply_rotary(op, x: ir.Value, cos: ir.Value, sin: ir.Value, rotary_dim: int) -> ir.Value:
-    """Rotate the first ``rotary_dim`` channels of ``x [batch, heads, seq, head_dim]`` (rotate-half layout)."""
+def apply_rotary(
+    op, x: ir.Value, cos: ir.Value, sin: ir.Value, rotary_dim: int, interleaved: bool = False
+) -> ir.Value:
+    """Rotate the first ``rotary_dim`` channels of ``x [batch, heads, seq, head_dim]``.
+
+    The default pairs channel ``i`` with ``i + rotary_dim/2`` (rotate-half, Llama);
+    ``interleaved`` pairs adjacent channels ``(0, 1), (2, 3)...`` (GPT-J, GLM, Helium).
+    """
     cos, sin = op.CastLike(cos, x), op.CastLike(sin, x)
-    return op.RotaryEmbedding(x, cos, sin, interleaved=0, rotary_embedding_dim=rotary_dim)
+    return op.RotaryEmbedding(
+        x, cos, sin, interleaved=int(interleaved), rotary_embedding_dim=rotary_dim
+    )

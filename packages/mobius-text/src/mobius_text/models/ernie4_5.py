@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mobius.components import Attention, rotary_dim
-from mobius_text.models.cohere import apply_interleaved_rotary
+from mobius.components import rotary_dim
+from mobius_text.models.helium import InterleavedRotaryAttention
 from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM, LlamaModel
 
 
@@ -21,22 +21,9 @@ class Ernie4_5Config(LlamaConfig):
         return {**super().hf_fields(hf_config), "attention_bias": use_bias, "mlp_bias": use_bias}
 
 
-class InterleavedRopeAttention(Attention):
-    """Attention with RoPE on adjacent channel pairs."""
-
-    def forward(self, op, x, position_embeddings, bias, past_key, past_value):
-        q, k, v = self.project_qkv(op, x)
-        cos, sin = position_embeddings
-        q = apply_interleaved_rotary(op, q, cos, sin, self.rotary_dim)
-        k = apply_interleaved_rotary(op, k, cos, sin, self.rotary_dim)
-        y, present_key, present_value = self.attend(op, q, k, v, bias, past_key, past_value)
-        y = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
-        return self.o_proj(op, y), (present_key, present_value)
-
-
 class Ernie4_5Model(LlamaModel):
     def make_attention(self, config, layer_idx):
-        return InterleavedRopeAttention(
+        return InterleavedRotaryAttention(
             config.hidden_size,
             config.num_attention_heads,
             config.num_key_value_heads,

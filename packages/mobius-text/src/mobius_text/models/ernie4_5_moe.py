@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from onnxscript import nn
 
-from mobius.components import Attention, DecoderLayer, GatedMLP, Linear, RMSNorm
+from mobius.components import DecoderLayer, GatedMLP, Linear, RMSNorm
 from mobius.components._linear import TransposedParameter
 from mobius.components._moe import (
     ExpertList,
@@ -23,6 +23,7 @@ from mobius.components._moe import (
     top_k_routing,
     unflatten_tokens,
 )
+from mobius_text.models.helium import InterleavedRotaryAttention
 from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM, LlamaModel
 
 
@@ -61,27 +62,6 @@ class Ernie4_5_MoeConfig(LlamaConfig):  # noqa: N801 (HF's class name)
         end = self.moe_layer_end_index
         end = self.num_hidden_layers - 1 if end == -1 else end
         return (i + 1) % self.moe_layer_interval == 0 and self.moe_layer_start_index <= i <= end
-
-
-class InterleavedRopeAttention(Attention):
-    """Attention whose RoPE rotates adjacent channel pairs ``(2i, 2i+1)`` (GLM style)."""
-
-    def forward(self, op, x, position_embeddings, bias, past_key, past_value):
-        q, k, v = self.project_qkv(op, x)
-        cos, sin = position_embeddings
-        q, k = (
-            op.RotaryEmbedding(
-                t,
-                op.CastLike(cos, t),
-                op.CastLike(sin, t),
-                interleaved=1,
-                rotary_embedding_dim=self.rotary_dim,
-            )
-            for t in (q, k)
-        )
-        y, present_key, present_value = self.attend(op, q, k, v, bias, past_key, past_value)
-        y = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
-        return self.o_proj(op, y), (present_key, present_value)
 
 
 class MoeStatics(nn.Module):
@@ -136,7 +116,7 @@ class ErnieMoeBlock(nn.Module):
 
 class Ernie4_5_MoeModel(LlamaModel):  # noqa: N801
     def make_attention(self, config, layer_idx):
-        return InterleavedRopeAttention(
+        return InterleavedRotaryAttention(
             config.hidden_size,
             config.num_attention_heads,
             config.num_key_value_heads,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mobius.components import Attention, DecoderLayer, RMSNorm, rotary_dim
+from mobius_text.models.helium import InterleavedRotaryAttention
 from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM, LlamaModel
 from mobius_text.models.phi3 import Phi3MLP
 
@@ -20,26 +21,9 @@ class GlmConfig(LlamaConfig):
     """GLM needs nothing beyond the normalised fields."""
 
 
-def apply_interleaved_rotary(op, x, cos, sin, rotary_dim: int):
-    """Rotate pairs of adjacent channels in the first ``rotary_dim`` of ``x [batch, heads, seq, head_dim]``."""
-    cos, sin = op.CastLike(cos, x), op.CastLike(sin, x)
-    return op.RotaryEmbedding(x, cos, sin, interleaved=1, rotary_embedding_dim=rotary_dim)
-
-
-class GlmAttention(Attention):
-    def forward(self, op, x, position_embeddings, bias, past_key, past_value):
-        q, k, v = self.project_qkv(op, x)  # [batch, heads, seq, head_dim]
-        cos, sin = position_embeddings
-        q = apply_interleaved_rotary(op, q, cos, sin, self.rotary_dim)
-        k = apply_interleaved_rotary(op, k, cos, sin, self.rotary_dim)
-        y, present_key, present_value = self.attend(op, q, k, v, bias, past_key, past_value)
-        y = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
-        return self.o_proj(op, y), (present_key, present_value)
-
-
 class GlmModel(LlamaModel):
     def make_attention(self, config: GlmConfig, layer_idx: int) -> Attention:
-        return GlmAttention(
+        return InterleavedRotaryAttention(
             config.hidden_size,
             config.num_attention_heads,
             config.num_key_value_heads,
