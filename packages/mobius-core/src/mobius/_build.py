@@ -11,7 +11,7 @@ import onnx_ir as ir
 
 from mobius._package import ModelPackage
 from mobius._registry import registry as default_registry
-from mobius.errors import CheckpointError, ModelSourceError
+from mobius.errors import CheckpointError, MobiusError, ModelSourceError
 from mobius.tasks import get_task
 from mobius.weights import SafetensorsCheckpoint, apply_weights, checkpoint_dtype, resolve_model
 
@@ -82,12 +82,23 @@ def build(
     load_weights: bool = True,
     revision: str | None = None,
     registry=None,
+    quant: str | None = None,
+    block_size: int = 32,
+    symmetric: bool = True,
+    accuracy_level: int = 4,
 ) -> ModelPackage:
     """Build the ONNX package of a HuggingFace model id or local directory.
 
     ``dtype`` defaults to the checkpoint's own floating-point type. With
     ``load_weights=False`` only the graphs are built (their parameters stay empty).
+    ``quant="int4"`` stores MatMul weights as 4-bit blocks for ``MatMulNBits``
+    (round-to-nearest; ``block_size``, ``symmetric`` and ``accuracy_level`` as in
+    :func:`mobius.passes.quantize_int4`).
     """
+    if quant not in (None, "int4"):
+        raise MobiusError(f"unknown quantization {quant!r}; choose int4")
+    if quant and not load_weights:
+        raise MobiusError("quantization needs the weights; drop --no-weights")
     registry = registry or default_registry
     model_dir = resolve_model(model, revision=revision)
     if model_dir.is_file():
@@ -114,4 +125,14 @@ def build(
         apply_weights(
             package.models.values(), weights, ignore=getattr(module, "ignored_weights", ())
         )
+    if quant == "int4":
+        from mobius.passes import quantize_int4
+
+        for graph_model in package.models.values():
+            quantize_int4(
+                graph_model,
+                block_size=block_size,
+                symmetric=symmetric,
+                accuracy_level=accuracy_level,
+            )
     return package

@@ -19,7 +19,14 @@ def _build(args: argparse.Namespace) -> int:
     from mobius._build import build
 
     package = build(
-        args.model, dtype=args.dtype, load_weights=not args.no_weights, revision=args.revision
+        args.model,
+        dtype=args.dtype,
+        load_weights=not args.no_weights,
+        revision=args.revision,
+        quant=args.quant,
+        block_size=args.block_size,
+        symmetric=not args.asymmetric,
+        accuracy_level=args.accuracy_level,
     )
     if args.no_weights:
         from mobius.weights import parameters
@@ -87,6 +94,33 @@ def make_parser() -> argparse.ArgumentParser:
         "--no-weights",
         action="store_true",
         help="build the graph only; parameters become graph inputs instead of stored weights",
+    )
+    build.add_argument(
+        "--quant",
+        choices=["int4"],
+        default=None,
+        help="store MatMul weights as 4-bit blocks for ONNX Runtime's MatMulNBits "
+        "(round-to-nearest; the embeddings stay in --dtype)",
+    )
+    build.add_argument(
+        "--block-size",
+        type=int,
+        choices=[16, 32, 64, 128, 256],
+        default=32,
+        help="input channels per int4 block (default 32)",
+    )
+    build.add_argument(
+        "--asymmetric",
+        action="store_true",
+        help="int4 with a zero point per block (default: symmetric)",
+    )
+    build.add_argument(
+        "--accuracy-level",
+        type=int,
+        choices=[0, 1, 2, 3, 4],
+        default=4,
+        help="MatMulNBits compute type: 4 = int8 activations, fastest on CPU (default); "
+        "0 = the activations' own type",
     )
     build.add_argument("--revision", default=None, help="hub revision (branch, tag or commit)")
     build.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
