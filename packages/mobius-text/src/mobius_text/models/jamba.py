@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 from onnxscript import nn
 
-from mobius.components import Attention, Embedding, GatedMLP, Linear, RMSNorm, attention_bias
+from mobius.components import Attention, Embedding, GatedMLP, Linear, RMSNorm
 from mobius.components._moe import ExpertList, TopKRouter, flatten_tokens, unflatten_tokens
 from mobius_text.models.llama import LlamaConfig
-from mobius_text.models.mamba import MambaConfig, MambaMixer, real_token_scale
+from mobius_text.models.mamba import MambaConfig, MambaMixer, run_hybrid_layers
 
 
 @dataclass
@@ -136,13 +136,7 @@ class JambaModel(nn.Module):
 
     def forward(self, op, input_ids, attention_mask, past):
         x = self.embed_tokens(op, input_ids)  # [batch, seq, hidden]
-        seq = op.Squeeze(op.Shape(input_ids, start=1, end=2), [0])
-        bias = attention_bias(op, attention_mask, seq, x.dtype)
-        real = real_token_scale(op, attention_mask, input_ids, x)  # [batch, seq, 1]
-        presents = []
-        for layer, layer_past in zip(self.layers, past, strict=True):
-            x, present = layer(op, x, bias, real, layer_past)
-            presents.append(present)
+        x, presents = run_hybrid_layers(op, self.layers, x, input_ids, attention_mask, past)
         return self.final_layernorm(op, x), presents
 
 

@@ -21,6 +21,7 @@ from mobius.components import (
     Linear,
     RMSNorm,
     TiedLMHead,
+    attention_bias,
     get_activation,
     scan_body,
 )
@@ -60,6 +61,22 @@ def real_token_scale(op, attention_mask, input_ids, like):
     seq = op.Shape(input_ids, start=1, end=2)
     current = op.Slice(attention_mask, op.Neg(seq), [2**62], [1])
     return op.Unsqueeze(op.CastLike(current, like), [-1])
+
+
+def run_hybrid_layers(op, layers, x, input_ids, attention_mask, past):
+    """Run layers that take ``(x, attention_bias, real_token_scale, layer_past)``.
+
+    The shared loop of the hybrids (Jamba, Nemotron-H): attention layers use the
+    causal bias, state-space layers the padding scale. Returns ``x`` and the presents.
+    """
+    seq = op.Squeeze(op.Shape(input_ids, start=1, end=2), [0])
+    bias = attention_bias(op, attention_mask, seq, x.dtype)
+    real = real_token_scale(op, attention_mask, input_ids, x)  # [batch, seq, 1]
+    presents = []
+    for layer, layer_past in zip(layers, past, strict=True):
+        x, present = layer(op, x, bias, real, layer_past)
+        presents.append(present)
+    return x, presents
 
 
 def _value(name: str, dtype: ir.DataType, rank: int) -> ir.Value:

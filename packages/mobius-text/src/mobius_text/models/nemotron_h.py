@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 from onnxscript import nn
 
-from mobius.components import Attention, Embedding, Linear, RMSNorm, attention_bias, get_activation
+from mobius.components import Attention, Embedding, Linear, RMSNorm, get_activation
 from mobius_text.models.llama import LlamaConfig
-from mobius_text.models.mamba import real_token_scale
+from mobius_text.models.mamba import run_hybrid_layers
 from mobius_text.models.mamba2 import Mamba2Config, Mamba2Mixer
 
 SUPPORTED_BLOCKS = ("linear_attention", "full_attention", "mlp")
@@ -115,13 +115,7 @@ class NemotronHModel(nn.Module):
 
     def forward(self, op, input_ids, attention_mask, past):
         x = self.embeddings(op, input_ids)  # [batch, seq, hidden]
-        seq = op.Squeeze(op.Shape(input_ids, start=1, end=2), [0])
-        bias = attention_bias(op, attention_mask, seq, x.dtype)
-        real = real_token_scale(op, attention_mask, input_ids, x)  # [batch, seq, 1]
-        presents = []
-        for layer, layer_past in zip(self.layers, past, strict=True):
-            x, present = layer(op, x, bias, real, layer_past)
-            presents.append(present)
+        x, presents = run_hybrid_layers(op, self.layers, x, input_ids, attention_mask, past)
         return self.norm_f(op, x), presents
 
 
