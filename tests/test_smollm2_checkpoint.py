@@ -119,14 +119,11 @@ def _onnx_greedy(onnx_model: OnnxCausalLM, prompt: list[int], steps: int):
     return tokens, logits_per_step
 
 
-def test_smollm2_greedy_matches_pytorch(smollm2_dir, tmp_path):
+@pytest.fixture(scope="module")
+def torch_reference(smollm2_dir):
+    """PyTorch's prompt, greedy tokens, prefill logits and per-step logits, and the tokenizer."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    start = time.perf_counter()
-    out_dir = build_with_cli(smollm2_dir, tmp_path / "onnx")
-    print(f"\nmobius build: {time.perf_counter() - start:.1f}s")
-    onnx_model = OnnxCausalLM(out_dir / "model.onnx")
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
     torch_model = AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32).eval()
@@ -153,6 +150,27 @@ def test_smollm2_greedy_matches_pytorch(smollm2_dir, tmp_path):
     torch_tokens = generated.sequences[0, len(prompt) :].tolist()
     torch_step_logits = [step[0].float().numpy() for step in generated.logits]
     assert len(torch_tokens) == NEW_TOKENS
+    return tokenizer, prompt, is_question, torch_tokens, prefill_torch, torch_step_logits
+
+
+# The HF folder portable and with ORT's fused CPU ops, and the GGUF file itself
+# (dequantized by mobius's own reader: the same float32 weights PyTorch holds).
+BUILDS = {
+    "safetensors": ("hf", []),
+    "safetensors --ep cpu": ("hf", ["--ep", "cpu"]),
+    "gguf": ("gguf", []),
+}
+
+
+@pytest.mark.parametrize("build", sorted(BUILDS))
+def test_smollm2_greedy_matches_pytorch(build, smollm2_dir, torch_reference, tmp_path):
+    source, flags = BUILDS[build]
+    model = smollm2_dir if source == "hf" else _gguf_dir() / GGUF_NAME
+    start = time.perf_counter()
+    out_dir = build_with_cli(model, tmp_path / "onnx", *flags)
+    print(f"\nmobius build ({build}): {time.perf_counter() - start:.1f}s")
+    onnx_model = OnnxCausalLM(out_dir / "model.onnx")
+    tokenizer, prompt, is_question, torch_tokens, prefill_torch, torch_step_logits = torch_reference
 
     onnx_tokens, onnx_logits = _onnx_greedy(onnx_model, prompt, NEW_TOKENS)
 

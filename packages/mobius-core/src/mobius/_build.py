@@ -11,9 +11,16 @@ import onnx_ir as ir
 
 from mobius._package import ModelPackage
 from mobius._registry import registry as default_registry
+from mobius.components._runtime import EXECUTION_PROVIDERS, execution_provider
 from mobius.errors import CheckpointError, MobiusError, ModelSourceError
 from mobius.tasks import get_task
-from mobius.weights import SafetensorsCheckpoint, apply_weights, checkpoint_dtype, resolve_model
+from mobius.weights import (
+    GGUFCheckpoint,
+    SafetensorsCheckpoint,
+    apply_weights,
+    checkpoint_dtype,
+    resolve_model,
+)
 
 DTYPES = {
     "f32": ir.DataType.FLOAT,
@@ -57,6 +64,17 @@ def load_hf_config(model_dir: Path) -> Any:
         raise ModelSourceError(f"cannot read the config in {model_dir}: {exc}") from None
 
 
+def hf_config_from_dict(fields: dict) -> Any:
+    """A transformers config object from a config dict (as a GGUF header gives it)."""
+    from transformers import AutoConfig
+
+    fields = dict(fields)
+    try:
+        return AutoConfig.for_model(fields.pop("model_type"), **fields)
+    except (ValueError, KeyError) as exc:
+        raise ModelSourceError(f"unusable model config: {exc}") from None
+
+
 def cast_parameters(module, dtype: ir.DataType) -> None:
     """Give every floating-point parameter of ``module`` the build dtype (before the graph is built)."""
     for param in module.parameters():
@@ -65,13 +83,27 @@ def cast_parameters(module, dtype: ir.DataType) -> None:
 
 
 def build_from_module(
-    module, task: str = "causal-lm", config: Any = None, dtype: ir.DataType | str = "f32"
+    module,
+    task: str = "causal-lm",
+    config: Any = None,
+    dtype: ir.DataType | str = "f32",
+    ep: str = "default",
 ) -> ModelPackage:
-    """Build the graphs of a module tree for ``task``; parameters are left for :func:`apply_weights`."""
+    """Build the graphs of a module tree for ``task``; parameters are left for :func:`apply_weights`.
+
+    ``ep="cpu"`` or ``"cuda"`` uses ONNX Runtime's fused ops (GroupQueryAttention,
+    SkipSimplifiedLayerNormalization...); ``"default"`` keeps to standard ONNX.
+    """
     dtype = parse_dtype(dtype)
     config = config if config is not None else getattr(module, "config", None)
     cast_parameters(module, dtype)
-    models = get_task(task).build(module, config, dtype)
+    with execution_provider(ep):
+        models = get_task(task).build(module, config, dtype)
+    if ep != "default":
+        from mobius.passes._fusion import fuse_for_runtime
+
+        for model in models.values():
+            fuse_for_runtime(model)
     return ModelPackage(models=models, config=config, task=task)
 
 
@@ -86,37 +118,57 @@ def build(
     block_size: int = 32,
     symmetric: bool = True,
     accuracy_level: int = 4,
+    quant_lm_head: bool = True,
+    quant_embeddings: bool = False,
+    ep: str = "default",
 ) -> ModelPackage:
     """Build the ONNX package of a HuggingFace model id or local directory.
 
+    ``ep`` picks the runtime target: ``"default"`` (portable ONNX) or ``"cpu"`` /
+    ``"cuda"`` (ONNX Runtime's fused contrib ops; see :func:`build_from_module`).
     ``dtype`` defaults to the checkpoint's own floating-point type. With
     ``load_weights=False`` only the graphs are built (their parameters stay empty).
     ``quant="int4"`` stores MatMul weights as 4-bit blocks for ``MatMulNBits``
     (round-to-nearest; ``block_size``, ``symmetric`` and ``accuracy_level`` as in
-    :func:`mobius.passes.quantize_int4`).
+    :func:`mobius.passes.quantize_int4`), the output head included unless
+    ``quant_lm_head=False``; ``quant_embeddings=True`` also stores the token
+    embeddings as 4-bit blocks (``GatherBlockQuantized``), sharing a tied head's.
     """
     if quant not in (None, "int4"):
         raise MobiusError(f"unknown quantization {quant!r}; choose int4")
+    if ep not in EXECUTION_PROVIDERS:
+        raise MobiusError(
+            f"unknown execution provider {ep!r}; choose {', '.join(EXECUTION_PROVIDERS)}"
+        )
     if quant and not load_weights:
         raise MobiusError("quantization needs the weights; drop --no-weights")
     registry = registry or default_registry
     model_dir = resolve_model(model, revision=revision)
     if model_dir.is_file():
-        raise ModelSourceError(f"{model_dir} is a file; give a model directory or id")
-    entry = registry.get(read_model_type(model_dir))
-    hf_config = load_hf_config(model_dir)
+        if model_dir.suffix != ".gguf":
+            raise ModelSourceError(
+                f"{model_dir} is a file; give a model directory, a hub id or a .gguf file"
+            )
+        # A GGUF file carries its config beside the weights (header only: cheap to open).
+        checkpoint = GGUFCheckpoint.open(model_dir)
+        entry = registry.get(checkpoint.config["model_type"])
+        hf_config = hf_config_from_dict(checkpoint.config)
+    else:
+        entry = registry.get(read_model_type(model_dir))  # an unknown type fails first
+        hf_config = load_hf_config(model_dir)
+        checkpoint = SafetensorsCheckpoint.open(model_dir) if load_weights else None
     config = entry.config_class().from_hf(hf_config)
     module = entry.module_class()(config)
-
-    checkpoint = SafetensorsCheckpoint.open(model_dir) if load_weights else None
+    if not load_weights:
+        checkpoint = None
     dtype = parse_dtype(dtype)
     if dtype is None:
         dtype = (checkpoint_dtype(checkpoint) if checkpoint else None) or ir.DataType.FLOAT
     if dtype not in DTYPES.values():
         raise CheckpointError(f"checkpoint dtype {dtype.name} is not one mobius builds in")
 
-    package = build_from_module(module, entry.task, config, dtype)
-    package.source_dir = model_dir
+    package = build_from_module(module, entry.task, config, dtype, ep)
+    package.source_dir = model_dir if model_dir.is_dir() else None
     if checkpoint is not None:
         weights = dict(checkpoint)
         preprocess = getattr(module, "preprocess_weights", None)
@@ -125,6 +177,11 @@ def build(
         apply_weights(
             package.models.values(), weights, ignore=getattr(module, "ignored_weights", ())
         )
+        if ep != "default":
+            from mobius.passes._fusion import pack_qkv
+
+            for graph_model in package.models.values():
+                pack_qkv(graph_model)
     if quant == "int4":
         from mobius.passes import quantize_int4
 
@@ -134,5 +191,9 @@ def build(
                 block_size=block_size,
                 symmetric=symmetric,
                 accuracy_level=accuracy_level,
+                lm_head=quant_lm_head,
+                embeddings=quant_embeddings,
+                # GGUF Q4_0/Q4_1/Q8_0 blocks are repacked as they are, not re-rounded.
+                prequantized=weights if isinstance(checkpoint, GGUFCheckpoint) else None,
             )
     return package

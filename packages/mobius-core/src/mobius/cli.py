@@ -11,6 +11,7 @@ from mobius.errors import MobiusError
 EPILOG = """examples:
   mobius build --model HuggingFaceTB/SmolLM2-135M-Instruct out/
   mobius build --model ./my-checkpoint out/ --dtype f16
+  mobius build --model ./my-checkpoint out/ --ep cpu --quant int4
   mobius list
 """
 
@@ -27,6 +28,9 @@ def _build(args: argparse.Namespace) -> int:
         block_size=args.block_size,
         symmetric=not args.asymmetric,
         accuracy_level=args.accuracy_level,
+        quant_lm_head=not args.no_quant_lm_head,
+        quant_embeddings=args.quant_embeddings,
+        ep=args.ep,
     )
     if args.no_weights:
         from mobius.weights import parameters
@@ -36,7 +40,14 @@ def _build(args: argparse.Namespace) -> int:
                 # Without weights, parameters become graph inputs so the graph stays valid ONNX.
                 model.graph.initializers.pop(value.name)
                 model.graph.inputs.append(value)
+    genai = None
+    if args.runtime == "ort-genai":
+        from mobius._genai import genai_config, write_genai_config
+
+        genai = genai_config(package, ep=args.ep)  # an unsupported model fails before writing
     out = package.save(args.output, progress=not args.quiet)
+    if genai is not None:
+        write_genai_config(genai, out)
     print(f"wrote {out}")
     return 0
 
@@ -91,6 +102,22 @@ def make_parser() -> argparse.ArgumentParser:
         help="floating-point type of weights and compute (default: the checkpoint's own)",
     )
     build.add_argument(
+        "--ep",
+        choices=["default", "cpu", "cuda"],
+        default="default",
+        help="runtime target: 'default' is portable standard ONNX; 'cpu' and 'cuda' use ONNX "
+        "Runtime's fused kernels (GroupQueryAttention with rotary inside, "
+        "SkipSimplifiedLayerNormalization), faster but ONNX Runtime only (default: default)",
+    )
+    build.add_argument(
+        "--runtime",
+        choices=["onnx", "ort-genai"],
+        default="onnx",
+        help="what runs the package: 'onnx' writes the graph for any ONNX runtime; "
+        "'ort-genai' also writes genai_config.json so that onnxruntime-genai's generator "
+        "loads it as is (causal LMs with a key/value cache on every layer) (default: onnx)",
+    )
+    build.add_argument(
         "--no-weights",
         action="store_true",
         help="build the graph only; parameters become graph inputs instead of stored weights",
@@ -99,8 +126,20 @@ def make_parser() -> argparse.ArgumentParser:
         "--quant",
         choices=["int4"],
         default=None,
-        help="store MatMul weights as 4-bit blocks for ONNX Runtime's MatMulNBits "
-        "(round-to-nearest; the embeddings stay in --dtype)",
+        help="store MatMul weights, the output head included, as 4-bit blocks for ONNX "
+        "Runtime's MatMulNBits (round-to-nearest; the embeddings stay in --dtype unless "
+        "--quant-embeddings)",
+    )
+    build.add_argument(
+        "--no-quant-lm-head",
+        action="store_true",
+        help="with --quant: keep the output head (lm_head) in --dtype",
+    )
+    build.add_argument(
+        "--quant-embeddings",
+        action="store_true",
+        help="with --quant: store the token embeddings as 4-bit blocks too "
+        "(GatherBlockQuantized; a tied lm_head shares them)",
     )
     build.add_argument(
         "--block-size",

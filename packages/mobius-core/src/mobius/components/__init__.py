@@ -1,7 +1,13 @@
 """Building blocks shared by more than one model family. Each takes explicit arguments."""
 
 from mobius.components._activations import ACTIVATIONS, get_activation, softcap
-from mobius.components._attention import Attention, attention_bias, lowest_value, repeat_kv
+from mobius.components._attention import (
+    Attention,
+    attention_bias,
+    lowest_value,
+    repeat_kv,
+    scaled_dot_product_attention,
+)
 from mobius.components._decoder import DecoderLayer
 from mobius.components._linear import (
     Embedding,
@@ -20,10 +26,12 @@ from mobius.components._rope import (
     make_rotary_embedding,
     rotary_dim,
 )
+from mobius.components._runtime import EXECUTION_PROVIDERS, execution_provider, fused_ops
 from mobius.components._scan import scan_body
 
 __all__ = [
     "ACTIVATIONS",
+    "EXECUTION_PROVIDERS",
     "MLP",
     "Attention",
     "DecoderLayer",
@@ -41,11 +49,14 @@ __all__ = [
     "apply_rotary",
     "attention_bias",
     "checkpoint_shape",
+    "execution_provider",
+    "fused_ops",
     "get_activation",
     "lowest_value",
     "make_rotary_embedding",
     "repeat_kv",
     "rotary_dim",
+    "scaled_dot_product_attention",
     "scan_body",
     "softcap",
 ]

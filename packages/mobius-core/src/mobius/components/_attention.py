@@ -8,7 +8,8 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius.components._linear import Linear
-from mobius.components._rope import apply_rotary
+from mobius.components._rope import ROTARY_TABLE, RotaryTable, apply_rotary
+from mobius.components._runtime import MS_DOMAIN, current_execution_provider, fused_ops
 
 _NUMPY_FLOAT = {
     ir.DataType.FLOAT: np.float32,
@@ -66,6 +67,208 @@ def attention_bias(
     return op.Where(visible, zero, lowest)
 
 
+def scaled_dot_product_attention(
+    op,
+    q: ir.Value,
+    k: ir.Value,
+    v: ir.Value,
+    bias: ir.Value,
+    past_key: ir.Value,
+    past_value: ir.Value,
+    *,
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    scale: float,
+    softcap: float = 0.0,
+    sinks: ir.Value | None = None,
+    value_dim: int | None = None,
+    rotary_in_kernel: bool = True,
+) -> tuple[ir.Value, ir.Value, ir.Value]:
+    """Attention over the KV cache: ``(y, present_key, present_value)``.
+
+    ``q [batch, heads, seq, head_dim]``, ``k``/``v`` ``[batch, kv_heads, seq, head_dim]``
+    (``v``'s last axis is ``value_dim`` when that differs),
+    ``bias`` the additive mask of :func:`attention_bias`, the caches
+    ``[batch, kv_heads, past, head_dim]``; ``y`` is ``[batch, heads, seq, head_dim]``.
+    Portable graphs use the ONNX ``Attention`` op; ``cpu``/``cuda`` graphs use
+    ONNX Runtime's ``GroupQueryAttention``, rotating inside the kernel when
+    ``q`` and ``k`` come straight from a static rotary table (CUDA's kernel is
+    half-precision only: fp32 ``cuda`` graphs keep the ONNX op). ``sinks [heads]``
+    (one extra softmax logit per head) needs the fused kernel; without it callers
+    write the softmax out themselves. ``rotary_in_kernel=False`` keeps the rotation
+    outside the kernel, so cached keys are rotated by HF's positions (for caches
+    that other layers read with their own queries).
+    """
+    half_only = current_execution_provider() == "cuda" and past_key.dtype == ir.DataType.FLOAT
+    kernel_fits = (
+        bias is not None
+        and num_heads % num_kv_heads == 0
+        and head_dim % 8 == 0  # the kernel's own limits
+        and value_dim in (None, head_dim)
+    )
+    if fused_ops() and not half_only and kernel_fits:
+        return _group_query_attention(
+            op, q, k, v, bias, past_key, past_value, num_heads, num_kv_heads, head_dim, scale,
+            softcap, sinks, rotary_in_kernel,
+        )  # fmt: skip
+    if sinks is not None:
+        raise ValueError("the ONNX Attention op has no sinks: write the softmax out")
+    extra = {"softcap": float(softcap)} if softcap else {}
+    return op.Attention(q, k, v, bias, past_key, past_value, scale=scale, _outputs=3, **extra)
+
+
+def _merge_heads(op, x: ir.Value) -> ir.Value:
+    """``[batch, heads, seq, dim]`` → ``[batch, seq, heads*dim]``, undoing a head split when it can."""
+    producer = x.producer()
+    split = (
+        producer is not None
+        and (producer.op_type, producer.domain) == ("Transpose", "")
+        and list(producer.attributes.get_ints("perm", [])) == [0, 2, 1, 3]
+    )
+    if split:  # x = Transpose(heads): read the [batch, seq, heads, dim] tensor directly
+        return op.Reshape(producer.inputs[0], op.Constant(value_ints=[0, 0, -1]))
+    x = op.Transpose(x, perm=[0, 2, 1, 3])
+    return op.Reshape(x, op.Constant(value_ints=[0, 0, -1]))
+
+
+def _merge_rotated_heads(op, x: ir.Value, num_heads: int) -> ir.Value:
+    """Like :func:`_merge_heads`, moving a last ``RotaryEmbedding`` onto the merged tensor.
+
+    ONNX ``RotaryEmbedding`` also takes ``[batch, seq, heads*dim]`` with ``num_heads``,
+    so the split/merge transposes around it disappear.
+    """
+    source = _rotary_source(x)
+    if source is None:
+        return _merge_heads(op, x)
+    x_in, node = source
+    merged = _merge_heads(op, x_in)
+    cos, sin = (_recast(op, value, merged) for value in node.inputs[1:3])
+    attributes = {name: attr.value for name, attr in node.attributes.items()}
+    return op.RotaryEmbedding(merged, cos, sin, **attributes, num_heads=num_heads)
+
+
+def _recast(op, value: ir.Value, like: ir.Value) -> ir.Value:
+    """``value`` cast like ``like`` instead of like the tensor its ``CastLike`` named."""
+    producer = value.producer()
+    if producer is None or producer.op_type != "CastLike":
+        return value
+    return op.CastLike(producer.inputs[0], like)
+
+
+def _rotary_source(value: ir.Value) -> tuple[ir.Value, ir.Node] | None:
+    """The unrotated input and the ``RotaryEmbedding`` node that produced ``value``, if any."""
+    node = value.producer()
+    if node is None or node.op_type != "RotaryEmbedding" or node.domain != "":
+        return None
+    return node.inputs[0], node
+
+
+def _rotary_table(value: ir.Value) -> RotaryTable | None:
+    """The static table behind a cos/sin value, looking through casts."""
+    while ROTARY_TABLE not in value.meta:
+        node = value.producer()
+        if node is None or node.op_type not in ("CastLike", "Cast"):
+            return None
+        value = node.inputs[0]
+    return value.meta[ROTARY_TABLE]
+
+
+def _fused_rotary(op, q: ir.Value, k: ir.Value, head_dim: int, dtype: ir.DataType):
+    """``(q, k, cos_cache, sin_cache, interleaved)`` when GroupQueryAttention can rotate q and k.
+
+    The kernel rotates each token by its cache slot; with left padding that is
+    HF's position plus a per-row constant, which rotary attention cannot see
+    (scores depend on relative positions only).
+    """
+    q_source, k_source = _rotary_source(q), _rotary_source(k)
+    if q_source is None or k_source is None or head_dim % 16:  # the kernel's own limit
+        return None
+    (q_in, q_node), (k_in, k_node) = q_source, k_source
+
+    def rotation(node: ir.Node) -> tuple[int, int]:
+        attributes = node.attributes
+        return attributes.get_int("interleaved", 0), attributes.get_int("rotary_embedding_dim", 0)
+
+    interleaved, rotary_dim = rotation(q_node)
+    tables = {id(_rotary_table(v)) for node in (q_node, k_node) for v in node.inputs[1:]}
+    table = _rotary_table(q_node.inputs[1])
+    if rotation(q_node) != rotation(k_node) or table is None or len(tables) != 1:
+        return None
+    width = len(table.inv_freq)  # the kernel wants rotary_dim / 2 a multiple of 8
+    if (rotary_dim or head_dim) != 2 * width or width % 8:
+        return None
+    return q_in, k_in, *table_caches(op, table, dtype), interleaved
+
+
+def table_caches(op, table: RotaryTable, dtype: ir.DataType) -> tuple[ir.Value, ir.Value]:
+    """The ``cos_cache``/``sin_cache`` initializers of a table in ``dtype``, made once per graph."""
+    graph = op.builder.graph
+    cached = graph.meta.setdefault(ROTARY_TABLE, {})
+    key = (table.inv_freq.tobytes(), table.attention_scaling, table.max_positions, dtype)
+    if key not in cached:
+        cos, sin = (t.astype(_NUMPY_FLOAT[dtype]) for t in table.cos_sin())
+        index = len(cached)
+        cached[key] = (
+            op.initializer(ir.tensor(cos, name=f"rotary.{index}.cos_cache")),
+            op.initializer(ir.tensor(sin, name=f"rotary.{index}.sin_cache")),
+        )
+    return cached[key]
+
+
+def _cache_lengths(op, bias: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """GroupQueryAttention's ``seqlens_k [batch]`` and ``total_sequence_length``, made once per mask.
+
+    Every cache slot counts as filled (left padding included): the kernel then
+    lays out the cache as the ONNX ``Attention`` op does, and ``bias`` masks the pads.
+    """
+    cached = op.builder.graph.meta.setdefault("mobius.gqa_lengths", {})
+    if id(bias) not in cached:
+        total = op.Cast(op.Squeeze(op.Shape(bias, start=3, end=4), [0]), to=ir.DataType.INT32)
+        one = op.Constant(value=ir.tensor(np.array(1, np.int32)))
+        seqlens_k = op.Expand(op.Sub(total, one), op.Shape(bias, start=0, end=1))
+        cached[id(bias)] = (bias, seqlens_k, total)
+    return cached[id(bias)][1:]
+
+
+def _group_query_attention(
+    op, q, k, v, bias, past_key, past_value, num_heads, num_kv_heads, head_dim, scale, softcap,
+    sinks, rotary_in_kernel,
+):  # fmt: skip
+    op.builder.graph.opset_imports.setdefault(MS_DOMAIN, 1)
+    rotary = _fused_rotary(op, q, k, head_dim, past_key.dtype) if rotary_in_kernel else None
+    cos_cache = sin_cache = None
+    interleaved = 0
+    if rotary is not None:
+        q, k, cos_cache, sin_cache, interleaved = rotary
+    seqlens_k, total = _cache_lengths(op, bias)
+    y, present_key, present_value = op.GroupQueryAttention(
+        _merge_rotated_heads(op, q, num_heads),
+        _merge_rotated_heads(op, k, num_kv_heads),
+        _merge_heads(op, v),
+        past_key,
+        past_value,
+        seqlens_k,
+        total,
+        cos_cache,
+        sin_cache,
+        None,
+        bias,
+        sinks,
+        num_heads=num_heads,
+        kv_num_heads=num_kv_heads,
+        scale=float(scale),
+        softcap=float(softcap or 0.0),
+        do_rotary=int(rotary is not None),
+        rotary_interleaved=interleaved,
+        _domain=MS_DOMAIN,
+        _version=1,
+        _outputs=3,
+    )
+    y = op.Reshape(y, op.Constant(value_ints=[0, 0, num_heads, head_dim]))
+    return op.Transpose(y, perm=[0, 2, 1, 3]), present_key, present_value
+
+
 class Attention(nn.Module):
     """Multi-head attention with grouped KV heads (MHA, GQA, MQA) and a KV cache.
 
@@ -107,6 +310,9 @@ class Attention(nn.Module):
 
     # Pairs of adjacent channels rotate together (GPT-J layout) instead of the two halves.
     interleaved_rotary = False
+    # With fused ops, GroupQueryAttention may rotate q and k itself (see
+    # scaled_dot_product_attention); False where other layers read this cache.
+    rotary_in_kernel = True
 
     def rotate(self, op, q, k, position_embeddings):
         """Apply the rotary embedding to queries and keys; ``None`` is a layer without one (NoPE)."""
@@ -121,7 +327,19 @@ class Attention(nn.Module):
 
     def attend(self, op, q, k, v, bias, past_key, past_value):
         """Scaled dot-product attention over the cache; variants add soft-capping, sinks..."""
-        return op.Attention(q, k, v, bias, past_key, past_value, scale=self.scale, _outputs=3)
+        return scaled_dot_product_attention(
+            op, q, k, v, bias, past_key, past_value, **self.attention_shape()
+        )
+
+    def attention_shape(self) -> dict:
+        """The head layout and scale :func:`scaled_dot_product_attention` needs."""
+        return dict(
+            num_heads=self.num_heads,
+            num_kv_heads=self.num_kv_heads,
+            head_dim=self.head_dim,
+            scale=self.scale,
+            rotary_in_kernel=self.rotary_in_kernel,
+        )
 
     def forward(self, op, x, position_embeddings, bias, past_key, past_value):
         q, k, v = self.project_qkv(op, x)

@@ -18,6 +18,8 @@ class TransposedParameter(nn.Parameter):
     def __init__(self, out_features: int, in_features: int, name: str | None = None) -> None:
         super().__init__([in_features, out_features], name=name)
         self.checkpoint_shape = (out_features, in_features)
+        # from_checkpoint is exactly this transpose: the pipeline may stream it in row blocks.
+        self.checkpoint_axes = (1, 0)
 
     def from_checkpoint(self, array: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(array.T)

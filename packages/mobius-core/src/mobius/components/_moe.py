@@ -204,6 +204,7 @@ class StackedTransposedParameter(nn.Parameter):
     def __init__(self, num_experts: int, out_features: int, in_features: int) -> None:
         super().__init__([num_experts, in_features, out_features])
         self.checkpoint_shape = (num_experts, out_features, in_features)
+        self.checkpoint_axes = (0, 2, 1)  # from_checkpoint is exactly this transpose
 
     def from_checkpoint(self, array: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(array.transpose(0, 2, 1))

@@ -9,12 +9,16 @@ compute the schedule from ``position_ids`` at run time.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
 from mobius._config import RopeConfig
+
+# ``Value.meta`` key of the RotaryTable behind a cos/sin value (not saved in the model).
+ROTARY_TABLE = "mobius.rotary_table"
 
 
 def rotary_dim(rope: RopeConfig, head_dim: int) -> int:
@@ -86,13 +90,47 @@ def _longrope_attention_factor(rope: RopeConfig, max_positions: int) -> float:
     return math.sqrt(1 + math.log(factor) / math.log(original))
 
 
-class RotaryEmbedding(nn.Module):
-    """cos/sin ``[batch, seq, rotary_dim/2]`` for ``position_ids`` from a fixed frequency table."""
+@dataclass(frozen=True)
+class RotaryTable:
+    """A static schedule, recorded on the cos/sin values it makes so fused kernels can use a table."""
 
-    def __init__(self, inv_freq: np.ndarray, attention_scaling: float = 1.0) -> None:
+    inv_freq: np.ndarray
+    attention_scaling: float
+    max_positions: int
+
+    def cos_sin(self) -> tuple[np.ndarray, np.ndarray]:
+        """``cos, sin [max_positions, rotary_dim/2]`` in float32, as the graph computes them."""
+        positions = np.arange(self.max_positions, dtype=np.float32)[:, None]
+        freqs = positions * self.inv_freq[None, :]
+        scaling = np.float32(self.attention_scaling)
+        return np.cos(freqs) * scaling, np.sin(freqs) * scaling
+
+
+class RotaryEmbedding(nn.Module):
+    """cos/sin ``[batch, seq, rotary_dim/2]`` for ``position_ids`` from a fixed frequency table.
+
+    With ``max_positions`` known, the outputs carry a :class:`RotaryTable` in their
+    ``meta`` so that ``GroupQueryAttention`` can rotate inside its kernel.
+    """
+
+    def __init__(
+        self,
+        inv_freq: np.ndarray,
+        attention_scaling: float = 1.0,
+        max_positions: int | None = None,
+    ) -> None:
         super().__init__()
         self.inv_freq = np.asarray(inv_freq, dtype=np.float32)
         self.attention_scaling = attention_scaling
+        self.max_positions = max_positions
+
+    def table(self) -> RotaryTable | None:
+        """The static table of this schedule, or ``None`` when it depends on the input."""
+        if self.max_positions is None or type(self).inverse_frequencies is not (
+            RotaryEmbedding.inverse_frequencies
+        ):
+            return None
+        return RotaryTable(self.inv_freq, self.attention_scaling, self.max_positions)
 
     def inverse_frequencies(self, op, position_ids: ir.Value) -> ir.Value:
         return op.Constant(value=ir.tensor(self.inv_freq))
@@ -104,6 +142,9 @@ class RotaryEmbedding(nn.Module):
         cos, sin = op.Cos(freqs), op.Sin(freqs)
         if self.attention_scaling != 1.0:
             cos, sin = op.Mul(cos, self.attention_scaling), op.Mul(sin, self.attention_scaling)
+        table = self.table()
+        if table is not None:
+            cos.meta[ROTARY_TABLE], sin.meta[ROTARY_TABLE] = table, table
         return cos, sin
 
 
@@ -155,18 +196,28 @@ def make_rotary_embedding(rope: RopeConfig, head_dim: int, max_positions: int) -
     dim = rotary_dim(rope, head_dim)
     kind = rope.rope_type
     if kind == "default":
-        return RotaryEmbedding(default_inv_freq(rope.theta, dim))
+        return RotaryEmbedding(default_inv_freq(rope.theta, dim), max_positions=max_positions)
     if kind == "linear":
-        return RotaryEmbedding(default_inv_freq(rope.theta, dim) / np.float32(rope.factor))
+        inv_freq = default_inv_freq(rope.theta, dim) / np.float32(rope.factor)
+        return RotaryEmbedding(inv_freq, max_positions=max_positions)
     if kind == "llama3":
-        return RotaryEmbedding(_llama3(rope, dim))
+        return RotaryEmbedding(_llama3(rope, dim), max_positions=max_positions)
     if kind == "yarn":
-        return RotaryEmbedding(*_yarn(rope, dim, max_positions))
+        return RotaryEmbedding(*_yarn(rope, dim, max_positions), max_positions=max_positions)
     if kind == "dynamic":
         return DynamicNTKRotaryEmbedding(rope, dim, max_positions)
     if kind == "longrope":
         return LongRopeRotaryEmbedding(rope, dim, max_positions)
     raise ValueError(f"unsupported rope_type {kind!r}")
+
+
+def cast_like(op, value: ir.Value, like: ir.Value) -> ir.Value:
+    """``value`` in ``like``'s dtype, without a node when it already is (or a static Cast)."""
+    if like.dtype is None:
+        return op.CastLike(value, like)
+    if value.dtype == like.dtype:
+        return value
+    return op.Cast(value, to=like.dtype)
 
 
 def apply_rotary(
@@ -177,7 +228,7 @@ def apply_rotary(
     The default pairs channel ``i`` with ``i + rotary_dim/2`` (rotate-half, Llama);
     ``interleaved`` pairs adjacent channels ``(0, 1), (2, 3)...`` (GPT-J, GLM, Helium).
     """
-    cos, sin = op.CastLike(cos, x), op.CastLike(sin, x)
+    cos, sin = cast_like(op, cos, x), cast_like(op, sin, x)
     return op.RotaryEmbedding(
         x, cos, sin, interleaved=int(interleaved), rotary_embedding_dim=rotary_dim
     )

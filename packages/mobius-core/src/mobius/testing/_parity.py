@@ -121,6 +121,7 @@ class CausalLMParity:
     decode_diffs: list[float] = field(default_factory=list)
     torch_tokens: list[list[int]] = field(default_factory=list)
     onnx_tokens: list[list[int]] = field(default_factory=list)
+    ep: str = "default"
 
     @property
     def max_diff(self) -> float:
@@ -128,10 +129,11 @@ class CausalLMParity:
 
     def assert_close(self, atol: float = PARITY_ATOL) -> None:
         assert self.onnx_tokens == self.torch_tokens, (
-            f"greedy tokens differ: onnx {self.onnx_tokens} torch {self.torch_tokens}"
+            f"--ep {self.ep}: greedy tokens differ: onnx {self.onnx_tokens} "
+            f"torch {self.torch_tokens}"
         )
         assert self.max_diff <= atol, (
-            f"max abs logit diff {self.max_diff:.3g} > {atol:g} "
+            f"--ep {self.ep}: max abs logit diff {self.max_diff:.3g} > {atol:g} "
             f"(prefill {self.prefill_diff:.3g}, decode {[f'{d:.3g}' for d in self.decode_diffs]})"
         )
 
@@ -211,31 +213,37 @@ def check_causal_lm_parity(
     decode_attention_mask: bool = True,
     attn_implementation: str = "eager",
     torch_cache=None,
+    eps: tuple[str, ...] = ("default", "cpu"),
 ) -> list[CausalLMParity]:
     """Build a perturbed tiny model of ``hf_config`` with the CLI and check it against PyTorch.
 
     Each entry of ``batches`` lists prompt lengths: ``(7,)`` is batch 1, ``(7, 4)``
     batch 2 with the second row left-padded. ``attn_implementation`` picks the
     PyTorch reference path (eager unless a model's eager path is known to be wrong).
-    Returns the measurements.
+    The model is built once per execution provider in ``eps`` (``--ep``): the
+    portable graph and the one with ONNX Runtime's fused CPU ops.
+    Returns the measurements, per ep then per batch.
     """
     workdir = Path(workdir)
     torch_model = make_random_model(hf_config, seed, attn_implementation)
     torch_model.save_pretrained(workdir / "hf")
-    build_with_cli(workdir / "hf", workdir / "onnx")
-    onnx.checker.check_model(str(workdir / "onnx" / "model.onnx"), full_check=True)
-    onnx_model = OnnxCausalLM(workdir / "onnx" / "model.onnx")
     results = []
-    for lengths in batches:
-        result = compare_causal_lm(
-            torch_model,
-            onnx_model,
-            list(lengths),
-            decode_steps,
-            seed,
-            decode_attention_mask,
-            torch_cache,
-        )
-        result.assert_close(atol)
-        results.append(result)
+    for ep in eps:
+        out = build_with_cli(workdir / "hf", workdir / f"onnx-{ep}", "--ep", ep)
+        if ep == "default":  # contrib ops are outside the ONNX checker's schemas
+            onnx.checker.check_model(str(out / "model.onnx"), full_check=True)
+        onnx_model = OnnxCausalLM(out / "model.onnx")
+        for lengths in batches:
+            result = compare_causal_lm(
+                torch_model,
+                onnx_model,
+                list(lengths),
+                decode_steps,
+                seed,
+                decode_attention_mask,
+                torch_cache,
+            )
+            result.ep = ep
+            result.assert_close(atol)
+            results.append(result)
     return results

@@ -2,13 +2,14 @@
 
 Every parameter must be filled and every checkpoint tensor used (or explicitly
 ignored); shapes and dtypes are checked before anything is read. Tensors stay
-lazy: each is read, cast and laid out only when it is written to disk.
+lazy: each is read, cast and laid out only when it is written to disk, and freed
+once written, so a build holds about one tensor (and its cast copy) at a time.
 """
 
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy)
@@ -22,7 +23,11 @@ _MAX_LISTED = 12
 
 
 class WeightSource(Protocol):
-    """What a checkpoint tensor offers: shape and dtype without reading, and its data on demand."""
+    """What a checkpoint tensor offers: shape and dtype without reading, and its data on demand.
+
+    A source may also have ``slabs()``, as :class:`CheckpointTensor` does: runs of
+    rows read into a small buffer, which lets a cast or transpose stream.
+    """
 
     shape: tuple[int, ...]
     dtype: ir.DataType
@@ -60,16 +65,106 @@ def _dtype_fits(source: ir.DataType, target: ir.DataType) -> bool:
 def _lazy(param: ir.Value, source: WeightSource) -> ir.LazyTensor:
     target = param.dtype.numpy()
     layout = getattr(param, "from_checkpoint", None)
+    # A parameter whose ``from_checkpoint`` is a plain transpose may name its axes:
+    # the tensor is then read, cast and transposed in one pass (see _streamed_copy).
+    axes = getattr(param, "checkpoint_axes", None)
 
     def load() -> ir.Tensor:
+        # Runs once per tensor, as it is written; nothing here outlives the write.
+        if (
+            hasattr(source, "slabs")
+            and len(source.shape) > 0
+            and (layout is None or axes is not None)
+            and (axes is not None or source.dtype.numpy() != target)
+        ):
+            return ir.Tensor(_streamed_copy(source, axes, target), name=param.name)
+        # Each step rebinds ``array``, so its input (a mapping of the checkpoint, or a
+        # copy) is freed as soon as the step is done.
         array = source.numpy()
+        # ``from_checkpoint`` only moves data (transpose, split), so it commutes with
+        # the cast: run it on the narrower side, so that at most the source plus one
+        # target-sized copy exist at once.
+        widen = target.itemsize > array.dtype.itemsize
+        if layout is not None and widen:
+            array = layout(array)
         if array.dtype != target:
             array = array.astype(target)
-        if layout is not None:
+        if layout is not None and not widen:
             array = layout(array)
         return ir.Tensor(np.ascontiguousarray(array), name=param.name)
 
-    return ir.LazyTensor(load, dtype=param.dtype, shape=ir.Shape(param.shape), name=param.name)
+    rows = None
+    if tuple(axes or ()) == (1, 0) and hasattr(source, "slabs"):
+
+        def rows(max_bytes: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
+            for start, slab in source.slabs(max_bytes):
+                yield start, slab.astype(target, copy=False)
+
+    return StreamedTensor(load, rows, dtype=param.dtype, shape=param.shape, name=param.name)
+
+
+class StreamedTensor(ir.LazyTensor):
+    """A parameter's lazy tensor, read from the checkpoint each time it is used.
+
+    For a 2-D weight stored transposed from its checkpoint (MatMul's ``[K, N]`` from
+    a ``[N, K]`` linear weight), :meth:`transposed_rows` also streams the rows of its
+    transpose straight from the checkpoint, so a consumer that wants ``[N, K]`` rows
+    (int4 quantization) needs neither the whole tensor nor a transposed copy.
+    """
+
+    __slots__ = ("_rows",)
+
+    def __init__(self, load, rows, *, dtype: ir.DataType, shape, name: str) -> None:
+        super().__init__(load, dtype=dtype, shape=ir.Shape(shape), name=name)
+        self._rows = rows
+
+    def transposed_rows(
+        self, max_bytes: int | None = None
+    ) -> Iterator[tuple[int, np.ndarray]] | None:
+        """``(first row, rows)`` runs of this ``[K, N]`` tensor's transpose, or None.
+
+        Each run is a ``[count, K]`` array in this tensor's dtype, valid until the
+        next run is read (copy what you keep); None when the tensor is not a
+        transposed checkpoint weight.
+        """
+        return None if self._rows is None else self._rows(max_bytes)
+
+
+# Rows per step of a transposing copy: enough to amortise the Python loop, few enough
+# that their cache lines stay resident while each output row is filled (a plain
+# ``ascontiguousarray(a.T)`` of a large 2-byte matrix is ~5x slower).
+_TRANSPOSE_ROWS = 32
+
+
+def _streamed_copy(source: Any, axes: tuple[int, ...] | None, target: np.dtype) -> np.ndarray:
+    """``ascontiguousarray(source.numpy().transpose(axes).astype(target))``, in one pass.
+
+    The source is read a slab of rows at a time (``source.slabs()``) into a small
+    buffer and each slab is cast and transposed straight into the output, so only
+    the output and that buffer are ever held, never the whole source as well.
+    """
+    shape = tuple(source.shape)
+    if axes is None:
+        out = np.empty(shape, target)
+        view = out
+    else:
+        out = np.empty([shape[a] for a in axes], target)
+        view = out.transpose(np.argsort(axes))  # ``out``, indexed in checkpoint order
+    for start, rows in source.slabs():
+        _copy_into(view[start : start + len(rows)], rows)
+    return out
+
+
+def _copy_into(dst: np.ndarray, src: np.ndarray) -> None:
+    """``dst[...] = src`` (casting), a few rows at a time where ``dst`` is a transposed view."""
+    if src.ndim > 2 and not dst.flags.c_contiguous:
+        for i in range(src.shape[0]):
+            _copy_into(dst[i], src[i])
+    elif src.ndim == 2 and not dst.flags.c_contiguous:
+        for i in range(0, src.shape[0], _TRANSPOSE_ROWS):
+            dst[i : i + _TRANSPOSE_ROWS] = src[i : i + _TRANSPOSE_ROWS]
+    else:
+        dst[...] = src
 
 
 def apply_weights(

@@ -3,28 +3,31 @@
 The format is parsed by hand: an 8-byte little-endian header length, a JSON
 header mapping each tensor name to ``{dtype, shape, data_offsets}`` (plus an
 optional ``__metadata__`` entry), then the raw little-endian data. Opening a
-checkpoint reads only the headers; tensor data is memory-mapped on first use and
-returned as zero-copy, read-only numpy views.
+checkpoint reads only the headers; tensor data is returned as zero-copy, read-only
+numpy views of memory-mapped files.
+
+Each tensor gets a mapping of its own, which is unmapped as soon as the last array
+viewing it is freed. A build reads every tensor once: with one mapping per file,
+every page it touched would stay resident, and the process's RSS would grow to the
+size of the checkpoint. Per-tensor mappings keep it near the largest tensor.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import mmap
 import os
 import struct
-import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from types import TracebackType
 
 import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 
 from mobius.errors import CheckpointError
+from mobius.weights._closing import Closing
 
 _DTYPES: dict[str, tuple[np.dtype, ir.DataType]] = {
     "BOOL": (np.dtype(np.bool_), ir.DataType.BOOL),
@@ -45,10 +48,12 @@ _DTYPES: dict[str, tuple[np.dtype, ir.DataType]] = {
 }
 
 _METADATA_KEY = "__metadata__"
+# CheckpointTensor.slabs reads this much at a time by default.
+SLAB_BYTES = 16 << 20
 
 
 class _File:
-    """One safetensors file: its parsed header and a lazily created read-only mmap."""
+    """One safetensors file: its parsed header, and read-only mappings of its tensors."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -57,31 +62,36 @@ class _File:
         entries = [(name, entry) for name, entry in header.items() if name != _METADATA_KEY]
         for name, entry in sorted(entries, key=_begin_offset):
             self.tensors[name] = _parse_entry(self, name, entry)
-        self._mmap: mmap.mmap | None = None
         self._closed = False
-        self._lock = threading.Lock()
 
-    def buffer(self) -> mmap.mmap:
-        """Map the file read-only on first use and return the mapping."""
-        with self._lock:
-            if self._closed:
-                raise ValueError(f"checkpoint file {self.path} is closed")
-            if self._mmap is None:
-                with open(self.path, "rb") as f:
-                    if os.fstat(f.fileno()).st_size != self.size:
-                        raise CheckpointError(f"{self.path}: file changed size since it was opened")
-                    self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            return self._mmap
+    def map(self, offset: int, nbytes: int) -> tuple[mmap.mmap, int]:
+        """Map ``nbytes`` at ``offset`` read-only; return the mapping and where they start in it.
+
+        The mapping belongs to the caller: it is unmapped when the last reference
+        to it (or to a numpy view of it) goes.
+        """
+        if self._closed:
+            raise ValueError(f"checkpoint file {self.path} is closed")
+        begin = offset - offset % mmap.ALLOCATIONGRANULARITY  # mmap offsets must be aligned
+        with open(self.path, "rb") as f:
+            if os.fstat(f.fileno()).st_size != self.size:
+                raise CheckpointError(f"{self.path}: file changed size since it was opened")
+            mapping = mmap.mmap(
+                f.fileno(), offset - begin + nbytes, access=mmap.ACCESS_READ, offset=begin
+            )
+        if hasattr(mapping, "madvise") and hasattr(mmap, "MADV_SEQUENTIAL"):
+            # Read once, front to back: ask the kernel for large read-ahead.
+            mapping.madvise(mmap.MADV_SEQUENTIAL)
+        return mapping, offset - begin
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
 
     def close(self) -> None:
-        """Drop the mapping; arrays already handed out keep it alive until freed."""
-        with self._lock:
-            self._closed = True
-            mapping, self._mmap = self._mmap, None
-        if mapping is not None:
-            # If numpy views still reference it, it is unmapped when the last one goes.
-            with contextlib.suppress(BufferError):
-                mapping.close()
+        """Refuse further reads; arrays already handed out keep their own mappings."""
+        self._closed = True
 
 
 class CheckpointTensor:
@@ -121,24 +131,69 @@ class CheckpointTensor:
         return self._file.path
 
     def numpy(self) -> np.ndarray:
-        """Return the data as a read-only numpy array viewing the memory-mapped file."""
+        """Return the data as a read-only numpy array viewing a mapping of the file.
+
+        Each call maps the tensor anew; the mapping (and the memory its pages hold)
+        is released when the returned array and every view of it are freed.
+        """
         if self.nbytes == 0:
             return np.empty(self.shape, dtype=self._np_dtype)
+        mapping, start = self._file.map(self._offset, self.nbytes)
         count = self.nbytes // self._np_dtype.itemsize
-        flat = np.frombuffer(
-            self._file.buffer(), dtype=self._np_dtype, count=count, offset=self._offset
-        )
+        flat = np.frombuffer(mapping, dtype=self._np_dtype, count=count, offset=start)
         return flat.reshape(self.shape)
+
+    def slabs(self, max_bytes: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
+        """Yield ``(first row, rows)``: the data in runs of whole rows along axis 0.
+
+        Each run is read into one buffer of at most ``max_bytes`` (default
+        ``SLAB_BYTES``, but at least one row), which the next run overwrites: copy
+        out what you keep. This lets a caller cast or transpose a tensor into its
+        own output while holding only that output and one buffer, not the tensor's
+        mapped pages as well.
+
+        Raises:
+            CheckpointError: The file changed size since it was opened, or ends early.
+        """
+        path = self._file.path
+        if self._file.closed:
+            raise ValueError(f"checkpoint file {path} is closed")
+        if self.nbytes == 0:
+            return
+        rows = self.shape[0] if self.shape else 1
+        row_shape = self.shape[1:]
+        row_bytes = self.nbytes // rows
+        step = max(1, int(SLAB_BYTES if max_bytes is None else max_bytes) // row_bytes)
+        buffer = np.empty(min(step, rows) * row_bytes, np.uint8)
+        with open(path, "rb", buffering=0) as f:
+            if os.fstat(f.fileno()).st_size != self._file.size:
+                raise CheckpointError(f"{path}: file changed size since it was opened")
+            f.seek(self._offset)
+            for start in range(0, rows, step):
+                count = min(step, rows - start)
+                view = memoryview(buffer)[: count * row_bytes]
+                read = 0
+                while read < len(view):
+                    n = f.readinto(view[read:])
+                    if not n:
+                        raise CheckpointError(
+                            f"{path}: file is truncated: tensor {self.name!r} "
+                            "ends past the end of the file"
+                        )
+                    read += n
+                slab = buffer[: count * row_bytes].view(self._np_dtype)
+                yield start, slab.reshape((count, *row_shape)) if self.shape else slab.reshape(())
 
     def __repr__(self) -> str:
         return f"CheckpointTensor({self.name!r}, shape={self.shape}, dtype={self.dtype.name})"
 
 
-class SafetensorsCheckpoint(Mapping[str, CheckpointTensor]):
+class SafetensorsCheckpoint(Closing, Mapping[str, CheckpointTensor]):
     """The tensors of one safetensors file or a sharded set, by name.
 
     Create it with :meth:`open`. Only headers are read up front; each tensor's
-    data is mapped from disk when :meth:`CheckpointTensor.numpy` is called.
+    data is mapped from disk when :meth:`CheckpointTensor.numpy` is called, and
+    unmapped when that array is freed.
     """
 
     def __init__(self, files: list[_File], tensors: dict[str, CheckpointTensor]) -> None:
@@ -172,20 +227,9 @@ class SafetensorsCheckpoint(Mapping[str, CheckpointTensor]):
         return [f.path for f in self._files]
 
     def close(self) -> None:
-        """Release the memory maps; arrays already returned stay valid."""
+        """Refuse further reads; arrays already returned stay valid."""
         for f in self._files:
             f.close()
-
-    def __enter__(self) -> SafetensorsCheckpoint:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __getitem__(self, name: str) -> CheckpointTensor:
         return self._tensors[name]

@@ -14,7 +14,14 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius._config import ArchitectureConfig
-from mobius.components import Embedding, Linear, TiedLMHead, attention_bias, get_activation
+from mobius.components import (
+    Embedding,
+    Linear,
+    TiedLMHead,
+    attention_bias,
+    get_activation,
+    scaled_dot_product_attention,
+)
 
 
 class Conv1D(nn.Module):
@@ -129,9 +136,11 @@ class SelfAttention(nn.Module):
         q, k, v = self.project_qkv(op, x)
         if position_embeddings is not None:
             q, k = self.rotate(op, q, k, position_embeddings)
-        y, present_key, present_value = op.Attention(
-            q, k, v, bias, past_key, past_value, scale=self.scale, _outputs=3
-        )
+        y, present_key, present_value = scaled_dot_product_attention(
+            op, q, k, v, bias, past_key, past_value,
+            num_heads=self.num_heads, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
+            scale=self.scale,
+        )  # fmt: skip
         # y: [batch, heads, seq, head_dim] -> [batch, seq, heads*head_dim]
         y = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
         return self.project_out(op, y), (present_key, present_value)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from onnxscript import nn
 
-from mobius.components import Attention, GatedMLP, softcap
+from mobius.components import Attention, GatedMLP, scaled_dot_product_attention, softcap
 from mobius_text.models.gemma import GemmaConfig, GemmaForCausalLM, GemmaModel, GemmaRMSNorm
 
 
@@ -45,17 +45,10 @@ class SoftcapAttention(Attention):
     def attend(self, op, q, k, v, bias, past_key, past_value):
         if not self.softcap:
             return super().attend(op, q, k, v, bias, past_key, past_value)
-        return op.Attention(
-            q,
-            k,
-            v,
-            bias,
-            past_key,
-            past_value,
-            scale=self.scale,
+        return scaled_dot_product_attention(
+            op, q, k, v, bias, past_key, past_value, **self.attention_shape(),
             softcap=float(self.softcap),
-            _outputs=3,
-        )
+        )  # fmt: skip
 
 
 class SandwichDecoderLayer(nn.Module):

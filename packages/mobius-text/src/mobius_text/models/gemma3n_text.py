@@ -104,6 +104,9 @@ def rms(op, x, floor: float | None = None):
 class Gemma3nAttention(Attention):
     """Unscaled attention with RMS-normed queries and keys and scale-free normed values."""
 
+    # KV-sharing layers read this cache with queries rotated by HF position.
+    rotary_in_kernel = False
+
     def __init__(self, config: Gemma3nTextConfig) -> None:
         super().__init__(
             config.hidden_size,
@@ -191,7 +194,8 @@ class Gemma3nAltUp(nn.Module):
     def __init__(self, config: Gemma3nTextConfig) -> None:
         super().__init__()
         n, hidden = config.altup_num_inputs, config.hidden_size
-        self.correct_output_scale = nn.Parameter([hidden])
+        # Saved in every checkpoint, read only when ``altup_correct_scale`` (else ignored).
+        self.correct_output_scale = nn.Parameter([hidden]) if config.altup_correct_scale else None
         self.correction_coefs = Linear(n, n)
         self.prediction_coefs = Linear(n, n * n)
         self.modality_router = Linear(hidden, n)
@@ -436,6 +440,8 @@ class Gemma3nForCausalLM(nn.Module):
     def preprocess_weights(self, weights: dict) -> dict:
         if self.config.tie_word_embeddings:
             weights.pop("lm_head.weight", None)
+        if not self.config.altup_correct_scale:
+            weights = {k: v for k, v in weights.items() if not k.endswith("correct_output_scale")}
         return weights
 
 

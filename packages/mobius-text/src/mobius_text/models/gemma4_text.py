@@ -116,6 +116,9 @@ def make_rope(rope: RopeConfig, head_dim: int, max_positions: int):
 class Gemma4Attention(Attention):
     """Unscaled attention, normed q/k, scale-free normed values; ``k_eq_v`` drops ``v_proj``."""
 
+    # KV-sharing layers read this cache with queries rotated by HF position.
+    rotary_in_kernel = False
+
     def __init__(self, config: Gemma4TextConfig, layer_idx: int, rotary: int, k_eq_v: bool):
         super().__init__(
             config.hidden_size,

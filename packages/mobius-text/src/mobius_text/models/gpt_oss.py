@@ -21,7 +21,16 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius.components import Attention, DecoderLayer, Linear, RMSNorm, repeat_kv, rotary_dim
+from mobius.components import (
+    Attention,
+    DecoderLayer,
+    Linear,
+    RMSNorm,
+    fused_ops,
+    repeat_kv,
+    rotary_dim,
+    scaled_dot_product_attention,
+)
 from mobius.components._moe import (
     dispatch_experts,
     flatten_tokens,
@@ -63,6 +72,10 @@ class SinkAttention(Attention):
         self.sinks = nn.Parameter([self.num_heads])
 
     def attend(self, op, q, k, v, bias, past_key, past_value):
+        if fused_ops():  # GroupQueryAttention takes the sinks as its ``head_sink``
+            return scaled_dot_product_attention(
+                op, q, k, v, bias, past_key, past_value, **self.attention_shape(), sinks=self.sinks
+            )
         key = op.Concat(past_key, k, axis=2)  # [batch, kv_heads, total, head_dim]
         value = op.Concat(past_value, v, axis=2)
         heads, kv_heads, dim = self.num_heads, self.num_kv_heads, self.head_dim

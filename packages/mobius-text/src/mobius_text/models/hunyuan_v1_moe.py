@@ -61,9 +61,10 @@ class HunYuanMoEV1Moe(nn.Module):
             [GatedMLP(c.hidden_size, c.intermediate_size, c.hidden_act) for _ in range(num_experts)]
         )
         self.shared_mlp = GatedMLP(c.hidden_size, c.intermediate_size, c.hidden_act)
+        self.hidden_size = c.hidden_size
 
     def forward(self, op, x: ir.Value) -> ir.Value:
-        flat = flatten_tokens(op, x, x.shape[-1])  # [N, hidden]
+        flat = flatten_tokens(op, x, self.hidden_size)  # [N, hidden]
         routed = unflatten_tokens(op, self.experts.dispatch(op, flat, self.gate(op, flat)), x)
         return op.Add(routed, self.shared_mlp(op, x))
 

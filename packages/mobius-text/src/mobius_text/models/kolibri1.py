@@ -74,9 +74,10 @@ class Kolibri1SparseMoeBlock(nn.Module):
         self.shared_experts = GatedMLP(
             c.hidden_size, c.shared_expert_intermediate_size, c.hidden_act
         )
+        self.hidden_size = c.hidden_size
 
     def forward(self, op, x: ir.Value, expert_bias: ir.Value) -> ir.Value:
-        flat = flatten_tokens(op, x, x.shape[-1])  # [N, hidden]
+        flat = flatten_tokens(op, x, self.hidden_size)  # [N, hidden]
         routing = self.gate(op, flat, expert_bias)
         routed = unflatten_tokens(op, self.experts.dispatch(op, flat, routing), x)
         return op.Add(routed, self.shared_experts(op, x))

@@ -24,6 +24,7 @@ from mobius.components import (
     apply_rotary,
     attention_bias,
     make_rotary_embedding,
+    scaled_dot_product_attention,
 )
 from mobius_text.models.llama import LlamaConfig
 from mobius_text.models.mamba import DepthwiseConv1d
@@ -81,7 +82,7 @@ class Lfm2Attention(nn.Module):
         self.out_proj = Linear(heads * d, config.hidden_size)
         self.q_layernorm = RMSNorm(d, config.rms_norm_eps)
         self.k_layernorm = RMSNorm(d, config.rms_norm_eps)
-        self.head_dim = d
+        self.head_dim, self.num_heads, self.num_kv_heads = d, heads, kv_heads
 
     def heads(self, op, x):
         """``[batch, seq, heads*d]`` → ``[batch, heads, seq, d]``."""
@@ -93,9 +94,10 @@ class Lfm2Attention(nn.Module):
         q = apply_rotary(op, self.q_layernorm(op, self.heads(op, self.q_proj(op, x))), cos, sin, d)
         k = apply_rotary(op, self.k_layernorm(op, self.heads(op, self.k_proj(op, x))), cos, sin, d)
         v = self.heads(op, self.v_proj(op, x))
-        y, key, value = op.Attention(
-            q, k, v, bias, past_key, past_value, scale=self.head_dim**-0.5, _outputs=3
-        )
+        y, key, value = scaled_dot_product_attention(
+            op, q, k, v, bias, past_key, past_value, num_heads=self.num_heads,
+            num_kv_heads=self.num_kv_heads, head_dim=self.head_dim, scale=self.head_dim**-0.5,
+        )  # fmt: skip
         y = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), [0, 0, -1])
         return self.out_proj(op, y), (key, value)
 

@@ -95,6 +95,9 @@ class MiMoV2FlashAttention(Attention):
         v = op.Mul(op.Transpose(v, perm=[0, 2, 1, 3]), self.v_scale)  # [batch, kv, seq, v_dim]
         return q, k, v
 
+    def attention_shape(self) -> dict:
+        return {**super().attention_shape(), "value_dim": self.v_dim}
+
     def attend(self, op, q, k, v, bias, past_key, past_value):
         if self.attention_sink_bias is None:
             return super().attend(op, q, k, v, bias, past_key, past_value)

@@ -1,0 +1,368 @@
+"""Decode speed, side by side: mobius vs onnxruntime-genai's builder vs other exporters vs PyTorch.
+
+A 32-token prompt, 128 new tokens, greedy, 2 threads. Each path runs in its own
+child process: one warm-up generation, then three timed ones (medians shown).
+Prefill ms is the first forward (the prompt, giving the first token); tokens/s
+counts the 127 one-token steps after it.
+
+Paths: mobius fp32 and int4, the genai builder's fp32 and int4 (in
+onnxruntime-genai's own generator and in a plain ONNX Runtime KV-cache loop),
+optimum-onnx fp32 and torch.onnx (dynamo) fp32 (plain loop), and PyTorch eager
+fp32, the reference for the greedy-token match lengths. The floor is the weight bytes read per token over
+the read bandwidth of numpy sum/max over a 1 GiB array, on 2 threads.
+
+    uv run python benchmarks/decode_compare.py [--checkpoint smollm2|llama1b] [--tools ...]
+
+Builds are reused from ``build_compare.py`` when present, otherwise made here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+PROMPT = (
+    "The capital of France is Paris. It is known for the Eiffel Tower, the Louvre and "
+    "its cafes. Every year many visitors come to the city to see its museums, to walk "
+    "along the river and to enjoy the food."
+)
+PROMPT_TOKENS = 32
+NEW_TOKENS = 128
+THREADS = 2
+WARMUP_TOKENS = 8
+REPEATS = 3  # timed generations per path; the median counts
+
+
+def timed(generate) -> dict:
+    """Warm up, then REPEATS timed generations; the median prefill and tokens/s."""
+    generate(WARMUP_TOKENS)
+    runs = [generate(NEW_TOKENS) for _ in range(REPEATS)]
+    return {
+        "prefill_ms": float(np.median([r[1] for r in runs])),
+        "tok_s": float(np.median([r[2] for r in runs])),
+        "tokens": runs[0][0],
+    }
+
+
+# (label, tool, precision, runner); runner "ort" is the plain loop, "genai" the
+# onnxruntime-genai generator, "eager" PyTorch.
+PATHS = [
+    ("eager fp32", None, "fp32", "eager"),
+    ("mobius fp32", "mobius", "fp32", "ort"),
+    ("genai fp32 (og)", "genai", "fp32", "genai"),
+    ("genai fp32 (loop)", "genai", "fp32", "ort"),
+    ("optimum fp32 (loop)", "optimum", "fp32", "ort"),
+    ("dynamo fp32 (loop)", "dynamo", "fp32", "ort"),
+    ("mobius int4", "mobius", "int4", "ort"),
+    ("genai int4 (og)", "genai", "int4", "genai"),
+    ("genai int4 (loop)", "genai", "int4", "ort"),
+]
+
+
+# --- children: each prints one JSON line {"prefill_ms", "tok_s", "tokens"} ---------
+
+
+def head_size(model_dir: Path) -> int:
+    """Head size from the build's config files, for graphs that leave the KV cache's last axis symbolic."""
+    genai = model_dir / "genai_config.json"
+    if genai.exists():
+        return json.loads(genai.read_text())["model"]["decoder"]["head_size"]
+    config = json.loads((model_dir / "config.json").read_text())
+    return config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+
+
+def ort_generate(
+    session, model_dir: Path, ids: list[int], new_tokens: int
+) -> tuple[list[int], float, float]:
+    """Greedy decode with a plain ORT KV-cache loop, feeding whichever inputs the graph has."""
+    inputs = {i.name: i for i in session.get_inputs()}
+    names = [o.name for o in session.get_outputs()]
+    kv_dtype = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
+    past = {}
+    for name, i in inputs.items():
+        if name.startswith("past_key_values"):
+            last = i.shape[3] if isinstance(i.shape[3], int) else head_size(model_dir)
+            past[name] = np.zeros((1, i.shape[1], 0, last), kv_dtype[i.type])
+    tokens = np.array([ids], dtype=np.int64)
+    mask = np.ones_like(tokens)
+    positions = np.arange(tokens.shape[1], dtype=np.int64)[None]
+    out, start = [], time.perf_counter()
+    for step in range(new_tokens):
+        if step == 1:
+            prefill = time.perf_counter() - start
+            start = time.perf_counter()
+        feed = {"input_ids": tokens, "attention_mask": mask, "position_ids": positions, **past}
+        result = dict(
+            zip(
+                names,
+                session.run(None, {k: v for k, v in feed.items() if k in inputs}),
+                strict=True,
+            )
+        )
+        token = int(result["logits"][0, -1].argmax())
+        out.append(token)
+        past = {
+            n.replace("present", "past_key_values", 1): v
+            for n, v in result.items()
+            if n.startswith("present")
+        }
+        tokens = np.array([[token]], dtype=np.int64)
+        positions = positions[:, -1:] + 1
+        mask = np.concatenate([mask, np.ones((1, 1), np.int64)], axis=1)
+    return out, prefill * 1e3, (new_tokens - 1) / (time.perf_counter() - start)
+
+
+def child_ort(model_dir: str, ids: list[int]) -> dict:
+    """Plain ORT loop on ``model_dir/model.onnx``."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = THREADS
+    options.inter_op_num_threads = 1
+    session = ort.InferenceSession(
+        str(Path(model_dir) / "model.onnx"), options, providers=["CPUExecutionProvider"]
+    )
+    return timed(lambda n: ort_generate(session, Path(model_dir), ids, n))
+
+
+def child_genai(model_dir: str, ids: list[int]) -> dict:
+    """onnxruntime-genai's own generator (greedy; min_length keeps it from stopping at EOS)."""
+    import onnxruntime_genai as og
+
+    config = og.Config(model_dir)
+    options = {"intra_op_num_threads": THREADS, "inter_op_num_threads": 1}
+    config.overlay(json.dumps({"model": {"decoder": {"session_options": options}}}))
+    model = og.Model(config)
+
+    def generate(new_tokens: int) -> tuple[list[int], float, float]:
+        params = og.GeneratorParams(model)
+        total = len(ids) + new_tokens
+        params.set_search_options(do_sample=False, max_length=total, min_length=total)
+        generator = og.Generator(model, params)
+        start = time.perf_counter()
+        generator.append_tokens(np.array([ids], dtype=np.int32))  # runs the prompt
+        generator.generate_next_token()  # picks the first token from the prompt's logits
+        prefill = time.perf_counter() - start
+        start = time.perf_counter()
+        while not generator.is_done():
+            generator.generate_next_token()
+        seconds = time.perf_counter() - start
+        sequence = [int(t) for t in generator.get_sequence(0)][len(ids) :]
+        return sequence, prefill * 1e3, (len(sequence) - 1) / seconds
+
+    return timed(generate)
+
+
+def child_eager(checkpoint_dir: str, ids: list[int]) -> dict:
+    """PyTorch eager fp32 with the transformers KV cache."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(THREADS)
+    model = AutoModelForCausalLM.from_pretrained(checkpoint_dir, dtype=torch.float32).eval()
+
+    @torch.inference_mode()
+    def generate(new_tokens: int) -> tuple[list[int], float, float]:
+        tokens, past, out = torch.tensor([ids]), None, []
+        start = time.perf_counter()
+        for step in range(new_tokens):
+            if step == 1:
+                prefill = time.perf_counter() - start
+                start = time.perf_counter()
+            result = model(input_ids=tokens, past_key_values=past, use_cache=True)
+            past, token = result.past_key_values, int(result.logits[0, -1].argmax())
+            out.append(token)
+            tokens = torch.tensor([[token]])
+        return out, prefill * 1e3, (new_tokens - 1) / (time.perf_counter() - start)
+
+    return timed(generate)
+
+
+CHILDREN = {"ort": child_ort, "genai": child_genai, "eager": child_eager}
+
+
+# --- parent ---------------------------------------------------------------------
+
+
+def weight_bytes_per_token(model_dir: Path) -> int:
+    """Bytes of initializers one decode step reads: all of them except tables read only by Gather."""
+    import onnx
+
+    model = onnx.load(str(model_dir / "model.onnx"), load_external_data=False)
+    users: dict[str, set[str]] = {}
+    for node in model.graph.node:
+        for position, name in enumerate(node.input):
+            users.setdefault(name, set()).add(node.op_type if position == 0 else "other")
+    total = 0
+    for tensor in model.graph.initializer:
+        if users.get(tensor.name) == {"Gather"}:
+            continue  # an embedding lookup reads one row per token
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+        total += int(np.prod(tensor.dims, dtype=np.int64)) * itemsize
+    return total
+
+
+def read_bandwidth(threads: int) -> float:
+    """Bytes per second that ``threads`` threads read from a 1 GiB float32 array (best of 5).
+
+    Each thread reduces its own slice (numpy releases the GIL inside reductions);
+    the faster of sum and max counts, as either alone can be compute-bound.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    array = np.ones(1 << 28, np.float32)
+    slices = np.array_split(array, threads)
+    best = float("inf")
+    with ThreadPoolExecutor(threads) as pool:
+        for reduce in (np.sum, np.max) * 5:
+            start = time.perf_counter()
+            list(pool.map(reduce, slices))
+            best = min(best, time.perf_counter() - start)
+    return array.nbytes / best
+
+
+def match_length(tokens: list[int], reference: list[int]) -> int:
+    """How many leading tokens agree."""
+    n = 0
+    for a, b in zip(tokens, reference, strict=False):
+        if a != b:
+            break
+        n += 1
+    return n
+
+
+def run_child(python: Path, runner: str, target: Path, ids: list[int]) -> dict:
+    """Run one path in its own process; returns its JSON or {"error": ...}."""
+    import _peers
+
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    command = [str(python), __file__, "--child", runner, str(target), json.dumps(ids)]
+    run = subprocess.run(command, capture_output=True, text=True, env=env, timeout=3600)
+    if run.returncode:
+        return {"error": _peers.short_error(run.stderr)}
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    """Build what is missing, run every path, print the table, ratios and floor."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoint", choices=("smollm2", "llama1b"), default="smollm2")
+    tools = ("mobius", "genai", "optimum", "dynamo")
+    parser.add_argument(
+        "--tools", nargs="+", choices=tools, default=list(tools), help="eager always runs"
+    )
+    parser.add_argument(
+        "--child", nargs=3, metavar=("RUNNER", "PATH", "IDS"), help=argparse.SUPPRESS
+    )
+    args = parser.parse_args()
+    if args.child:
+        runner, target, ids = args.child
+        print(json.dumps(CHILDREN[runner](target, json.loads(ids))))
+        return
+
+    import _peers
+    from transformers import AutoTokenizer
+
+    source = _peers.checkpoint(args.checkpoint)
+    ids = AutoTokenizer.from_pretrained(source)(PROMPT)["input_ids"][:PROMPT_TOKENS]
+    assert len(ids) == PROMPT_TOKENS, len(ids)
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    print(
+        f"# decode_compare, {now}, {args.checkpoint}, {PROMPT_TOKENS}-token prompt, {NEW_TOKENS} new tokens,"
+    )
+    print(
+        f"# greedy, {THREADS} threads, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}"
+    )
+    print(f"mobius flags: fp32 {_peers.mobius_flags('fp32')}, int4 {_peers.mobius_flags('int4')}")
+
+    builds, results = {}, {}
+    paths = [path for path in PATHS if path[1] in (None, *args.tools)]
+    for label, tool, precision, runner in paths:
+        if tool is None:
+            python, target = Path(sys.executable), source
+        else:
+            key = (tool, precision)
+            if key not in builds:
+                builds[key] = _peers.build(tool, precision, args.checkpoint, reuse=True)
+            if builds[key].error:
+                results[label] = {"error": "build " + builds[key].error}
+                continue
+            target = builds[key].out
+            try:
+                python = _peers.peer_python("genai") if runner == "genai" else Path(sys.executable)
+            except _peers.PeerUnavailable as error:
+                results[label] = {"error": str(error)}
+                continue
+        results[label] = run_child(python, runner, target, ids)
+        if tool:
+            results[label]["weights"] = weight_bytes_per_token(target)
+
+    one_thread, bandwidth = read_bandwidth(1), read_bandwidth(THREADS)
+    print(f"load average after: {os.getloadavg()[0]:.2f} (other jobs skew the figures)")
+    reference = results["eager fp32"].get("tokens", [])
+    own_fp32 = {
+        "mobius int4": "mobius fp32",
+        "genai int4 (og)": "genai fp32 (og)",
+        "genai int4 (loop)": "genai fp32 (loop)",
+    }
+    header = (
+        "path",
+        "prefill ms",
+        "tok/s",
+        "match eager",
+        "match fp32",
+        "weights GB/tok",
+        "floor tok/s",
+    )
+    print("| " + " | ".join(header) + " |")
+    print("|" + "|".join("-" * (len(h) + 2) for h in header) + "|")
+    for label, _, _, _ in paths:
+        r = results[label]
+        if "error" in r:
+            print(f"| {label} | failed: {r['error']} |")
+            continue
+        fp32 = results.get(own_fp32.get(label, ""), {}).get("tokens")
+        weights = r.get("weights") or results.get("mobius fp32", {}).get("weights")
+        cells = [
+            label,
+            f"{r['prefill_ms']:.1f}",
+            f"{r['tok_s']:.1f}",
+            f"{match_length(r['tokens'], reference)}/{NEW_TOKENS}" if reference else "-",
+            f"{match_length(r['tokens'], fp32)}/{NEW_TOKENS}" if fp32 else "-",
+            f"{weights / 1e9:.3f}" if weights else "-",
+            f"{bandwidth / weights:.0f}" if weights else "-",
+        ]
+        print("| " + " | ".join(cells) + " |")
+    print(
+        f"read bandwidth (numpy sum/max over 1 GiB): {bandwidth / 1e9:.1f} GB/s on {THREADS} threads "
+        f"(the floor's), {one_thread / 1e9:.1f} GB/s on one"
+    )
+    print("(eager's floor uses mobius fp32's weight bytes)")
+
+    def ratio(a: str, b: str, at_least: float = 1.0) -> None:
+        if a not in results or b not in results:
+            return  # a path left out with --tools
+        ra, rb = results[a].get("tok_s"), results[b].get("tok_s")
+        if ra and rb:
+            print(f"{a} / {b}: {ra / rb:.2f}x (target >= {at_least:g}x: {ra / rb >= at_least})")
+        else:
+            print(f"{a} / {b}: n/a")
+
+    for precision in ("fp32", "int4"):
+        ratio(f"mobius {precision}", f"genai {precision} (og)")
+        ratio(f"mobius {precision}", f"genai {precision} (loop)")
+    ratio("mobius fp32", "optimum fp32 (loop)")
+    ratio("mobius fp32", "dynamo fp32 (loop)")
+    ratio("mobius fp32", "eager fp32", at_least=3.0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+"""ONNX Runtime GenAI packages: the ``genai_config.json`` that lets its generator run a build.
+
+onnxruntime-genai reads one JSON file next to the graph: which model class to use
+(``model.type``), the graph's input and output names (name templates for the
+per-layer cache), the cache's shape (heads, head size, layers), the special token
+ids and the search defaults. Mobius's causal-LM graphs follow the names it expects
+(see :mod:`mobius.tasks._causal_lm`), so the file is written from the built graph
+itself plus the source's ``generation_config.json``.
+
+Only attention-only causal LMs qualify: every layer caches ``key`` and ``value``
+with the same heads and head size, which is the one cache layout the generator
+sizes from ``head_size`` and ``num_key_value_heads``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import onnx_ir as ir
+
+from mobius.errors import MobiusError
+
+FILENAME = "genai_config.json"
+
+# The decoder-only model types onnxruntime-genai 0.18 accepts (its own list). Any other
+# mobius causal LM runs as "llama": for a graph that takes input_ids, attention_mask and
+# position_ids and returns logits and the cache, the type only selects that generic class.
+GENAI_DECODER_TYPES = frozenset(
+    """chatglm ernie4_5 gemma gemma2 gemma3_text gemma4_text gpt2 gptoss granite
+    granitemoehybrid hunyuandensev1 internlm2 lfm2 lfm2_moe llama mistral nemotron olmo
+    phi phimoe phi3 phi3small qwen2 qwen3 smollm3""".split()
+)
+FALLBACK_TYPE = "llama"
+
+# generation_config.json keys copied into "search", with the generator's defaults.
+SEARCH_DEFAULTS = {
+    "diversity_penalty": 0.0,
+    "do_sample": False,
+    "length_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "num_beams": 1,
+    "num_return_sequences": 1,
+    "repetition_penalty": 1.0,
+    "temperature": 1.0,
+    "top_k": 50,
+    "top_p": 1.0,
+}
+
+_CACHE_INPUT = re.compile(r"past_key_values\.(\d+)\.(\w+)")
+
+
+class GenAIUnsupportedError(MobiusError):
+    """The package cannot be described to onnxruntime-genai (not an attention-only causal LM)."""
+
+
+def _read_json(directory: Path | None, name: str) -> dict:
+    if directory is None or not (directory / name).is_file():
+        return {}
+    try:
+        data = json.loads((directory / name).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _cache_geometry(model: ir.Model) -> tuple[int, int, int]:
+    """(layers, kv_heads, head_size) of a graph whose every layer caches key and value alike."""
+    layers: dict[int, dict[str, tuple]] = {}
+    for value in model.graph.inputs:
+        match = _CACHE_INPUT.fullmatch(value.name or "")
+        if match:
+            shape = tuple(value.shape) if value.shape is not None else ()
+            layers.setdefault(int(match[1]), {})[match[2]] = shape
+    if not layers:
+        raise GenAIUnsupportedError("the graph has no key/value cache inputs")
+    if sorted(layers) != list(range(len(layers))):
+        raise GenAIUnsupportedError(f"cache layers are not numbered 0..n-1: {sorted(layers)}")
+    shapes = set()
+    for index, kinds in sorted(layers.items()):
+        if set(kinds) != {"key", "value"}:
+            raise GenAIUnsupportedError(
+                f"layer {index} caches {sorted(kinds)}; onnxruntime-genai packages need "
+                "a key/value cache on every layer (attention-only models)"
+            )
+        for shape in kinds.values():
+            dims = [getattr(d, "value", d) for d in shape]
+            if len(dims) != 4 or not isinstance(dims[1], int) or not isinstance(dims[3], int):
+                raise GenAIUnsupportedError(f"layer {index} has a cache of shape {shape}")
+            shapes.add((dims[1], dims[3]))
+    if len(shapes) != 1:
+        raise GenAIUnsupportedError(
+            f"cache shapes differ across layers ((kv_heads, head_size): {sorted(shapes)}); "
+            "onnxruntime-genai needs one head size and one number of kv heads"
+        )
+    kv_heads, head_size = shapes.pop()
+    return len(layers), kv_heads, head_size
+
+
+def _uses_group_query_attention(model: ir.Model) -> bool:
+    return any(
+        node.op_type == "GroupQueryAttention" and node.domain == "com.microsoft"
+        for node in ir.traversal.RecursiveGraphIterator(model.graph)
+    )
+
+
+def _token_ids(config: Any, generation: dict, source: dict) -> dict[str, Any]:
+    """bos/eos/pad: generation_config.json first (chat models list their turn end there)."""
+
+    def pick(name: str):
+        for where in (generation, source):
+            if where.get(name) is not None:
+                return where[name]
+        return getattr(config, name, None)
+
+    bos, eos, pad = pick("bos_token_id"), pick("eos_token_id"), pick("pad_token_id")
+    if eos is None:
+        raise GenAIUnsupportedError(
+            "no eos_token_id in generation_config.json, config.json or the model config"
+        )
+    if pad is None:  # the generator needs one to pad finished rows; eos is what HF falls back to
+        pad = eos[0] if isinstance(eos, list) else eos
+    return {
+        "bos_token_id": 1 if bos is None else bos,
+        "eos_token_id": eos,
+        "pad_token_id": pad,
+    }
+
+
+def genai_config(package, *, ep: str = "cpu") -> dict:
+    """The ``genai_config.json`` content for a built causal-LM ``package``.
+
+    Read from the package's graph (input and output names, cache geometry, whether
+    attention is ``GroupQueryAttention``), its mobius config (sizes, context
+    length, model type) and the source's ``generation_config.json`` /
+    ``config.json`` (token ids, search defaults). ``ep`` picks the generator's
+    execution provider (``"cuda"`` asks for CUDA, anything else runs on CPU).
+
+    Raises :class:`GenAIUnsupportedError` for a package onnxruntime-genai cannot run:
+    not a causal LM, or a layer without a key/value cache (state-space layers).
+    """
+    if package.task != "causal-lm" or set(package.models) != {"model"}:
+        raise GenAIUnsupportedError(
+            f"--runtime ort-genai supports causal LMs only (this build is a {package.task!r} "
+            f"package with graphs {sorted(package.models)})"
+        )
+    model = package.models["model"]
+    config = package.config
+    layers, kv_heads, head_size = _cache_geometry(model)
+    inputs = {value.name for value in model.graph.inputs}
+    outputs = {value.name for value in model.graph.outputs}
+    for needed in ("input_ids", "attention_mask"):
+        if needed not in inputs:
+            raise GenAIUnsupportedError(f"the graph has no {needed!r} input")
+    if "logits" not in outputs:
+        raise GenAIUnsupportedError("the graph has no 'logits' output")
+
+    source = _read_json(package.source_dir, "config.json")
+    generation = _read_json(package.source_dir, "generation_config.json")
+    model_type = getattr(config, "model_type", None) or source.get("model_type", "")
+    context_length = getattr(config, "max_position_embeddings", None) or 2048
+
+    graph_inputs = {"input_ids": "input_ids", "attention_mask": "attention_mask"}
+    if "position_ids" in inputs:
+        graph_inputs["position_ids"] = "position_ids"
+    graph_inputs["past_key_names"] = "past_key_values.%d.key"
+    graph_inputs["past_value_names"] = "past_key_values.%d.value"
+
+    search = {key: generation.get(key, default) for key, default in SEARCH_DEFAULTS.items()}
+    if search["top_k"] is None:
+        search["top_k"] = SEARCH_DEFAULTS["top_k"]
+    search.update(
+        early_stopping=True,
+        max_length=context_length,
+        min_length=0,
+        # GroupQueryAttention writes the new keys and values into the cache in place
+        # (its slot counts come from attention_mask), so the generator can hand it one
+        # max_length buffer as both past and present. The standard Attention op
+        # returns a concatenated present, so the buffers must stay separate.
+        past_present_share_buffer=_uses_group_query_attention(model),
+    )
+    providers = [{"cuda": {}}] if ep == "cuda" else []
+    return {
+        "model": {
+            **_token_ids(config, generation, source),
+            "context_length": context_length,
+            "decoder": {
+                "session_options": {"log_id": "onnxruntime-genai", "provider_options": providers},
+                "filename": "model.onnx",
+                "head_size": head_size,
+                "hidden_size": getattr(config, "hidden_size", None) or source.get("hidden_size"),
+                "inputs": graph_inputs,
+                "outputs": {
+                    "logits": "logits",
+                    "present_key_names": "present.%d.key",
+                    "present_value_names": "present.%d.value",
+                },
+                "num_attention_heads": getattr(config, "num_attention_heads", None) or kv_heads,
+                "num_hidden_layers": layers,
+                "num_key_value_heads": kv_heads,
+            },
+            "type": model_type if model_type in GENAI_DECODER_TYPES else FALLBACK_TYPE,
+            "vocab_size": getattr(config, "vocab_size", None) or source.get("vocab_size"),
+        },
+        "search": dict(sorted(search.items())),
+    }
+
+
+def write_genai_config(config: dict, directory: str | os.PathLike) -> Path:
+    """Write ``config`` (from :func:`genai_config`) as ``directory/genai_config.json``."""
+    path = Path(directory) / FILENAME
+    path.write_text(json.dumps(config, indent=4) + "\n")
+    return path

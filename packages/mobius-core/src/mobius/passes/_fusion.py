@@ -1,0 +1,254 @@
+"""Rewrites of a built graph into ONNX Runtime's fused contrib ops (``--ep cpu|cuda``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+from onnx_ir.passes.common import RemoveUnusedNodesPass
+
+from mobius.components._runtime import MS_DOMAIN
+
+# ``Value.meta`` key of an initializer that concatenates others lazily (packed
+# q/k/v): ``(values, axis)``, so the int4 pass can stack the parts' GGUF blocks.
+CONCAT_OF = "mobius.concat_of"
+
+# Normalisation op → (fused op with the residual add, inputs taken from the norm after x).
+_SKIP_NORMS = {
+    "RMSNormalization": ("SkipSimplifiedLayerNormalization", 1),
+    "LayerNormalization": ("SkipLayerNormalization", 2),
+}
+
+
+def _computed(value: ir.Value | None) -> bool:
+    """A value made by a node at run time (not a constant, an initializer or a graph input)."""
+    if value is None or value.is_initializer():
+        return False
+    producer = value.producer()
+    return producer is not None and producer.op_type != "Constant"
+
+
+def _reads(value: ir.Value | None, source: ir.Value) -> bool:
+    """Whether ``value`` is made by a node that takes ``source`` as an input."""
+    producer = value.producer() if value is not None else None
+    return producer is not None and source in producer.inputs
+
+
+def _last_axis(norm: ir.Node) -> bool:
+    axis = norm.attributes.get_int("axis", -1)
+    rank = None if norm.inputs[0].shape is None else len(norm.inputs[0].shape)
+    return axis == -1 or (rank is not None and axis == rank - 1)
+
+
+def fuse_skip_norms(model: ir.Model) -> int:
+    """Fold ``norm(a + b)`` into ``Skip(Simplified)LayerNormalization(a, b)``.
+
+    The residual sum stays available: the fused op's fourth output replaces the
+    ``Add`` for its other consumers. Only last-axis norms of two computed
+    tensors are fused (the op wants hidden states, not a broadcast constant).
+    Returns how many norms were fused.
+    """
+    graph = model.graph
+    count = 0
+    for norm in list(graph):
+        if norm.domain != "" or norm.op_type not in _SKIP_NORMS or not _last_axis(norm):
+            continue
+        add = norm.inputs[0].producer()
+        if add is None or add.op_type != "Add" or add.domain != "" or len(add.inputs) != 2:
+            continue
+        a, b = add.inputs
+        if not (_computed(a) and _computed(b)) or add.outputs[0].is_graph_output():
+            continue
+        fused_type, params = _SKIP_NORMS[norm.op_type]
+        if any(_reads(value, add.outputs[0]) for value in norm.inputs[1 : 1 + params]):
+            continue  # a weight computed from the sum itself (CastLike(ones, x)): no fusion
+        fused = ir.node(
+            fused_type,
+            inputs=[a, b, *norm.inputs[1 : 1 + params]],
+            attributes={"epsilon": norm.attributes.get_float("epsilon", 1e-5)},
+            domain=MS_DOMAIN,
+            num_outputs=4,
+            name=f"{norm.name or 'norm'}_skip",
+        )
+        graph.insert_before(add, fused)
+        ir.convenience.replace_all_uses_with(norm.outputs[0], fused.outputs[0])
+        ir.convenience.replace_all_uses_with(add.outputs[0], fused.outputs[3])
+        fused.outputs[0].type, fused.outputs[3].type = norm.outputs[0].type, add.outputs[0].type
+        graph.remove([norm, add], safe=True)
+        count += 1
+    if count:
+        graph.opset_imports[MS_DOMAIN] = 1
+        graph.sort()
+    return count
+
+
+def _keeps_tokens(node: ir.Node) -> bool:
+    """A Reshape that keeps batch and sequence (``[0, 0, ...]``): a head split or merge."""
+    shape = node.inputs[1].const_value if len(node.inputs) > 1 and node.inputs[1] else None
+    if shape is None:
+        producer = node.inputs[1].producer() if node.inputs[1] is not None else None
+        attr = producer.attributes.get("value") if producer is not None else None
+        shape = attr.value if attr is not None and producer.op_type == "Constant" else None
+    return shape is not None and list(shape.numpy()[:2]) == [0, 0]
+
+
+def _projection(value: ir.Value):
+    """``(x, weight, bias)`` when ``value`` is ``x @ weight (+ bias)`` seen through head reshapes."""
+    node = value.producer()
+    while node is not None and node.op_type == "Reshape" and _keeps_tokens(node):
+        node = node.inputs[0].producer()
+    bias = None
+    if node is not None and node.op_type == "Add" and node.inputs[1].is_initializer():
+        bias, node = node.inputs[1], node.inputs[0].producer()
+    if node is None or node.op_type != "MatMul" or node.domain != "":
+        return None
+    weight = node.inputs[1]
+    if not weight.is_initializer() or weight.const_value is None or len(weight.uses()) != 1:
+        return None
+    return node.inputs[0], weight, bias
+
+
+def _concat_initializer(graph: ir.Graph, values: list[ir.Value], axis: int) -> ir.Value:
+    """An initializer that concatenates ``values`` lazily, when the model is written."""
+    shapes = [list(v.shape) for v in values]
+    shape = list(shapes[0])
+    shape[axis] = sum(s[axis] for s in shapes)
+    name = values[0].name.replace("q_proj", "qkv_proj") + ".packed"
+
+    def load() -> ir.Tensor:
+        arrays = [v.const_value.numpy() for v in values]
+        return ir.tensor(np.concatenate(arrays, axis=axis), name=name)
+
+    tensor = ir.LazyTensor(load, values[0].dtype, ir.Shape(shape), name=name)
+    value = ir.Value(name=name, type=values[0].type, shape=ir.Shape(shape), const_value=tensor)
+    # The int4 pass reads the parts to pack each one's own blocks (GGUF passthrough).
+    value.meta[CONCAT_OF] = (values, axis)
+    graph.register_initializer(value)
+    return value
+
+
+def pack_qkv(model: ir.Model) -> int:
+    """Feed each ``GroupQueryAttention`` one packed ``x @ [Wq | Wk | Wv]`` instead of three MatMuls.
+
+    Applies when query, key and value are plain projections of the same input
+    (no per-head norm or rotation outside the kernel); must run after the
+    weights are applied. Returns how many attention nodes were packed.
+    """
+    graph = model.graph
+    count = 0
+    for node in list(graph):
+        if node.op_type != "GroupQueryAttention" or len(node.inputs) < 3 or node.inputs[1] is None:
+            continue
+        projections = [_projection(v) for v in node.inputs[:3]]
+        if any(p is None for p in projections) or len({id(p[0]) for p in projections}) != 1:
+            continue
+        biases = [p[2] for p in projections]
+        if any(b is None for b in biases) != all(b is None for b in biases):
+            continue
+        x = projections[0][0]
+        weight = _concat_initializer(graph, [p[1] for p in projections], axis=1)
+        matmul = ir.node("MatMul", [x, weight], name=f"{node.name}_packed_qkv")
+        new_nodes, packed = [matmul], matmul.outputs[0]
+        if biases[0] is not None:
+            add = ir.node("Add", [packed, _concat_initializer(graph, biases, axis=0)])
+            new_nodes.append(add)
+            packed = add.outputs[0]
+        graph.insert_before(node, new_nodes)
+        node.replace_input_with(0, packed)
+        node.replace_input_with(1, None)
+        node.replace_input_with(2, None)
+        count += 1
+    if count:
+        RemoveUnusedNodesPass()(model)
+    return count
+
+
+def _constant_ints(value: ir.Value | None) -> list[int] | None:
+    """The integers of a constant or initializer value (a Reshape's shape), else None."""
+    if value is None:
+        return None
+    tensor = value.const_value
+    producer = value.producer()
+    if tensor is None and producer is not None and producer.op_type == "Constant":
+        attr = producer.attributes.get("value")
+        tensor = attr.value if attr is not None else None
+        if tensor is None and "value_ints" in producer.attributes:
+            return list(producer.attributes.get_ints("value_ints"))
+    return None if tensor is None else [int(v) for v in tensor.numpy().reshape(-1)]
+
+
+def _only_producer(value: ir.Value, op_type: str) -> ir.Node | None:
+    node = value.producer()
+    ok = node is not None and node.op_type == op_type and node.domain == ""
+    return node if ok and len(value.uses()) == 1 else None
+
+
+def _is_rank3_identity(reshape: ir.Node) -> bool:
+    """``Reshape(x, [0, 0, -1])`` of an attention kernel's ``[batch, seq, hidden]`` output."""
+    producer = reshape.inputs[0].producer()
+    rank3 = producer is not None and (producer.op_type, producer.domain) == (
+        "GroupQueryAttention",
+        MS_DOMAIN,
+    )
+    out = reshape.outputs[0]
+    return rank3 and _constant_ints(reshape.inputs[1]) == [0, 0, -1] and not out.is_graph_output()
+
+
+def simplify_layout_ops(model: ir.Model) -> int:
+    """Drop inverse Transpose pairs and fold Reshape chains left by head splits and merges.
+
+    ``Transpose(Transpose(x, p), q)`` with ``q`` undoing ``p`` is ``x``;
+    ``Reshape(Reshape(x, a), b)`` is one Reshape of ``x`` when every ``0`` (copy a
+    dimension) in ``b`` points at a dimension ``a`` copied or fixed. Returns the
+    number of nodes bypassed.
+    """
+    graph = model.graph
+    count = 0
+    for node in list(graph):
+        if node.domain != "" or node.op_type not in ("Transpose", "Reshape"):
+            continue
+        if node.op_type == "Reshape" and _is_rank3_identity(node):
+            ir.convenience.replace_all_uses_with(node.outputs[0], node.inputs[0])
+            count += 1
+            continue
+        inner = _only_producer(node.inputs[0], node.op_type)
+        if inner is None:
+            continue
+        if node.op_type == "Transpose":
+            outer_perm = node.attributes.get_ints("perm", None)
+            inner_perm = inner.attributes.get_ints("perm", None)
+            if outer_perm is None or inner_perm is None:
+                continue
+            if [inner_perm[i] for i in outer_perm] != list(range(len(outer_perm))):
+                continue
+            ir.convenience.replace_all_uses_with(node.outputs[0], inner.inputs[0])
+        else:
+            first, second = _constant_ints(inner.inputs[1]), _constant_ints(node.inputs[1])
+            if first is None or second is None or inner.attributes.get_int("allowzero", 0):
+                continue
+            merged = []
+            for i, dim in enumerate(second):
+                if dim == 0:  # copies the inner result's dimension i
+                    if i >= len(first) or first[i] == -1:
+                        merged = None
+                        break
+                    dim = first[i]
+                merged.append(dim)
+            if merged is None:
+                continue
+            shape = ir.Value(name=f"{node.name}_shape", const_value=ir.tensor(merged))
+            shape.type, shape.shape = ir.TensorType(ir.DataType.INT64), ir.Shape([len(merged)])
+            graph.register_initializer(shape)
+            node.replace_input_with(0, inner.inputs[0])
+            node.replace_input_with(1, shape)
+        count += 1
+    if count:
+        RemoveUnusedNodesPass()(model)
+    return count
+
+
+def fuse_for_runtime(model: ir.Model) -> None:
+    """The passes of an ``--ep cpu|cuda`` build, after the graph is made."""
+    fuse_skip_norms(model)
+    RemoveUnusedNodesPass()(model)
+    while simplify_layout_ops(model):  # each round exposes the next pair (T·T, then R·R)
+        pass

@@ -1,0 +1,285 @@
+"""A safe, lazy reader of GGUF files (versions 2 and 3), with no dependency on ``gguf`` or torch.
+
+Layout (little-endian): ``b"GGUF"``, u32 version, u64 tensor count, u64 metadata
+count; metadata entries (string key, u32 value type, value); tensor infos (string
+name, u32 n_dims, u64 dims innermost first, u32 GGML type, u64 offset); then the
+data section, aligned to ``general.alignment`` (32 by default). Strings are a u64
+length and UTF-8 bytes.
+
+Every count, length, offset and type is checked against the file before it is
+used, so a truncated or corrupt file raises :class:`~mobius.errors.CheckpointError`
+with one line naming the file and the fault. Tensor data is memory-mapped and
+decoded one tensor at a time, on demand.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import mmap
+import os
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mobius.errors import CheckpointError
+from mobius.weights._closing import Closing
+from mobius.weights._gguf_quant import GGML_TYPES, RepackedWeight, can_dequantize, dequantize
+
+_MAGIC = b"GGUF"
+_MAX_KEY = 1 << 16  # bytes of a metadata key
+_MAX_STRING = 1 << 26  # bytes of one string value (chat templates are a few KB)
+_MAX_NAME = 1 << 10  # bytes of a tensor name (llama.cpp allows 63)
+_MAX_DIMS = 4  # GGML_MAX_DIMS
+_MAX_ALIGNMENT = 1 << 16
+_MAX_NESTING = 2  # arrays of arrays
+_MAX_ITEMS = 1 << 24  # elements of one array (vocabularies are under a million)
+_MAX_ENTRIES = 1 << 20  # metadata entries, and tensors
+
+# GGUF value type -> (struct format, size); 8 = string and 9 = array are handled apart.
+_SCALARS = {
+    0: ("<B", 1),
+    1: ("<b", 1),
+    2: ("<H", 2),
+    3: ("<h", 2),
+    4: ("<I", 4),
+    5: ("<i", 4),
+    6: ("<f", 4),
+    7: ("<?", 1),
+    10: ("<Q", 8),
+    11: ("<q", 8),
+    12: ("<d", 8),
+}
+_NUMPY = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "<u1"}
+_NUMPY.update({10: "<u8", 11: "<i8", 12: "<f8"})
+
+
+class _Cursor:
+    """Bounds-checked little-endian reads from a buffer; every failure names the file."""
+
+    def __init__(self, buf, path: Path) -> None:
+        self.buf, self.path, self.pos, self.size = buf, path, 0, len(buf)
+
+    def fail(self, message: str) -> CheckpointError:
+        return CheckpointError(f"{self.path}: {message}")
+
+    def take(self, n: int, what: str) -> int:
+        """Reserve ``n`` bytes for ``what`` and return where they start."""
+        if n > self.size - self.pos:
+            raise self.fail(
+                f"file is truncated: {what} needs {n} bytes at byte {self.pos} "
+                f"but the file has {self.size}"
+            )
+        start, self.pos = self.pos, self.pos + n
+        return start
+
+    def scalar(self, vtype: int, what: str):
+        fmt, size = _SCALARS[vtype]
+        return struct.unpack_from(fmt, self.buf, self.take(size, what))[0]
+
+    def count(self, what: str, min_item_bytes: int, limit: int = _MAX_ITEMS) -> int:
+        """A u64 element count, refused above ``limit`` or when its items cannot fit the file."""
+        n = self.scalar(10, what)
+        if n > limit:
+            raise self.fail(f"{what} is {n}, more than mobius reads (at most {limit})")
+        if n * min_item_bytes > self.size - self.pos:
+            raise self.fail(f"{what} is {n}, more than the file can hold")
+        return n
+
+    def string(self, what: str, limit: int = _MAX_STRING) -> str:
+        n = self.scalar(10, f"length of {what}")
+        if n > limit:
+            raise self.fail(f"{what} is {n} bytes long (at most {limit})")
+        start = self.take(n, what)
+        try:
+            return bytes(self.buf[start : start + n]).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise self.fail(f"{what} is not valid UTF-8 ({e.reason})") from e
+
+    def value(self, vtype: int, what: str, depth: int = 0) -> Any:
+        if vtype in _SCALARS:
+            return self.scalar(vtype, what)
+        if vtype == 8:
+            return self.string(what)
+        if vtype != 9:
+            raise self.fail(f"{what} has unknown value type {vtype}")
+        if depth >= _MAX_NESTING:
+            raise self.fail(f"{what} nests arrays more than {_MAX_NESTING} deep")
+        etype = self.scalar(4, f"element type of {what}")
+        if etype in _SCALARS:
+            n = self.count(f"element count of {what}", _SCALARS[etype][1])
+            start = self.take(n * _SCALARS[etype][1], what)
+            items = np.frombuffer(self.buf, _NUMPY[etype], n, start).tolist()
+            return [bool(v) for v in items] if etype == 7 else items
+        if etype not in (8, 9):
+            raise self.fail(f"{what} has unknown element type {etype}")
+        n = self.count(f"element count of {what}", 8 if etype == 8 else 12)
+        return [self.value(etype, f"{what}[{i}]", depth + 1) for i in range(n)]
+
+
+class GGUFTensor:
+    """One tensor of a GGUF file, read lazily.
+
+    Attributes:
+        name: Its GGUF name (``blk.0.attn_q.weight``).
+        type_name: Its GGML type (``F32``, ``Q4_1``...).
+        shape: Its shape in numpy order (GGUF lists dimensions innermost first).
+        nbytes: The size of its data in the file.
+    """
+
+    __slots__ = ("_file", "_offset", "name", "nbytes", "shape", "type_name")
+
+    def __init__(self, file: GGUFFile, name, type_name, shape, offset, nbytes) -> None:
+        self._file, self._offset = file, offset
+        self.name, self.type_name, self.shape, self.nbytes = name, type_name, shape, nbytes
+
+    def raw(self) -> np.ndarray:
+        """The tensor's bytes as a flat read-only uint8 view of the mapped file."""
+        return np.frombuffer(self._file.buffer(), np.uint8, self.nbytes, self._offset)
+
+    def numpy(self) -> np.ndarray:
+        """The tensor decoded to float32 (integer types as they are)."""
+        if not can_dequantize(self.type_name):
+            raise CheckpointError(
+                f"{self._file.path}: tensor {self.name!r} has type {self.type_name}, "
+                "which mobius cannot decode yet"
+            )
+        return dequantize(self.raw(), self.type_name, self.shape)
+
+    def repack(self) -> RepackedWeight | None:
+        """``MatMulNBits`` parts of a 2-D Q4_0, Q4_1 or Q8_0 weight; None for any other tensor."""
+        from mobius.weights._gguf_quant import REPACKABLE, repack
+
+        if self.type_name not in REPACKABLE or len(self.shape) != 2:
+            return None
+        n, k = self.shape
+        return repack(self.raw(), self.type_name, n, k)
+
+    def __repr__(self) -> str:
+        return f"GGUFTensor({self.name!r}, {self.type_name}, shape={self.shape})"
+
+
+class GGUFFile(Closing):
+    """The parsed header of a GGUF file: its metadata and tensor infos.
+
+    Create it with :meth:`open`; tensor data is mapped on first use.
+
+    Attributes:
+        path: The file.
+        version: 2 or 3.
+        metadata: Every metadata entry, by key (arrays as lists).
+        tensors: Every tensor, by GGUF name, in file order.
+        alignment: The data alignment in bytes.
+    """
+
+    def __init__(self, path: Path, buf: mmap.mmap | bytes) -> None:
+        self.path, self._mmap = path, buf if isinstance(buf, mmap.mmap) else None
+        self._buf = buf
+        cur = _Cursor(buf, path)
+        if len(buf) < 4 or bytes(buf[:4]) != _MAGIC:
+            raise cur.fail(f"not a GGUF file (magic {bytes(buf[:4])!r}, expected {_MAGIC!r})")
+        cur.pos = 4
+        self.version = cur.scalar(4, "version")
+        if self.version in (2 << 24, 3 << 24):
+            raise cur.fail("big-endian GGUF files are not supported")
+        if self.version not in (2, 3):
+            raise cur.fail(f"GGUF version {self.version} is not supported (2 or 3)")
+        # Smallest entries: name length, n_dims, type, offset; key length, type, a byte.
+        n_tensors = cur.count("tensor count", 24, _MAX_ENTRIES)
+        n_kv = cur.count("metadata count", 13, _MAX_ENTRIES)
+        self.metadata: dict[str, Any] = {}
+        for i in range(n_kv):
+            key = cur.string(f"metadata key #{i}", _MAX_KEY)
+            if key in self.metadata:
+                raise cur.fail(f"metadata key {key!r} appears twice")
+            self.metadata[key] = cur.value(cur.scalar(4, f"type of {key!r}"), f"metadata {key!r}")
+        self.alignment = self.metadata.get("general.alignment", 32)
+        if (
+            not isinstance(self.alignment, int)
+            or not 0 < self.alignment <= _MAX_ALIGNMENT
+            or self.alignment & (self.alignment - 1)
+        ):
+            raise cur.fail(f"general.alignment {self.alignment!r} is not a power of two")
+        infos = [self._tensor_info(cur, i) for i in range(n_tensors)]
+        data_start = -(-cur.pos // self.alignment) * self.alignment
+        self.tensors: dict[str, GGUFTensor] = {}
+        for name, type_name, shape, offset, nbytes in infos:
+            if name in self.tensors:
+                raise cur.fail(f"tensor {name!r} appears twice")
+            if offset % self.alignment:
+                raise cur.fail(f"tensor {name!r} offset {offset} is not {self.alignment}-aligned")
+            end = data_start + offset + nbytes
+            if end > cur.size:
+                raise cur.fail(
+                    f"file is truncated: tensor {name!r} ends at byte {end} "
+                    f"but the file has {cur.size}"
+                )
+            self.tensors[name] = GGUFTensor(
+                self, name, type_name, shape, data_start + offset, nbytes
+            )
+
+    @staticmethod
+    def _tensor_info(cur: _Cursor, i: int):
+        name = cur.string(f"name of tensor #{i}", _MAX_NAME)
+        n_dims = cur.scalar(4, f"rank of {name!r}")
+        if not 1 <= n_dims <= _MAX_DIMS:
+            raise cur.fail(f"tensor {name!r} has rank {n_dims} (1 to {_MAX_DIMS})")
+        dims = [cur.scalar(10, f"shape of {name!r}") for _ in range(n_dims)]
+        type_id = cur.scalar(4, f"type of {name!r}")
+        if type_id not in GGML_TYPES:
+            raise cur.fail(f"tensor {name!r} has unknown GGML type {type_id}")
+        type_name, block, size = GGML_TYPES[type_id]
+        offset = cur.scalar(10, f"offset of {name!r}")
+        if dims[0] % block:
+            raise cur.fail(f"tensor {name!r} row of {dims[0]} is not whole {type_name} blocks")
+        nbytes = math.prod(dims) // block * size
+        if nbytes > cur.size:
+            raise cur.fail(f"tensor {name!r} of shape {dims} is larger than the file")
+        return name, type_name, tuple(reversed(dims)), offset, nbytes
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> GGUFFile:
+        """Parse the header of ``path``; the data stays on disk until a tensor is read.
+
+        Raises:
+            CheckpointError: The file is missing, truncated or corrupt.
+        """
+        path = Path(path)
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        except OSError as e:
+            raise CheckpointError(f"{path}: cannot read ({e.strerror or e})") from e
+        try:
+            return cls(path, buf)
+        except BaseException:
+            if isinstance(buf, mmap.mmap):
+                buf.close()
+            raise
+
+    def buffer(self):
+        """The mapped file (raises once closed)."""
+        if self._buf is None:
+            raise ValueError(f"GGUF file {self.path} is closed")
+        return self._buf
+
+    @property
+    def architecture(self) -> str:
+        """``general.architecture`` (``llama``, ``qwen2``...)."""
+        arch = self.metadata.get("general.architecture")
+        if not isinstance(arch, str):
+            raise CheckpointError(f"{self.path}: no general.architecture in the metadata")
+        return arch
+
+    def close(self) -> None:
+        """Drop the mapping; arrays already handed out keep it alive until freed."""
+        mapping, self._buf, self._mmap = self._mmap, None, None
+        if mapping is not None:
+            with contextlib.suppress(BufferError):
+                mapping.close()
+
+    def __repr__(self) -> str:
+        return f"GGUFFile({str(self.path)!r}, v{self.version}, {len(self.tensors)} tensors)"
