@@ -55,8 +55,8 @@ PEER_ENVS = {
 # lists it (it is being added alongside these benchmarks).
 MOBIUS_EP = ["--ep", "cpu"]
 MOBIUS_FLAGS = {
-    "fp32": ["--dtype", "f32"],
-    "int4": ["--dtype", "f32", "--quant", "int4"],
+    "fp32": ["--dtype", "f32", "--runtime", "ort-genai"],
+    "int4": ["--dtype", "f32", "--quant", "int4", "--runtime", "ort-genai"],
 }
 
 # Llama-3.2-1B shapes (no rope scaling), random weights, stored in bf16.

@@ -26,13 +26,13 @@ from mobius.errors import MobiusError
 
 FILENAME = "genai_config.json"
 
-# The decoder-only model types onnxruntime-genai 0.18 accepts (its own list). Any other
-# mobius causal LM runs as "llama": for a graph that takes input_ids, attention_mask and
-# position_ids and returns logits and the cache, the type only selects that generic class.
+# Model types written as themselves: onnxruntime-genai 0.18 runs them as plain decoders
+# and mobius's tiny random builds of each generate like transformers in it. Any other
+# causal LM runs as "llama", the generic decoder class (the type only selects the
+# class; "gpt2", for one, selects a class with other input names).
 GENAI_DECODER_TYPES = frozenset(
-    """chatglm ernie4_5 gemma gemma2 gemma3_text gemma4_text gpt2 gptoss granite
-    granitemoehybrid hunyuandensev1 internlm2 lfm2 lfm2_moe llama mistral nemotron olmo
-    phi phimoe phi3 phi3small qwen2 qwen3 smollm3""".split()
+    """ernie4_5 gemma gemma2 gemma3_text granite llama mistral nemotron olmo phi phimoe
+    phi3 qwen2 qwen3 smollm3""".split()
 )
 FALLBACK_TYPE = "llama"
 
@@ -73,12 +73,16 @@ def _cache_geometry(model: ir.Model) -> tuple[int, int, int]:
     for value in model.graph.inputs:
         match = _CACHE_INPUT.fullmatch(value.name or "")
         if match:
-            shape = tuple(value.shape) if value.shape is not None else ()
-            layers.setdefault(int(match[1]), {})[match[2]] = shape
+            dims = [getattr(d, "value", d) for d in (value.shape or ())]
+            layers.setdefault(int(match[1]), {})[match[2]] = tuple(dims)
     if not layers:
         raise GenAIUnsupportedError("the graph has no key/value cache inputs")
-    if sorted(layers) != list(range(len(layers))):
-        raise GenAIUnsupportedError(f"cache layers are not numbered 0..n-1: {sorted(layers)}")
+    missing = sorted(set(range(max(layers) + 1)) - set(layers))
+    if missing:
+        raise GenAIUnsupportedError(
+            f"layers {missing} have no cache; onnxruntime-genai packages need a key/value "
+            "cache on every layer (attention-only models)"
+        )
     shapes = set()
     for index, kinds in sorted(layers.items()):
         if set(kinds) != {"key", "value"}:
@@ -86,11 +90,15 @@ def _cache_geometry(model: ir.Model) -> tuple[int, int, int]:
                 f"layer {index} caches {sorted(kinds)}; onnxruntime-genai packages need "
                 "a key/value cache on every layer (attention-only models)"
             )
-        for shape in kinds.values():
-            dims = [getattr(d, "value", d) for d in shape]
-            if len(dims) != 4 or not isinstance(dims[1], int) or not isinstance(dims[3], int):
-                raise GenAIUnsupportedError(f"layer {index} has a cache of shape {shape}")
-            shapes.add((dims[1], dims[3]))
+        key, value = kinds["key"], kinds["value"]
+        if len(key) != 4 or not all(isinstance(key[i], int) for i in (1, 3)):
+            raise GenAIUnsupportedError(f"layer {index} has a key cache of shape {key}")
+        if key != value:
+            raise GenAIUnsupportedError(
+                f"layer {index} caches keys of shape {key} and values of shape {value}; "
+                "onnxruntime-genai needs them alike (one head size)"
+            )
+        shapes.add((key[1], key[3]))
     if len(shapes) != 1:
         raise GenAIUnsupportedError(
             f"cache shapes differ across layers ((kv_heads, head_size): {sorted(shapes)}); "
@@ -100,10 +108,26 @@ def _cache_geometry(model: ir.Model) -> tuple[int, int, int]:
     return len(layers), kv_heads, head_size
 
 
-def _uses_group_query_attention(model: ir.Model) -> bool:
-    return any(
+def _cache_updated_in_place(model: ir.Model) -> bool:
+    """Whether the cache lives only inside com.microsoft GroupQueryAttention nodes.
+
+    That kernel writes the new keys and values into the cache in place (its slot
+    counts come from attention_mask), so the generator can hand it one max_length
+    buffer as both past and present. Any other reader of a past or present tensor
+    (the standard Attention op, a Concat, a later layer sharing this one's cache)
+    expects it at its true length, so then the buffers must stay separate.
+    """
+    past = [v for v in model.graph.inputs if _CACHE_INPUT.fullmatch(v.name or "")]
+    present = [v for v in model.graph.outputs if (v.name or "").startswith("present.")]
+    return all(
         node.op_type == "GroupQueryAttention" and node.domain == "com.microsoft"
-        for node in ir.traversal.RecursiveGraphIterator(model.graph)
+        for value in past
+        for node, _ in value.uses()
+    ) and all(
+        value.producer() is not None
+        and value.producer().op_type == "GroupQueryAttention"
+        and not value.uses()
+        for value in present
     )
 
 
@@ -169,18 +193,16 @@ def genai_config(package, *, ep: str = "cpu") -> dict:
     graph_inputs["past_key_names"] = "past_key_values.%d.key"
     graph_inputs["past_value_names"] = "past_key_values.%d.value"
 
-    search = {key: generation.get(key, default) for key, default in SEARCH_DEFAULTS.items()}
-    if search["top_k"] is None:
-        search["top_k"] = SEARCH_DEFAULTS["top_k"]
+    # generation_config.json may hold nulls (``"top_k": null``); the generator wants values.
+    search = {
+        key: default if generation.get(key) is None else generation[key]
+        for key, default in SEARCH_DEFAULTS.items()
+    }
     search.update(
         early_stopping=True,
         max_length=context_length,
         min_length=0,
-        # GroupQueryAttention writes the new keys and values into the cache in place
-        # (its slot counts come from attention_mask), so the generator can hand it one
-        # max_length buffer as both past and present. The standard Attention op
-        # returns a concatenated present, so the buffers must stay separate.
-        past_present_share_buffer=_uses_group_query_attention(model),
+        past_present_share_buffer=_cache_updated_in_place(model),
     )
     providers = [{"cuda": {}}] if ep == "cuda" else []
     return {
