@@ -54,6 +54,10 @@ def test_cpu_graph_uses_fused_attention_and_skip_norms(llama_builds):
         attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         assert attributes["do_rotary"] == 1
         assert node.input[1] == node.input[2] == "", "q, k, v packed into one MatMul"
+    model = onnx.load(str(llama_builds["cpu"]), load_external_data=False)
+    for node in model.graph.node:
+        if node.op_type == "SkipSimplifiedLayerNormalization":  # mean/inv_std left out
+            assert node.output[1] == node.output[2] == "" and node.output[3]
     # Per layer: packed qkv, o_proj, gate, up, down; plus the lm_head.
     assert counts["MatMul"] == 2 * 5 + 1
     default = op_counts(llama_builds["default"])

@@ -73,6 +73,8 @@ def fuse_skip_norms(model: ir.Model) -> int:
         ir.convenience.replace_all_uses_with(norm.outputs[0], fused.outputs[0])
         ir.convenience.replace_all_uses_with(add.outputs[0], fused.outputs[3])
         fused.outputs[0].type, fused.outputs[3].type = norm.outputs[0].type, add.outputs[0].type
+        for unused in fused.outputs[1:3]:  # mean, inv_std_var: omitted, so never computed
+            unused.name = ""
         graph.remove([norm, add], safe=True)
         count += 1
     if count:
