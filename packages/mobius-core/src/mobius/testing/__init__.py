@@ -21,8 +21,12 @@ from mobius.testing._parity import (
     make_random_model,
     perturb_parameters,
 )
+from mobius.testing._smollm2 import SMOLLM2_GGUF, smollm2_gguf, write_smollm2_checkpoint
 
 __all__ = [
+    "SMOLLM2_GGUF",
+    "smollm2_gguf",
+    "write_smollm2_checkpoint",
     "TINY_LLAMA_CONFIG",
     "tiny_llama_shapes",
     "tiny_llama_tensors",
