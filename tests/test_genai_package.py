@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
-import numpy as np
 import pytest
 
-from mobius.testing import build_with_cli, make_random_model
+from mobius.testing import build_with_cli, genai_greedy, make_random_model, torch_greedy
 
 if sys.version_info < (3, 11):
     # Not a dev dependency there: onnxruntime-genai 0.18 needs onnxruntime >= 1.31,
@@ -41,35 +39,6 @@ TINY_LLAMA = dict(
     bos_token_id=1,
     eos_token_id=2,
 )
-
-
-def genai_generate(package: Path, prompt: list[int], new_tokens: int) -> list[int]:
-    """Greedy tokens from onnxruntime-genai's generator; min_length keeps it from stopping at EOS."""
-    model = og.Model(og.Config(str(package)))
-    params = og.GeneratorParams(model)
-    total = len(prompt) + new_tokens
-    params.set_search_options(do_sample=False, max_length=total, min_length=total)
-    generator = og.Generator(model, params)
-    generator.append_tokens(np.array([prompt], dtype=np.int32))
-    while not generator.is_done():
-        generator.generate_next_token()
-    return [int(t) for t in generator.get_sequence(0)][len(prompt) :]
-
-
-def torch_generate(model, prompt: list[int], new_tokens: int) -> list[int]:
-    """Greedy tokens from transformers' ``generate``, EOS suppressed as the generator's min_length does."""
-    import torch
-
-    with torch.inference_mode():
-        out = model.generate(
-            torch.tensor([prompt]),
-            attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-            do_sample=False,
-            max_new_tokens=new_tokens,
-            min_new_tokens=new_tokens,
-            pad_token_id=model.config.eos_token_id,
-        )
-    return out[0, len(prompt) :].tolist()
 
 
 @pytest.fixture(scope="module")
@@ -98,8 +67,8 @@ def test_tiny_llama_generates_like_transformers(tiny_llama, tmp_path, ep, shared
     assert config["model"]["context_length"] == 128
     assert config["search"]["past_present_share_buffer"] is shared
 
-    expected = torch_generate(model, PROMPT, NEW_TOKENS)
-    assert genai_generate(out, PROMPT, NEW_TOKENS) == expected
+    expected = torch_greedy(model, PROMPT, NEW_TOKENS, eos="suppress")
+    assert genai_greedy(out, PROMPT, NEW_TOKENS) == expected
     # Not a degenerate reference (one token repeated) that a broken cache could also match.
     assert len(set(expected)) > 3
 
@@ -138,7 +107,9 @@ def test_layers_reading_another_layers_cache_keep_separate_buffers(tmp_path):
     config = json.loads((out / "genai_config.json").read_text())
     assert config["model"]["decoder"]["num_hidden_layers"] == 2  # layer 2 caches nothing
     assert config["search"]["past_present_share_buffer"] is False
-    assert genai_generate(out, PROMPT, NEW_TOKENS) == torch_generate(model, PROMPT, NEW_TOKENS)
+    assert genai_greedy(out, PROMPT, NEW_TOKENS) == torch_greedy(
+        model, PROMPT, NEW_TOKENS, eos="suppress"
+    )
 
 
 def test_generation_config_sets_ids_and_search_defaults(tiny_llama, tmp_path):
@@ -157,9 +128,11 @@ def test_generation_config_sets_ids_and_search_defaults(tiny_llama, tmp_path):
     og.Model(og.Config(str(out)))  # the generator accepts the file
 
 
-def test_default_runtime_writes_no_genai_config(tiny_llama, tmp_path):
+def test_default_runtime_writes_genai_config_when_the_model_qualifies(tiny_llama, tmp_path):
     source, _ = tiny_llama
-    out = build_with_cli(source, tmp_path / "out", "--ep", "cpu")
+    out = build_with_cli(source, tmp_path / "auto", "--ep", "cpu")
+    assert (out / "genai_config.json").is_file()
+    out = build_with_cli(source, tmp_path / "onnx", "--ep", "cpu", "--runtime", "onnx")
     assert (out / "model.onnx").is_file()
     assert not (out / "genai_config.json").exists()
 
@@ -180,6 +153,20 @@ def test_state_space_model_is_refused(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+def test_default_runtime_builds_state_space_model_without_genai_config(tmp_path, capsys):
+    """The default runtime ("auto") builds what the generator cannot run, and says why."""
+    from transformers import MambaConfig
+
+    hf_config = MambaConfig(
+        vocab_size=128, hidden_size=32, state_size=4, num_hidden_layers=2, intermediate_size=64
+    )
+    make_random_model(hf_config, seed=0).save_pretrained(tmp_path / "hf")
+    out = build_with_cli(tmp_path / "hf", tmp_path / "out")
+    assert (out / "model.onnx").is_file()
+    assert not (out / "genai_config.json").exists()
+    assert "no genai_config.json" in capsys.readouterr().err
+
+
 # --- SmolLM2-135M-Instruct, the real checkpoint ------------------------------------
 
 SMOLLM2_TOKENS = 32
@@ -198,7 +185,7 @@ def test_smollm2_genai_matches_pytorch(smollm2_dir, tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
     prompt = tokenizer("The capital of France is")["input_ids"]
     model = AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32).eval()
-    expected = torch_generate(model, prompt, SMOLLM2_TOKENS)
+    expected = torch_greedy(model, prompt, SMOLLM2_TOKENS, eos="suppress")
     del model
-    assert genai_generate(out, prompt, SMOLLM2_TOKENS) == expected
+    assert genai_greedy(out, prompt, SMOLLM2_TOKENS) == expected
     assert "Paris" in tokenizer.decode(expected)

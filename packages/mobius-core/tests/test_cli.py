@@ -158,7 +158,9 @@ def test_python_m_mobius_version() -> None:
 def test_build_writes_model_data_and_config(capsys, tiny_llama_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     build(capsys, tiny_llama_dir, out)
-    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.onnx", "model.onnx.data"]
+    # The default --runtime auto adds genai_config.json: a llama runs in onnxruntime-genai.
+    names = ["config.json", "genai_config.json", "model.onnx", "model.onnx.data"]
+    assert sorted(p.name for p in out.iterdir()) == names
     assert (out / "config.json").read_bytes() == (tiny_llama_dir / "config.json").read_bytes()
     onnx.checker.check_model(str(out / "model.onnx"))
 

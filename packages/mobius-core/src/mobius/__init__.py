@@ -13,6 +13,7 @@ from mobius._config import ArchitectureConfig, RopeConfig
 from mobius._package import ModelPackage
 from mobius._registry import Registration, Registry, registry
 from mobius.errors import MobiusError
+from mobius.generate import TextGenerator, generate_text  # onnxruntime loads on use
 from mobius.weights import apply_weights
 
 __all__ = [
@@ -22,9 +23,11 @@ __all__ = [
     "Registration",
     "Registry",
     "RopeConfig",
+    "TextGenerator",
     "__version__",
     "apply_weights",
     "build",
     "build_from_module",
+    "generate_text",
     "registry",
 ]

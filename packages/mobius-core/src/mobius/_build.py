@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,22 @@ def build_from_module(
     return ModelPackage(models=models, config=config, task=task)
 
 
+def _gguf_tokenizer_files(checkpoint: GGUFCheckpoint) -> dict[str, str]:
+    """The tokenizer files a GGUF file's metadata describes, or none (with a warning).
+
+    A vocabulary mobius cannot rebuild does not stop the build: the graphs and
+    weights are right, and a missing tokenizer is plain to see where a guessed one
+    would tokenize wrongly without a word.
+    """
+    from mobius.weights._gguf_tokenizer import UnsupportedTokenizerError, gguf_tokenizer_files
+
+    try:
+        return gguf_tokenizer_files(checkpoint.file.metadata)
+    except UnsupportedTokenizerError as exc:
+        warnings.warn(f"no tokenizer files written: {exc}", stacklevel=3)
+        return {}
+
+
 def build(
     model: str | os.PathLike,
     *,
@@ -153,10 +170,12 @@ def build(
         checkpoint = GGUFCheckpoint.open(model_dir)
         entry = registry.get(checkpoint.config["model_type"])
         hf_config = hf_config_from_dict(checkpoint.config)
+        text_files = _gguf_tokenizer_files(checkpoint)
     else:
         entry = registry.get(read_model_type(model_dir))  # an unknown type fails first
         hf_config = load_hf_config(model_dir)
         checkpoint = SafetensorsCheckpoint.open(model_dir) if load_weights else None
+        text_files = {}
     config = entry.config_class().from_hf(hf_config)
     module = entry.module_class()(config)
     if not load_weights:
@@ -169,6 +188,7 @@ def build(
 
     package = build_from_module(module, entry.task, config, dtype, ep)
     package.source_dir = model_dir if model_dir.is_dir() else None
+    package.text_files.update(text_files)
     if checkpoint is not None:
         weights = dict(checkpoint)
         preprocess = getattr(module, "preprocess_weights", None)

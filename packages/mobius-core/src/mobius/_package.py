@@ -42,6 +42,8 @@ class ModelPackage:
     source_dir: Path | None = None
     task: str = ""
     extra_files: dict[str, Path] = field(default_factory=dict)
+    # Companions made in memory (a GGUF file's tokenizer files): name -> text, written last.
+    text_files: dict[str, str] = field(default_factory=dict)
 
     @property
     def model(self) -> ir.Model:
@@ -109,6 +111,8 @@ class ModelPackage:
                 ir.save(model, path, external_data=f"{path.name}.data", callback=advance)
         for name, source in self.aux_files().items():
             shutil.copyfile(source, staging / name)
+        for name, text in self.text_files.items():
+            (staging / name).write_text(text, encoding="utf-8")
 
 
 def _replace_dir(staging: Path, target: Path) -> None:

@@ -4,12 +4,21 @@ A registration maps a key (an HF ``model_type`` or a diffusers ``_class_name``)
 to a module class, its default task and its config class, and records which
 package registered it. Domain packages declare ``register(registry)`` in the
 ``mobius.plugins`` entry-point group; the registry loads them on first lookup.
+
+Verified keys (optional): a package may also call
+``registry.declare_verified(package, "import.name:file.json")`` from its
+``register``, naming a JSON file shipped inside it that lists the keys that
+passed its parity suite (a list of keys, or an object whose ``"verified"``
+member is that list). The file is read on the first :meth:`Registry.is_verified`
+question about that package; a package that declares nothing answers ``None``.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.resources
+import json
 import logging
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -91,6 +100,8 @@ class Registry:
         self._plugins_loaded = False
         self.plugin_errors: dict[str, str] = {}
         self.plugins: dict[str, str] = {}  # entry-point name -> distribution
+        self._verified_sources: dict[str, str] = {}  # package -> "import.name:file.json"
+        self._verified: dict[str, frozenset[str] | None] = {}  # package -> keys, once read
 
     def register(
         self, key: str, module: Any, *, task: str, package: str, config: Any = None
@@ -104,6 +115,51 @@ class Registry:
             )
         self._entries[key] = entry
         return entry
+
+    def declare_verified(self, package: str, resource: str) -> None:
+        """Declare where ``package`` lists its verified keys; the list is read on first use.
+
+        ``resource`` is ``"import.name:file.json"``, a file inside an importable
+        package (see the module docstring for its content). Declaring again
+        replaces the previous declaration.
+        """
+        if ":" not in resource:
+            raise ValueError(f"verified-keys resource must be 'import.name:file', not {resource!r}")
+        self._verified_sources[package] = resource
+        self._verified.pop(package, None)
+
+    def verified_keys(self, package: str) -> frozenset[str] | None:
+        """The keys ``package`` lists as verified, or None when it declares no (readable) list."""
+        self.load_plugins()
+        if package not in self._verified:
+            self._verified[package] = self._read_verified(package)
+        return self._verified[package]
+
+    def is_verified(self, key: str) -> bool | None:
+        """Whether ``key`` passed its package's parity suite.
+
+        ``None`` when that is not known: the key is not registered, or its package
+        declares no verified list.
+        """
+        self.load_plugins()
+        entry = self._entries.get(key)
+        keys = self.verified_keys(entry.package) if entry is not None else None
+        return None if keys is None else key in keys
+
+    def _read_verified(self, package: str) -> frozenset[str] | None:
+        resource = self._verified_sources.get(package)
+        if resource is None:
+            return None
+        module, _, name = resource.partition(":")
+        try:
+            data = json.loads(importlib.resources.files(module).joinpath(name).read_text())
+            keys = data["verified"] if isinstance(data, dict) else data
+            if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+                raise ValueError("expected a list of keys")
+        except Exception as exc:  # a broken list makes the status unknown, not the registry fail
+            logger.warning("verified keys of %s (%s) unreadable: %s", package, resource, exc)
+            return None
+        return frozenset(keys)
 
     def load_plugins(self) -> None:
         """Call every installed plugin's ``register``; a failing plugin is recorded, not fatal."""

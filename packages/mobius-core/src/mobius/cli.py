@@ -12,6 +12,7 @@ EPILOG = """examples:
   mobius build --model HuggingFaceTB/SmolLM2-135M-Instruct out/
   mobius build --model ./my-checkpoint out/ --dtype f16
   mobius build --model ./my-checkpoint out/ --ep cpu --quant int4
+  mobius generate out/ "The capital of France is" --max-new-tokens 32
   mobius list
 """
 
@@ -41,14 +42,48 @@ def _build(args: argparse.Namespace) -> int:
                 model.graph.initializers.pop(value.name)
                 model.graph.inputs.append(value)
     genai = None
-    if args.runtime == "ort-genai":
-        from mobius._genai import genai_config, write_genai_config
+    # --no-weights packages cannot run, so "auto" writes no generator config for them.
+    if args.runtime == "ort-genai" or (args.runtime == "auto" and not args.no_weights):
+        from mobius._genai import GenAIUnsupportedError, genai_config, write_genai_config
 
-        genai = genai_config(package, ep=args.ep)  # an unsupported model fails before writing
+        try:
+            genai = genai_config(package, ep=args.ep)  # checked before anything is written
+        except GenAIUnsupportedError as exc:
+            if args.runtime == "ort-genai":
+                raise
+            print(f"mobius: no genai_config.json: {exc}", file=sys.stderr)
     out = package.save(args.output, progress=not args.quiet)
     if genai is not None:
         write_genai_config(genai, out)
     print(f"wrote {out}")
+    return 0
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from mobius.generate import TextGenerator
+
+    generator = TextGenerator(args.output, threads=args.threads)
+    sampling = generator.sampling_defaults()
+    explicit = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
+    do_sample = args.do_sample or any(v is not None for v in explicit.values())
+    options = {k: sampling[k] if v is None else v for k, v in explicit.items()}
+    if options["temperature"] < 0 or not 0 < options["top_p"] <= 1 or options["top_k"] < 0:
+        raise MobiusError("need --temperature >= 0, 0 < --top-p <= 1 and --top-k >= 0")
+    pieces = generator.stream(
+        args.prompt,
+        chat_template=not args.no_chat_template,
+        system=args.system,
+        max_new_tokens=args.max_new_tokens,
+        do_sample=do_sample,
+        seed=args.seed,
+        **options,
+    )
+    for piece in pieces:
+        sys.stdout.write(piece)
+        sys.stdout.flush()  # stream: each piece appears as soon as it is decoded
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    print(generator.stats.summary(), file=sys.stderr)
     return 0
 
 
@@ -65,6 +100,16 @@ def _list(args: argparse.Namespace) -> int:
         print("no architectures registered: install a domain package such as mobius-text")
     for dist, error in registry.plugin_errors.items():
         print(f"plugin {dist} failed to load: {error}", file=sys.stderr)
+    return 0
+
+
+def _info(args: argparse.Namespace) -> int:
+    import json
+
+    from mobius._info import format_info, model_info
+
+    info = model_info(args.model, revision=args.revision)
+    print(json.dumps(info.as_dict(), indent=2) if args.json else format_info(info))
     return 0
 
 
@@ -111,11 +156,14 @@ def make_parser() -> argparse.ArgumentParser:
     )
     build.add_argument(
         "--runtime",
-        choices=["onnx", "ort-genai"],
-        default="onnx",
-        help="what runs the package: 'onnx' writes the graph for any ONNX runtime; "
-        "'ort-genai' also writes genai_config.json so that onnxruntime-genai's generator "
-        "loads it as is (causal LMs with a key/value cache on every layer) (default: onnx)",
+        choices=["auto", "onnx", "ort-genai"],
+        default="auto",
+        help="what runs the package. 'ort-genai' also writes genai_config.json, so that "
+        "onnxruntime-genai's generator loads the package as is; it fails for models the "
+        "generator cannot run (only causal LMs with a key/value cache on every layer). "
+        "'onnx' writes the graph alone, for any ONNX runtime. 'auto' (default) writes "
+        "genai_config.json whenever the model qualifies and says why when it does not: the "
+        "file costs nothing to a plain ONNX Runtime user",
     )
     build.add_argument(
         "--no-weights",
@@ -165,12 +213,117 @@ def make_parser() -> argparse.ArgumentParser:
     build.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     build.set_defaults(run=_build)
 
+    generate = commands.add_parser(
+        "generate",
+        help="generate text from a built causal-LM package with ONNX Runtime",
+        description=(
+            "Run the causal-LM package in OUTPUT_DIR (written by 'mobius build') on PROMPT\n"
+            "with ONNX Runtime and stream the text to stdout as it is generated. The prompt\n"
+            "goes through the tokenizer's chat template when it has one.\n\n"
+            "Decoding is greedy (reproducible) unless --do-sample, --temperature, --top-k or\n"
+            "--top-p is given; sampling parameters not given come from the package's\n"
+            "generation_config.json (else temperature 1, top-k 50, top-p 1). Generation stops\n"
+            "at an end-of-sequence id (generation_config.json, config.json) or N new tokens.\n\n"
+            "At the end, one line on stderr gives the time to first token and the decode\n"
+            "rate in tokens/s: the tokens after the first, over the time since the first.\n"
+            "Needs ONNX Runtime: pip install mobius-core[run]"
+        ),
+        epilog="""examples:
+  mobius generate out/ "The capital of France is" --no-chat-template --max-new-tokens 32
+  mobius generate out/ "Write a haiku about rain." --do-sample --seed 0
+  mobius generate out/ "Hi!" --system "You answer in French." --temperature 0.7 --top-p 0.9
+""",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    generate.add_argument("output", metavar="OUTPUT_DIR", help="package written by mobius build")
+    generate.add_argument("prompt", metavar="PROMPT", help="the prompt text")
+    generate.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=128,
+        metavar="N",
+        help="stop after N new tokens, if no end-of-sequence token came first (default 128)",
+    )
+    generate.add_argument(
+        "--do-sample", action="store_true", help="sample the next token instead of greedy argmax"
+    )
+    generate.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        metavar="T",
+        help="sampling temperature; implies --do-sample; 0 means greedy",
+    )
+    generate.add_argument(
+        "--top-k",
+        type=int,
+        default=None,
+        metavar="K",
+        help="sample among the K likeliest tokens (0: all); implies --do-sample",
+    )
+    generate.add_argument(
+        "--top-p",
+        type=float,
+        default=None,
+        metavar="P",
+        help="sample within the smallest set of tokens whose probability reaches P; implies --do-sample",
+    )
+    generate.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        metavar="N",
+        help="random seed: the same seed gives the same text",
+    )
+    generate.add_argument(
+        "--no-chat-template",
+        action="store_true",
+        help="tokenize PROMPT as is (with the tokenizer's BOS), not as a chat user message",
+    )
+    generate.add_argument(
+        "--system", default=None, metavar="TEXT", help="a system message (needs a chat template)"
+    )
+    generate.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="ONNX Runtime intra-op threads (default: its own)",
+    )
+    generate.set_defaults(run=_generate)
+
     list_ = commands.add_parser(
         "list",
         help="list the registered model types, grouped by package",
         description="List every registered model type and its task, grouped by the package that registers it.",
     )
     list_.set_defaults(run=_list)
+
+    info = commands.add_parser(
+        "info",
+        help="show what a model is and which build options apply, without its weights",
+        description=(
+            "Describe ID_OR_DIR without downloading or reading its weights: model type,\n"
+            "the package that registers it, task, whether the type is verified by parity,\n"
+            "the checkpoint's dtype, parameter count, size per dtype (f32, f16/bf16, int4\n"
+            "in blocks of 32) and the build options that apply (--ep cpu fused ops,\n"
+            "--runtime ort-genai, --quant int4). The answers come from the graphs built\n"
+            "without weights, as `mobius build` builds them; a hub id fetches config.json\n"
+            "and generation_config.json only."
+        ),
+        epilog="examples:\n  mobius info HuggingFaceTB/SmolLM2-135M-Instruct\n"
+        "  mobius info ./my-checkpoint --json\n  mobius info model.Q4_1.gguf",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    info.add_argument(
+        "model",
+        metavar="ID_OR_DIR",
+        help="HuggingFace model id (with HF_HUB_OFFLINE=1, read from the local cache), a "
+        "local directory with config.json, or a .gguf file",
+    )
+    info.add_argument("--json", action="store_true", help="print one JSON object instead")
+    info.add_argument("--revision", default=None, help="hub revision (branch, tag or commit)")
+    info.set_defaults(run=_info)
     return parser
 
 

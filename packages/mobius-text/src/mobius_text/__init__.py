@@ -50,6 +50,10 @@ def register(registry) -> None:
     """Add mobius-text's architectures to ``registry``; calling it again changes nothing."""
     for model_type, module in model_types().items():
         registry.register(model_type, module, task="causal-lm", package=PACKAGE)
+    # verified.json is written by scripts/support_table.py from a parity run. An older
+    # mobius-core without the verified notion simply does not ask.
+    if hasattr(registry, "declare_verified"):
+        registry.declare_verified(PACKAGE, "mobius_text:verified.json")
     for name, error in LOAD_ERRORS.items():
         registry.plugin_errors[f"{PACKAGE} (models/{name}.py)"] = error
 

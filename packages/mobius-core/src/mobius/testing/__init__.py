@@ -11,6 +11,8 @@ from mobius.testing._checkpoints import (
     tiny_llama_tensors,
     write_tiny_llama,
 )
+from mobius.testing._generation import genai_greedy, torch_greedy
+from mobius.testing._gguf import write_gguf
 from mobius.testing._graph import module_graph, run_module
 from mobius.testing._parity import (
     CausalLMParity,
@@ -25,6 +27,9 @@ from mobius.testing._smollm2 import SMOLLM2_GGUF, smollm2_gguf, write_smollm2_ch
 
 __all__ = [
     "SMOLLM2_GGUF",
+    "genai_greedy",
+    "write_gguf",
+    "torch_greedy",
     "smollm2_gguf",
     "write_smollm2_checkpoint",
     "TINY_LLAMA_CONFIG",

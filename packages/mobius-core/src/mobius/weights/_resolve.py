@@ -27,6 +27,9 @@ HUB_ALLOW_PATTERNS = [
     "*.safetensors.index.json",
 ]
 
+#: The files :func:`resolve_config` fetches: what describes a model, no weights.
+HUB_CONFIG_PATTERNS = ["config.json", "generation_config.json"]
+
 
 def resolve_model(model: str | os.PathLike[str], *, revision: str | None = None) -> pathlib.Path:
     """Return a local path holding ``model``, downloading it from the hub if needed.
@@ -53,6 +56,23 @@ def resolve_model(model: str | os.PathLike[str], *, revision: str | None = None)
     return _download(model, revision)
 
 
+def resolve_config(model: str | os.PathLike[str], *, revision: str | None = None) -> pathlib.Path:
+    """Like :func:`resolve_model`, but a hub repo id fetches only its config files.
+
+    Only ``config.json`` and ``generation_config.json`` are downloaded (into the
+    local hub cache), never the weights: enough to describe or build the graph of
+    a model without its parameters. Local directories and ``.gguf`` files are
+    returned as they are. With ``HF_HUB_OFFLINE=1`` only the local cache is consulted.
+
+    Raises:
+        ModelSourceError: as :func:`resolve_model`.
+    """
+    path = pathlib.Path(model).expanduser()
+    if path.exists() or not isinstance(model, str) or not _is_repo_id(model):
+        return resolve_model(model, revision=revision)  # local paths and their errors
+    return _download(model, revision, HUB_CONFIG_PATTERNS)
+
+
 def _is_repo_id(text: str) -> bool:
     """Whether ``text`` is shaped like a hub repo id (``name`` or ``namespace/name``)."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
@@ -77,7 +97,9 @@ def _offline() -> bool:
     return bool(constants.HF_HUB_OFFLINE) or any(f in {"1", "ON", "YES", "TRUE"} for f in flags)
 
 
-def _download(repo_id: str, revision: str | None) -> pathlib.Path:
+def _download(
+    repo_id: str, revision: str | None, patterns: list[str] = HUB_ALLOW_PATTERNS
+) -> pathlib.Path:
     from huggingface_hub import snapshot_download
 
     offline = _offline()
@@ -85,7 +107,7 @@ def _download(repo_id: str, revision: str | None) -> pathlib.Path:
         local = snapshot_download(
             repo_id,
             revision=revision,
-            allow_patterns=HUB_ALLOW_PATTERNS,
+            allow_patterns=patterns,
             local_files_only=offline,
         )
     except Exception as e:  # any hub, network or cache failure

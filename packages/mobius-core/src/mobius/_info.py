@@ -1,0 +1,297 @@
+"""``mobius info``: what a model is and which build options apply to it, without its weights.
+
+Everything is read from the config (a hub id fetches ``config.json`` and
+``generation_config.json`` only) and from graphs built without weights, so the
+answers are those a real build would give: the parameter count is the built
+graph's, fused ops are those the ``--ep cpu`` build contains, ort-genai support is
+what :func:`mobius._genai.genai_config` accepts, and the int4 size comes from
+running the int4 pass itself on placeholder weights that are never read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import onnx_ir as ir
+
+from mobius.errors import MobiusError
+
+# config.json spellings of a checkpoint's dtype, to the names --dtype takes.
+_CONFIG_DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+INT4_BLOCK_SIZE = 32
+
+
+@dataclass
+class OptionInfo:
+    """Whether a build option applies to the model, and what it does for it."""
+
+    applies: bool
+    detail: str
+
+
+@dataclass
+class ModelInfo:
+    """What ``mobius info`` reports; :meth:`as_dict` is its ``--json`` form.
+
+    ``sizes`` are bytes of the weights as a build stores them: ``f32``, ``f16``,
+    ``bf16``; ``int4``: MatMul weights in 4-bit blocks of 32 with f16 scales, the
+    other weights in f16; ``int4_f32``: the same with f32 scales and other weights.
+    """
+
+    source: str
+    model_type: str
+    package: str
+    module: str
+    task: str
+    verified: bool | None
+    checkpoint_dtype: str | None
+    parameters: int
+    sizes: dict[str, int] = field(default_factory=dict)
+    options: dict[str, OptionInfo] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field."""
+        return asdict(self)
+
+
+def _numel(value: ir.Value) -> int:
+    return math.prod(int(d) for d in value.shape)
+
+
+def _never_loaded() -> ir.TensorProtocol:
+    raise RuntimeError("mobius info builds have no weights to read")
+
+
+@dataclass
+class _Source:
+    """A model's config, read from a directory's config.json or a GGUF header."""
+
+    path: Path
+    model_type: str
+    hf_config: Any
+    checkpoint_dtype: str | None
+
+    def build(self, entry, ep: str):
+        """The weightless f32 graphs of the source, as ``mobius build --ep EP`` makes them."""
+        from mobius._build import build_from_module
+
+        # A fresh module tree per build: building registers its parameters in the graph.
+        config = entry.config_class().from_hf(self.hf_config)
+        package = build_from_module(entry.module_class()(config), entry.task, config, "f32", ep)
+        package.source_dir = self.path if self.path.is_dir() else None
+        return package
+
+
+def _read_source(path: Path, registry) -> tuple[_Source, Any]:
+    """The config of a directory or GGUF file and its registration, from headers only.
+
+    An unknown model type fails on the registry's clear error before transformers
+    tries the config. The GGUF header is parsed once.
+    """
+    from mobius._build import hf_config_from_dict, load_hf_config, read_model_type
+
+    if path.is_file():
+        from mobius.weights import GGUFCheckpoint
+
+        with GGUFCheckpoint.open(path) as checkpoint:
+            fields = dict(checkpoint.config)
+            stored = Counter()
+            for weight in checkpoint.values():
+                stored[weight.type_name] += weight.tensor.nbytes
+        dtype = f"{stored.most_common(1)[0][0]} (GGUF)" if stored else None
+        entry = registry.get(fields["model_type"])
+        return _Source(path, fields["model_type"], hf_config_from_dict(fields), dtype), entry
+    model_type = read_model_type(path)  # checks that config.json is there and readable
+    entry = registry.get(model_type)
+    raw = json.loads((path / "config.json").read_text())
+    dtype = raw.get("torch_dtype") or raw.get("dtype")
+    dtype = dtype if isinstance(dtype, str) else None
+    return _Source(path, model_type, load_hf_config(path), dtype), entry
+
+
+def _parameter_elements(package) -> tuple[int, int, int]:
+    """(parameters, float elements, bytes of the others) over the package's graphs.
+
+    A parameter that several graphs hold under one name is one checkpoint tensor:
+    it is counted once.
+    """
+    from mobius.weights import parameters
+
+    seen: dict[str, ir.Value] = {}
+    for model in package.models.values():
+        for name, value in parameters(model).items():
+            seen.setdefault(name, value)
+    floats = sum(_numel(v) for v in seen.values() if v.dtype.is_floating_point())
+    other = sum(
+        int(_numel(v) * v.dtype.itemsize) for v in seen.values() if not v.dtype.is_floating_point()
+    )
+    count = sum(_numel(v) for v in seen.values())
+    return count, floats, other
+
+
+def _int4_sizes(package) -> tuple[int, int, int]:
+    """(MatMul weights quantized, bytes with f16 floats, bytes with f32 floats) after ``--quant int4``.
+
+    The real pass runs on the weightless graphs: each parameter gets a placeholder
+    tensor of its shape that is never read (the pass only registers lazy values).
+    """
+    from mobius.passes import quantize_int4
+    from mobius.weights import parameters
+
+    replaced, packed_bytes, float_elements = 0, 0, 0
+    for model in package.models.values():
+        params = parameters(model)
+        for value in params.values():
+            value.const_value = ir.LazyTensor(_never_loaded, value.dtype, value.shape)
+        before = set(model.graph.initializers)
+        replaced += quantize_int4(model, block_size=INT4_BLOCK_SIZE)
+        for name, value in model.graph.initializers.items():
+            if name not in params and name in before:
+                continue  # constants of the graph itself, not weights
+            if value.dtype.is_floating_point():
+                float_elements += _numel(value)
+            else:
+                packed_bytes += int(_numel(value) * value.dtype.itemsize)
+    return replaced, packed_bytes + 2 * float_elements, packed_bytes + 4 * float_elements
+
+
+def _runtime_options(package) -> dict[str, OptionInfo]:
+    """``--ep cpu`` and ``--runtime ort-genai``, from a weightless ``--ep cpu`` build."""
+    from mobius._genai import GenAIUnsupportedError, genai_config
+    from mobius.components._runtime import MS_DOMAIN
+
+    fused = Counter(
+        node.op_type
+        for model in package.models.values()
+        for node in model.graph
+        if node.domain == MS_DOMAIN
+    )
+    attention = fused.get("GroupQueryAttention", 0)
+    ops = ", ".join(f"{op} x{n}" for op, n in sorted(fused.items()))
+    if attention:
+        ep = OptionInfo(True, f"fused attention (GroupQueryAttention); fused ops: {ops}")
+    elif fused:
+        ep = OptionInfo(True, f"no fused attention for this family; fused ops: {ops}")
+    else:
+        ep = OptionInfo(False, "no fused ops for this family: the graph stays standard ONNX")
+    try:
+        genai = genai_config(package, ep="cpu")
+        runtime = OptionInfo(True, f"supported (generator model type {genai['model']['type']!r})")
+    except GenAIUnsupportedError as exc:
+        runtime = OptionInfo(False, f"not supported: {exc}")
+    return {"--ep cpu|cuda": ep, "--runtime ort-genai": runtime}
+
+
+def model_info(model: str, *, revision: str | None = None, registry=None) -> ModelInfo:
+    """Describe ``model`` (hub id, directory with config.json, or ``.gguf`` file) without weights.
+
+    Builds the ``--ep cpu`` graphs once, without weights: seconds for a 70B dense
+    configuration, minutes for a large MoE (every expert is a subgraph). Raises :class:`~mobius.errors.MobiusError`
+    subclasses for an unusable source or an unknown model type.
+    """
+    from mobius._registry import registry as default_registry
+    from mobius.weights._resolve import resolve_config
+
+    registry = registry or default_registry
+    path = resolve_config(model, revision=revision)
+    if path.is_file() and path.suffix.lower() != ".gguf":
+        raise MobiusError(f"{path} is a file; give a model directory, a hub id or a .gguf file")
+    source, entry = _read_source(path, registry)
+
+    # One weightless --ep cpu build answers everything: fusion does not change the
+    # parameters (q/k/v are packed only once weights exist), and a build is the cost.
+    try:
+        package = source.build(entry, "cpu")
+        runtime = _runtime_options(package)  # before the int4 pass adds its contrib ops
+    except Exception as exc:  # shown as the options' answer: the rest of the report holds
+        failed = OptionInfo(False, f"the --ep cpu build fails: {type(exc).__name__}: {exc}")
+        runtime = {"--ep cpu|cuda": failed, "--runtime ort-genai": failed}
+        package = source.build(entry, "default")
+    count, floats, other = _parameter_elements(package)
+    quantized, int4_f16, int4_f32 = _int4_sizes(package)
+    sizes = {
+        "f32": 4 * floats + other,
+        "f16": 2 * floats + other,
+        "bf16": 2 * floats + other,
+        "int4": int4_f16,
+        "int4_f32": int4_f32,
+    }
+
+    own = _CONFIG_DTYPES.get(source.checkpoint_dtype or "")
+    default = f"the checkpoint's own, {own}" if own else "the checkpoint's own"
+    options = {
+        "--dtype": OptionInfo(True, f"f32, f16 or bf16 (default: {default})"),
+        **runtime,
+    }
+    if quantized:
+        note = "GGUF Q4_0/Q4_1/Q8_0 blocks are repacked as they are" if path.is_file() else "RTN"
+        options["--quant int4"] = OptionInfo(
+            True, f"{quantized} MatMul weights to MatMulNBits ({note})"
+        )
+    else:
+        options["--quant int4"] = OptionInfo(False, "no MatMul by a 2-D weight to quantize")
+    return ModelInfo(
+        source=str(path),
+        model_type=source.model_type,
+        package=entry.package,
+        module=entry.module_class().__name__,
+        task=entry.task,
+        verified=registry.is_verified(source.model_type),
+        checkpoint_dtype=source.checkpoint_dtype,
+        parameters=count,
+        sizes=sizes,
+        options=options,
+    )
+
+
+def _bytes(n: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def _count(n: int) -> str:
+    for suffix, scale in (("B", 10**9), ("M", 10**6), ("K", 10**3)):
+        if n >= scale:
+            return f"{n:,} ({n / scale:.2f}{suffix})"
+    return f"{n:,}"
+
+
+def format_info(info: ModelInfo) -> str:
+    """The readable, aligned block that ``mobius info`` prints."""
+    if info.verified is None:
+        verified = f"unknown ({info.package} publishes no verified list)"
+    elif info.verified:
+        verified = f"yes: passed {info.package}'s parity tests"
+    else:
+        verified = f"no: registered, not (yet) verified by {info.package}'s parity tests"
+    rows = [
+        ("source", info.source),
+        ("model type", info.model_type),
+        ("registered by", f"{info.package} ({info.module})"),
+        ("task", info.task),
+        ("verified", verified),
+        ("checkpoint dtype", info.checkpoint_dtype or "not stated"),
+        ("parameters", _count(info.parameters)),
+        ("size f32", _bytes(info.sizes["f32"])),
+        ("size f16/bf16", _bytes(info.sizes["f16"])),
+        (
+            "size int4",
+            f"{_bytes(info.sizes['int4'])} (blocks of {INT4_BLOCK_SIZE}, f16 scales and "
+            f"other weights; {_bytes(info.sizes['int4_f32'])} with f32)",
+        ),
+    ]
+    width = max(len(name) for name, _ in rows)
+    lines = [f"{name:<{width}}  {value}" for name, value in rows]
+    lines.append("build options")
+    opt_width = max(len(name) for name in info.options)
+    for name, option in info.options.items():
+        mark = "yes" if option.applies else "no "
+        lines.append(f"  {name:<{opt_width}}  {mark}  {option.detail}")
+    return "\n".join(lines)

@@ -1,0 +1,489 @@
+"""Generate text from a built causal-LM package with ONNX Runtime.
+
+A package is the directory ``mobius build`` writes: ``model.onnx`` (+ its external
+data), ``config.json``, ``generation_config.json`` and the tokenizer files. The loop
+follows the causal-LM contract of :mod:`mobius.tasks._causal_lm`: prefill the prompt
+with empty caches, then feed one token at a time with the ``present.*`` outputs
+returned as the next ``past_key_values.*`` inputs. Names, dtypes and shapes are read
+from the ONNX Runtime session, so every cache kind (``key``/``value``, ``conv_state``,
+``ssm_state``...) and both attention back ends (``--ep default`` and ``--ep cpu``)
+run the same way.
+
+Example::
+
+    from mobius.generate import TextGenerator
+
+    generator = TextGenerator("out/")
+    for piece in generator.stream("The capital of France is", max_new_tokens=32):
+        print(piece, end="", flush=True)
+    print(generator.stats.summary())
+
+Needs ONNX Runtime: ``pip install mobius-core[run]``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from mobius.errors import MobiusError
+
+__all__ = [
+    "GenerationStats",
+    "PackageError",
+    "RuntimeMissingError",
+    "TextGenerator",
+    "TextStream",
+    "generate_text",
+    "sample_next_token",
+    "top_k_filter",
+    "top_p_filter",
+]
+
+_CACHE_INPUT = re.compile(r"past_key_values\.(\d+)\.(\w+)")
+# Only these cache/logit element types have a numpy type ONNX Runtime's Python API accepts.
+_ORT_FLOAT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
+# Files that hold a vocabulary; tokenizer_config.json alone does not.
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt")
+
+
+class PackageError(MobiusError):
+    """The directory is not a runnable causal-LM package (missing, corrupt or another task)."""
+
+
+class RuntimeMissingError(MobiusError):
+    """ONNX Runtime is not installed."""
+
+
+# --- sampling (pure numpy) ------------------------------------------------------------
+
+
+def top_k_filter(logits: np.ndarray, k: int | None) -> np.ndarray:
+    """``logits`` with everything below the ``k``-th largest value set to ``-inf``.
+
+    Ties with the ``k``-th value are kept. ``k`` of ``None`` or 0 keeps everything.
+    """
+    logits = np.asarray(logits, dtype=np.float32)
+    if not k or k >= logits.shape[-1]:
+        return logits
+    kth = np.partition(logits, -k)[-k]
+    return np.where(logits < kth, -np.inf, logits).astype(np.float32)
+
+
+def top_p_filter(logits: np.ndarray, p: float | None) -> np.ndarray:
+    """``logits`` restricted to the nucleus: the most likely tokens whose probability sums to ``p``.
+
+    A token is kept when the probability of the tokens ranked above it is still below
+    ``p``, so the most likely token always survives. ``p`` of ``None`` or >= 1 keeps all.
+    """
+    logits = np.asarray(logits, dtype=np.float32)
+    if p is None or p >= 1.0:
+        return logits
+    order = np.argsort(-logits, kind="stable")
+    probs = _softmax(logits[order])
+    before = np.cumsum(probs) - probs
+    keep = np.zeros(logits.shape, dtype=bool)
+    keep[order] = before < p
+    keep[order[0]] = True
+    return np.where(keep, logits, -np.inf).astype(np.float32)
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = np.exp(logits - np.max(logits))
+    return shifted / shifted.sum()
+
+
+def sample_next_token(
+    logits: np.ndarray,
+    rng: np.random.Generator | None = None,
+    *,
+    do_sample: bool = False,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+) -> int:
+    """Pick the next token from one row of logits [vocab].
+
+    Greedy (argmax) unless ``do_sample``; sampling divides by ``temperature``, then
+    applies ``top_k`` and ``top_p`` in that order (as transformers does) and draws from
+    ``rng``. A temperature of 0 means greedy.
+    """
+    logits = np.asarray(logits, dtype=np.float32).reshape(-1)
+    if not do_sample or temperature == 0:
+        return int(np.argmax(logits))
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if rng is None:
+        rng = np.random.default_rng()
+    scaled = top_p_filter(top_k_filter(logits / temperature, top_k), top_p)
+    probs = _softmax(scaled.astype(np.float64))
+    return int(rng.choice(probs.shape[0], p=probs))
+
+
+# --- streaming detokenisation ---------------------------------------------------------
+
+
+class TextStream:
+    """Turns a growing list of token ids into text pieces, never splitting a character.
+
+    Each step decodes all ids so far and emits what was added since the last piece.
+    A decode that ends in U+FFFD is an incomplete multi-byte character (its other
+    bytes come with the next tokens), so that text is held back until it resolves.
+    """
+
+    def __init__(self, decode: Callable[[list[int]], str]) -> None:
+        self._decode = decode
+        self.ids: list[int] = []
+        self._emitted = 0  # characters of the decoded text already returned
+        self._text = ""
+
+    def push(self, token: int) -> str:
+        """Add one token; returns the new text that is safe to print (maybe empty)."""
+        self.ids.append(int(token))
+        self._text = self._decode(self.ids)
+        if self._text.endswith("\ufffd"):
+            return ""
+        return self._take()
+
+    def flush(self) -> str:
+        """The text held back at the end (a character that never completed stays U+FFFD)."""
+        return self._take()
+
+    def _take(self) -> str:
+        # A decode can rewrite earlier characters (rare: merging clean-up rules); emit
+        # only past what was printed, since printed text cannot be taken back.
+        piece = self._text[self._emitted :]
+        self._emitted = max(self._emitted, len(self._text))
+        return piece
+
+
+# --- the package and its runtime ------------------------------------------------------
+
+
+@dataclass
+class GenerationStats:
+    """Timings of the last generation.
+
+    ``decode_tokens_per_s`` counts the tokens after the first one over the time since
+    the first one: the decode rate, the prompt's prefill left out (it is in
+    ``time_to_first_token_s``).
+    """
+
+    prompt_tokens: int = 0
+    new_tokens: int = 0
+    time_to_first_token_s: float = 0.0
+    decode_time_s: float = 0.0
+    stop_reason: str = ""  # "eos", "max_new_tokens" or "context_length"
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        if self.new_tokens < 2 or self.decode_time_s <= 0:
+            return float("nan")
+        return (self.new_tokens - 1) / self.decode_time_s
+
+    def summary(self) -> str:
+        """One line: prompt length, new tokens, time to first token and decode rate."""
+        rate = self.decode_tokens_per_s
+        decode = "n/a" if rate != rate else f"{rate:.1f}"
+        return (
+            f"{self.new_tokens} new tokens ({self.stop_reason}), prompt {self.prompt_tokens} "
+            f"tokens; time to first token {self.time_to_first_token_s * 1000:.0f} ms; "
+            f"decode {decode} tokens/s (tokens after the first)"
+        )
+
+
+def _read_json(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise PackageError(f"unreadable {path.name} in {path.parent}: {exc}") from None
+    return data if isinstance(data, dict) else {}
+
+
+def _as_ids(value) -> list[int]:
+    if value is None:
+        return []
+    if isinstance(value, int):
+        return [value]
+    return [int(v) for v in value]
+
+
+def _import_onnxruntime():
+    try:
+        import onnxruntime
+    except ImportError:
+        raise RuntimeMissingError(
+            "running a package needs ONNX Runtime: pip install mobius-core[run]"
+        ) from None
+    return onnxruntime
+
+
+class TextGenerator:
+    """A causal-LM package loaded in ONNX Runtime, ready to generate.
+
+    ``package_dir`` is what ``mobius build`` wrote. ``threads`` sets ONNX Runtime's
+    intra-op threads (default: its own choice); ``providers`` its execution providers
+    (default: CPU). The tokenizer is loaded on first use, so token-id generation
+    (:meth:`generate_ids`) works without one.
+    """
+
+    def __init__(
+        self,
+        package_dir: str | os.PathLike,
+        *,
+        threads: int | None = None,
+        providers: Sequence[str] | None = None,
+    ) -> None:
+        self.package_dir = Path(package_dir)
+        model_path = self.package_dir / "model.onnx"
+        if not self.package_dir.is_dir():
+            raise PackageError(f"no package directory at {self.package_dir}")
+        if not model_path.is_file():
+            raise PackageError(
+                f"no model.onnx in {self.package_dir}: not a causal-LM package built by mobius"
+            )
+        self.config = _read_json(self.package_dir / "config.json")
+        self.generation_config = _read_json(self.package_dir / "generation_config.json")
+        self.session = self._open_session(model_path, threads, providers)
+        self._check_contract()
+        self.stats = GenerationStats()
+        self._tokenizer = None
+
+    # -- loading ---------------------------------------------------------------------
+
+    def _open_session(self, model_path: Path, threads, providers):
+        ort = _import_onnxruntime()
+        options = ort.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = int(threads)
+        try:
+            return ort.InferenceSession(
+                str(model_path), options, providers=list(providers or ["CPUExecutionProvider"])
+            )
+        except Exception as exc:  # ORT raises its own pybind classes: corrupt, truncated, bad ops
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise PackageError(f"ONNX Runtime cannot load {model_path}: {message}") from None
+
+    def _check_contract(self) -> None:
+        inputs = {i.name: i for i in self.session.get_inputs()}
+        outputs = [o.name for o in self.session.get_outputs()]
+        self._past = [i for name, i in inputs.items() if _CACHE_INPUT.fullmatch(name)]
+        if "input_ids" not in inputs or "logits" not in outputs or not self._past:
+            raise PackageError(
+                f"{self.package_dir} is not a causal-LM package: its graph needs input_ids, "
+                f"past_key_values.* inputs and a logits output (it has inputs "
+                f"{sorted(inputs)[:6]} and outputs {outputs[:6]})"
+            )
+        known = {"input_ids", "attention_mask", "position_ids"} | {i.name for i in self._past}
+        unknown = sorted(set(inputs) - known)
+        if unknown:
+            raise PackageError(
+                f"the graph in {self.package_dir} has inputs a causal-LM loop cannot feed: "
+                f"{unknown[:5]} (a --no-weights build, or another task)"
+            )
+        for past in self._past:
+            present = past.name.replace("past_key_values.", "present.", 1)
+            if present not in outputs:
+                raise PackageError(f"the graph has {past.name} but no {present} output")
+            if past.type not in _ORT_FLOAT_TYPES:
+                raise PackageError(
+                    f"{past.name} is {past.type}: ONNX Runtime's Python API feeds only float32 "
+                    "and float16 caches; build with --dtype f32 or f16"
+                )
+        self._inputs = set(inputs)
+        self._present_names = [
+            p.name.replace("past_key_values.", "present.", 1) for p in self._past
+        ]
+
+    @property
+    def tokenizer(self):
+        """The package's tokenizer (``transformers.AutoTokenizer``), loaded on first use."""
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            if not any((self.package_dir / name).is_file() for name in _TOKENIZER_FILES):
+                raise PackageError(
+                    f"no tokenizer files in {self.package_dir} (tokenizer.json, "
+                    "tokenizer.model, vocab.json...): build from a checkpoint that has them"
+                )
+            try:
+                self._tokenizer = AutoTokenizer.from_pretrained(str(self.package_dir))
+            except (OSError, ValueError, TypeError) as exc:
+                reason = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+                raise PackageError(
+                    f"cannot load the tokenizer of {self.package_dir}: {reason}"
+                ) from None
+        return self._tokenizer
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        """End-of-sequence ids: generation_config.json's and config.json's, else the tokenizer's."""
+        ids = _as_ids(self.generation_config.get("eos_token_id"))
+        ids += [i for i in _as_ids(self.config.get("eos_token_id")) if i not in ids]
+        if not ids and self._tokenizer is not None and self._tokenizer.eos_token_id is not None:
+            ids = [int(self._tokenizer.eos_token_id)]
+        return ids
+
+    def sampling_defaults(self) -> dict:
+        """``do_sample``, ``temperature``, ``top_k`` and ``top_p`` from generation_config.json."""
+        config = self.generation_config
+        return {
+            "do_sample": bool(config.get("do_sample", False)),
+            "temperature": float(config.get("temperature", 1.0) or 1.0),
+            "top_k": int(config.get("top_k", 50) or 0),
+            "top_p": float(config.get("top_p", 1.0) or 1.0),
+        }
+
+    # -- prompts ---------------------------------------------------------------------
+
+    def encode_prompt(
+        self, prompt: str, *, chat_template: bool = True, system: str | None = None
+    ) -> list[int]:
+        """Token ids of ``prompt``: through the tokenizer's chat template when it has one.
+
+        With ``chat_template=False`` (or a tokenizer without a template) the text is
+        tokenized as is, with the tokenizer's special tokens (BOS). A ``system``
+        message needs a chat template.
+        """
+        tokenizer = self.tokenizer
+        if chat_template and getattr(tokenizer, "chat_template", None):
+            messages = [{"role": "user", "content": prompt}]
+            if system is not None:
+                messages.insert(0, {"role": "system", "content": system})
+            text = tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True
+            )
+            # The template writes the special tokens (BOS included) itself.
+            return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+        if system is not None:
+            raise MobiusError(
+                "a system message needs a chat template"
+                + ("" if chat_template else "; drop --no-chat-template")
+                + ("" if getattr(tokenizer, "chat_template", None) else " (the tokenizer has none)")
+            )
+        return list(tokenizer(prompt)["input_ids"])
+
+    # -- the loop --------------------------------------------------------------------
+
+    def _empty_cache(self) -> dict[str, np.ndarray]:
+        cache = {}
+        for past in self._past:
+            # Batch (the first dim) is 1; every other symbolic dim is the past length, 0.
+            shape = [
+                d if isinstance(d, int) else (1 if axis == 0 else 0)
+                for axis, d in enumerate(past.shape)
+            ]
+            cache[past.name] = np.zeros(shape, dtype=_ORT_FLOAT_TYPES[past.type])
+        return cache
+
+    def _step(self, ids: np.ndarray, start: int, cache: dict) -> tuple[np.ndarray, dict]:
+        """Run ``ids`` [1, n] at positions ``start..start+n-1``; returns last logits and cache."""
+        total = start + ids.shape[1]
+        feeds = {"input_ids": ids, **cache}
+        if "attention_mask" in self._inputs:
+            feeds["attention_mask"] = np.ones((1, total), dtype=np.int64)
+        if "position_ids" in self._inputs:
+            feeds["position_ids"] = np.arange(start, total, dtype=np.int64)[None, :]
+        logits, *present = self.session.run(["logits", *self._present_names], feeds)
+        new_cache = {p.name: value for p, value in zip(self._past, present, strict=True)}
+        return logits[0, -1].astype(np.float32), new_cache
+
+    def generate_ids(
+        self,
+        prompt_ids: Sequence[int],
+        *,
+        max_new_tokens: int = 128,
+        do_sample: bool = False,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        eos_token_ids: Iterable[int] | None = None,
+    ) -> Iterator[int]:
+        """Yield new token ids one by one; stops after an end-of-sequence id or ``max_new_tokens``.
+
+        The sequence never grows past config.json's ``max_position_embeddings``. The
+        end-of-sequence token itself is not yielded. ``eos_token_ids`` overrides
+        the package's (an empty list never stops early). Sampling draws from
+        ``numpy.random.default_rng(seed)``: the same seed gives the same tokens.
+        Timings land in :attr:`stats` when the iterator finishes.
+        """
+        prompt = np.asarray([list(prompt_ids)], dtype=np.int64)
+        if prompt.shape[1] == 0:
+            raise MobiusError("the prompt is empty")
+        stop = set(self.eos_token_ids if eos_token_ids is None else eos_token_ids)
+        rng = np.random.default_rng(seed)
+        options = dict(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p)
+        stats = self.stats = GenerationStats(prompt_tokens=prompt.shape[1])
+        stats.stop_reason = "max_new_tokens"
+        started = time.perf_counter()
+        cache = self._empty_cache()
+        ids, position = prompt, 0
+        first_at = None
+        # Positions past max_position_embeddings are outside what the graph was built for.
+        context = int(self.config.get("max_position_embeddings") or 0)
+        if context and prompt.shape[1] > context:
+            raise MobiusError(
+                f"the prompt has {prompt.shape[1]} tokens; the model takes at most {context}"
+            )
+        if context and prompt.shape[1] + max_new_tokens > context:
+            max_new_tokens = context - prompt.shape[1]
+            stats.stop_reason = "context_length"
+        for _ in range(max_new_tokens):
+            logits, cache = self._step(ids, position, cache)
+            token = sample_next_token(logits, rng, **options)
+            now = time.perf_counter()
+            if first_at is None:
+                first_at = now
+                stats.time_to_first_token_s = now - started
+            stats.new_tokens += 1
+            stats.decode_time_s = now - first_at
+            if token in stop:
+                stats.stop_reason = "eos"
+                return
+            yield token
+            position += ids.shape[1]
+            ids = np.asarray([[token]], dtype=np.int64)
+
+    def stream(
+        self,
+        prompt: str,
+        *,
+        chat_template: bool = True,
+        system: str | None = None,
+        **options,
+    ) -> Iterator[str]:
+        """Yield text pieces as they are generated from ``prompt``.
+
+        Keyword ``options`` are those of :meth:`generate_ids`. Special tokens are left
+        out of the text; a piece never ends inside a multi-byte character.
+        """
+        ids = self.encode_prompt(prompt, chat_template=chat_template, system=system)
+        tokenizer = self.tokenizer
+        text = TextStream(lambda new: tokenizer.decode(new, skip_special_tokens=True))
+        for token in self.generate_ids(ids, **options):
+            piece = text.push(token)
+            if piece:
+                yield piece
+        rest = text.flush()
+        if rest:
+            yield rest
+
+
+def generate_text(package_dir: str | os.PathLike, prompt: str, **options) -> str:
+    """The whole text generated from ``prompt`` by the package at ``package_dir``.
+
+    ``options`` are those of :meth:`TextGenerator.stream` (``max_new_tokens``,
+    ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``seed``, ``chat_template``,
+    ``system``...).
+    """
+    return "".join(TextGenerator(package_dir).stream(prompt, **options))

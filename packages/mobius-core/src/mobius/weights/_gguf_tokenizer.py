@@ -1,0 +1,377 @@
+"""Tokenizer files (``tokenizer.json``, ``tokenizer_config.json``, ``generation_config.json``)
+made from a GGUF file's ``tokenizer.*`` metadata.
+
+A GGUF file carries its vocabulary as metadata under llama.cpp's key names:
+``tokenizer.ggml.model`` names the algorithm, ``tokens`` / ``token_type`` /
+``scores`` / ``merges`` hold the vocabulary, ``tokenizer.ggml.pre`` names the
+pre-tokenizer of a byte-level vocabulary, and the ``*_token_id`` and
+``add_*_token`` keys the special tokens. Two algorithms are rebuilt here with the
+``tokenizers`` library (no transformers tokenizer class, no torch):
+
+- ``gpt2``: byte-level BPE with explicit merges; the split regex follows
+  ``tokenizer.ggml.pre`` as llama.cpp does.
+- ``llama``: SentencePiece-style BPE over ``▁``-marked words with ``<0xNN>`` byte
+  fallback; merges are the file's, or derived from the scores as SentencePiece
+  ranks pieces (Gemma ranks by position instead, its scores do not order merges).
+
+Other vocabularies raise :class:`UnsupportedTokenizerError`: guessing one would
+make a package that tokenizes wrongly without saying so.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from mobius.errors import MobiusError
+
+# llama.cpp's token types (``tokenizer.ggml.token_type``).
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+
+SPIECE_SPACE = "\u2581"  # "▁", SentencePiece's word marker
+
+# Split regexes of byte-level vocabularies, by ``tokenizer.ggml.pre``.
+_LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+# pre name -> (kind, regex): "gpt2" is ByteLevel's own GPT-2 regex, "digits" splits every
+# digit off first (llama.cpp's STARCODER group, SmolLM's), "split" is one regex.
+_PRE_TOKENIZERS: dict[str, tuple[str, str | None]] = {
+    "default": ("gpt2", None),
+    "gpt2": ("gpt2", None),
+    "gpt-2": ("gpt2", None),
+    "mpt": ("gpt2", None),
+    "olmo": ("gpt2", None),
+    "smollm": ("digits", None),
+    "starcoder": ("digits", None),
+    "refact": ("digits", None),
+    "llama3": ("split", _LLAMA3_SPLIT),
+    "llama-v3": ("split", _LLAMA3_SPLIT),
+    "llama-bpe": ("split", _LLAMA3_SPLIT),
+    "qwen2": ("split", _QWEN2_SPLIT),
+    "deepseek-r1-qwen": ("split", _QWEN2_SPLIT),
+}
+# llama.cpp takes a whole word that is in the vocabulary before merging for these
+# (a Llama 3 tokenizer.json says the same with ``ignore_merges``).
+_IGNORE_MERGES = {"llama3", "llama-v3", "llama-bpe"}
+# Qwen2's own tokenizer NFC-normalizes before splitting.
+_NFC = {"qwen2", "deepseek-r1-qwen"}
+
+_GEMMA = {"gemma", "gemma2", "gemma3"}
+
+_SPECIAL_IDS = {
+    "bos_token": "bos_token_id",
+    "eos_token": "eos_token_id",
+    "unk_token": "unknown_token_id",
+    "pad_token": "padding_token_id",
+}
+
+
+class UnsupportedTokenizerError(MobiusError):
+    """The GGUF file's vocabulary is of a kind mobius cannot rebuild as tokenizer files."""
+
+
+def gguf_tokenizer_files(metadata: Mapping[str, Any]) -> dict[str, str]:
+    """The tokenizer files of a GGUF file, as ``{file name: JSON text}``.
+
+    ``metadata`` is :attr:`GGUFFile.metadata`. ``tokenizer.json`` and
+    ``tokenizer_config.json`` are always written; ``generation_config.json`` when
+    the file names a BOS, EOS or padding token.
+
+    Raises:
+        UnsupportedTokenizerError: No vocabulary, or one of a kind not supported
+            (``tokenizer.ggml.model`` other than ``gpt2`` / ``llama``, or a byte-level
+            vocabulary with an unknown ``tokenizer.ggml.pre``).
+    """
+    tokenizer = build_tokenizer(metadata)
+    files = {
+        "tokenizer.json": tokenizer.to_str(pretty=True),
+        "tokenizer_config.json": _dump(tokenizer_config(metadata)),
+    }
+    generation = {
+        name: metadata[f"tokenizer.ggml.{key}"]
+        for name, key in (
+            ("bos_token_id", "bos_token_id"),
+            ("eos_token_id", "eos_token_id"),
+            ("pad_token_id", "padding_token_id"),
+        )
+        if f"tokenizer.ggml.{key}" in metadata
+    }
+    if generation:
+        files["generation_config.json"] = _dump(generation)
+    return files
+
+
+def build_tokenizer(metadata: Mapping[str, Any]):
+    """A ``tokenizers.Tokenizer`` equivalent to the GGUF file's vocabulary."""
+    kind = metadata.get("tokenizer.ggml.model")
+    tokens = metadata.get("tokenizer.ggml.tokens")
+    if kind is None or not tokens:
+        raise UnsupportedTokenizerError("the GGUF file has no tokenizer vocabulary")
+    if kind == "gpt2":
+        tokenizer = _byte_level(metadata)
+    elif kind == "llama":
+        tokenizer = _sentencepiece(metadata)
+    else:
+        raise UnsupportedTokenizerError(
+            f"GGUF tokenizer model {kind!r} is not supported (supported: gpt2, llama)"
+        )
+    _add_special_tokens(tokenizer, metadata)
+    post_processor = _post_processor(metadata)
+    if post_processor is not None:
+        tokenizer.post_processor = post_processor
+    return tokenizer
+
+
+def tokenizer_config(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``tokenizer_config.json`` content: special tokens, BOS/EOS flags, chat template."""
+    tokens = metadata["tokenizer.ggml.tokens"]
+    config: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast"}
+    for name, key in _SPECIAL_IDS.items():
+        token_id = metadata.get(f"tokenizer.ggml.{key}")
+        if token_id is not None and 0 <= token_id < len(tokens):
+            config[name] = tokens[token_id]
+    config["add_bos_token"], config["add_eos_token"] = _add_bos_eos(metadata)
+    arch = metadata.get("general.architecture")
+    context = metadata.get(f"{arch}.context_length")
+    if context:
+        config["model_max_length"] = int(context)
+    config["clean_up_tokenization_spaces"] = False
+    template = metadata.get("tokenizer.chat_template")
+    if template:
+        config["chat_template"] = template
+    return config
+
+
+def _dump(data: dict) -> str:
+    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+
+def _add_bos_eos(metadata: Mapping[str, Any]) -> tuple[bool, bool]:
+    # llama.cpp adds BOS to a SentencePiece vocabulary that does not say otherwise.
+    default_bos = metadata.get("tokenizer.ggml.model") == "llama"
+    add_bos = metadata.get("tokenizer.ggml.add_bos_token", default_bos)
+    add_eos = metadata.get("tokenizer.ggml.add_eos_token", False)
+    return bool(add_bos), bool(add_eos)
+
+
+def _token_types(metadata: Mapping[str, Any]) -> list[int]:
+    types = metadata.get("tokenizer.ggml.token_type")
+    n = len(metadata["tokenizer.ggml.tokens"])
+    return list(types) if types is not None and len(types) == n else [NORMAL] * n
+
+
+def _byte_level(metadata: Mapping[str, Any]):
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+    pre = metadata.get("tokenizer.ggml.pre", "default")
+    if pre not in _PRE_TOKENIZERS:
+        raise UnsupportedTokenizerError(
+            f"GGUF byte-level pre-tokenizer {pre!r} is not supported "
+            f"(supported: {', '.join(sorted(_PRE_TOKENIZERS))})"
+        )
+    alphabet = _byte_alphabet()
+    spelled = set(alphabet.values())
+    vocab: dict[str, int] = {}
+    for index, (token, kind) in enumerate(
+        zip(metadata["tokenizer.ggml.tokens"], _token_types(metadata), strict=True)
+    ):
+        # A normal token is stored in the byte alphabet; one that is not was written as
+        # plain text, so spell its UTF-8 bytes. Added tokens match as they are written.
+        if kind == NORMAL and not set(token) <= spelled:
+            token = "".join(alphabet[b] for b in token.encode("utf-8"))
+        vocab.setdefault(token, index)
+    merges = [tuple(merge.split(" ", 1)) for merge in metadata.get("tokenizer.ggml.merges", ())]
+    tokenizer = Tokenizer(
+        models.BPE(
+            vocab,
+            merges,
+            fuse_unk=False,
+            continuing_subword_prefix="",
+            end_of_word_suffix="",
+            ignore_merges=pre in _IGNORE_MERGES,
+        )
+    )
+    kind, regex = _PRE_TOKENIZERS[pre]
+    if kind == "gpt2":
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    elif kind == "digits":
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Digits(individual_digits=True),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+            ]
+        )
+    else:
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(regex), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+    if pre in _NFC:
+        tokenizer.normalizer = normalizers.NFC()
+    tokenizer.decoder = decoders.ByteLevel()
+    return tokenizer
+
+
+def _byte_alphabet() -> dict[int, str]:
+    """GPT-2's printable spelling of each byte (printable Latin-1 as itself, others shifted past 255)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
+    spelling = {b: chr(b) for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in spelling:
+            spelling[b] = chr(256 + extra)
+            extra += 1
+    return spelling
+
+
+def _sentencepiece(metadata: Mapping[str, Any]):
+    from tokenizers import Tokenizer, decoders, models, normalizers
+
+    arch = metadata.get("general.architecture")
+    types = _token_types(metadata)
+    tokens = list(metadata["tokenizer.ggml.tokens"])
+    if arch in _GEMMA:
+        # Gemma files store whitespace-run tokens with real spaces; the text they match
+        # has its spaces turned into "▁" first.
+        known = set(tokens)
+        tokens = [
+            SPIECE_SPACE * len(t)
+            if t and not t.strip(" ") and SPIECE_SPACE * len(t) not in known
+            else t
+            for t in tokens
+        ]
+    vocab: dict[str, int] = {}
+    for index, token in enumerate(tokens):
+        vocab.setdefault(token, index)
+    if "tokenizer.ggml.merges" in metadata:
+        merges = [tuple(m.split(" ", 1)) for m in metadata["tokenizer.ggml.merges"]]
+    else:
+        if arch in _GEMMA:
+            ranks = [-float(i) for i in range(len(tokens))]
+        else:
+            scores = metadata.get("tokenizer.ggml.scores")
+            if scores is None or len(scores) != len(tokens):
+                # Without merges the scores are what orders them; no guessing.
+                raise UnsupportedTokenizerError(
+                    "the GGUF SentencePiece vocabulary has neither merges nor a score per token"
+                )
+            ranks = [float(score) for score in scores]
+        merges = _merges_from_ranks(tokens, types, ranks, vocab)
+    byte_fallback = all(f"<0x{b:02X}>" in vocab for b in range(256))
+    unk_id = metadata.get("tokenizer.ggml.unknown_token_id")
+    unk = tokens[unk_id] if unk_id is not None and 0 <= unk_id < len(tokens) else None
+    tokenizer = Tokenizer(
+        models.BPE(vocab, merges, unk_token=unk, fuse_unk=True, byte_fallback=byte_fallback)
+    )
+    steps = [decoders.Replace(SPIECE_SPACE, " ")]
+    if byte_fallback:
+        steps.append(decoders.ByteFallback())
+    steps.append(decoders.Fuse())
+    if metadata.get("tokenizer.ggml.add_space_prefix", True):
+        # SentencePiece's dummy prefix: "▁" before the text, even one that starts with a
+        # space, and (as llama.cpp does) after each special token. A normalizer runs on
+        # every piece of text between added tokens, so Prepend does both; the decoder
+        # takes the first one off again.
+        normalizer = [normalizers.Prepend(SPIECE_SPACE)]
+        steps.append(decoders.Strip(content=" ", left=1, right=0))
+    else:
+        normalizer = []
+    tokenizer.normalizer = normalizers.Sequence(
+        [*normalizer, normalizers.Replace(" ", SPIECE_SPACE)]
+    )
+    tokenizer.decoder = decoders.Sequence(steps)
+    return tokenizer
+
+
+def _merges_from_ranks(
+    tokens: list[str], types: list[int], ranks: list[float], vocab: dict[str, int]
+) -> list[tuple[str, str]]:
+    """BPE merges implied by a SentencePiece vocabulary: every split of a piece into two
+    pieces, best-ranked result first (longer left part first among equals).
+
+    Control, unknown and byte tokens are neither merged nor merge parts: SentencePiece
+    never builds them from text.
+    """
+    mergeable = {
+        token
+        for token, kind in zip(tokens, types, strict=True)
+        if kind not in (UNKNOWN, CONTROL, BYTE)
+    }
+    candidates = []
+    for token, rank in zip(tokens, ranks, strict=True):
+        if token not in mergeable or len(token) < 2:
+            continue
+        splits = [
+            (token[:i], token[i:])
+            for i in range(1, len(token))
+            if token[:i] in mergeable and token[i:] in mergeable
+        ]
+        splits.sort(key=lambda pair: (vocab[pair[0]], vocab[pair[1]]))
+        candidates.extend((rank, left, right) for left, right in splits)
+    # A stable sort, best first: ties keep the vocabulary's order.
+    candidates.sort(key=lambda c: (c[0], len(c[1]), len(c[2])), reverse=True)
+    return [(left, right) for _, left, right in candidates]
+
+
+def _add_special_tokens(tokenizer, metadata: Mapping[str, Any]) -> None:
+    """Control and unknown tokens as special added tokens, user-defined ones as plain
+    added tokens: all are matched whole in the text before the model splits it."""
+    from tokenizers import AddedToken
+
+    tokens = metadata["tokenizer.ggml.tokens"]
+    types = _token_types(metadata)
+    vocab = tokenizer.get_vocab()
+    special = [
+        t for t, k in zip(tokens, types, strict=True) if k in (CONTROL, UNKNOWN) and t in vocab
+    ]
+    # The named special tokens are special whatever their type says.
+    for key in _SPECIAL_IDS.values():
+        token_id = metadata.get(f"tokenizer.ggml.{key}")
+        if token_id is not None and 0 <= token_id < len(tokens) and tokens[token_id] not in special:
+            special.append(tokens[token_id])
+    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special])
+    chosen = set(special)
+    user = [
+        t
+        for t, k in zip(tokens, types, strict=True)
+        if k == USER_DEFINED and t in vocab and t not in chosen
+    ]
+    tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in user])
+
+
+def _post_processor(metadata: Mapping[str, Any]):
+    """BOS / EOS around each sequence as the file's ``add_*_token`` flags say, or none."""
+    from tokenizers import processors
+
+    add_bos, add_eos = _add_bos_eos(metadata)
+    tokens = metadata["tokenizer.ggml.tokens"]
+
+    def token(key: str) -> tuple[str, int] | None:
+        token_id = metadata.get(f"tokenizer.ggml.{key}")
+        if token_id is None or not 0 <= token_id < len(tokens):
+            return None
+        return tokens[token_id], token_id
+
+    bos = token("bos_token_id") if add_bos else None
+    eos = token("eos_token_id") if add_eos else None
+    if bos is None and eos is None:
+        return None
+    head = [f"{bos[0]}:0"] if bos else []
+    tail = [f"{eos[0]}:0"] if eos else []
+    pair_head = [f"{bos[0]}:1"] if bos else []
+    pair_tail = [f"{eos[0]}:1"] if eos else []
+    return processors.TemplateProcessing(
+        single=[*head, "$A:0", *tail],
+        pair=[*head, "$A:0", *tail, *pair_head, "$B:1", *pair_tail],
+        special_tokens=list(dict.fromkeys(t for t in (bos, eos) if t is not None)),
+    )
