@@ -20,7 +20,6 @@ deleted after it is measured, as is every output unless ``--keep-outputs``)::
     uv run python benchmarks/lowmem_7b.py                      # 7B, cached in /tmp/mobius-lowmem
     uv run python benchmarks/lowmem_7b.py --preset 1b          # TinyLlama-1.1B shapes, ~2.2 GB
     uv run python benchmarks/lowmem_7b.py --workdir DIR --builds f16 --keep-outputs
-    uv run python benchmarks/lowmem_7b.py --hide-torch         # as an install without torch
     rm -rf /tmp/mobius-lowmem                                  # drop the cached checkpoint
 """
 
@@ -165,21 +164,9 @@ def _sample_file_rss(pid: int, peak: dict[str, int], done: threading.Event) -> N
         done.wait(0.1)
 
 
-# ``python -m mobius`` in a process where ``import torch`` fails, as in an install of
-# mobius alone (torch is a test-only dependency): transformers then skips importing it.
-WITHOUT_TORCH = (
-    "import sys; sys.modules['torch'] = None; from mobius.cli import main; sys.exit(main())"
-)
-
-
-def run_build(
-    model_dir: Path, output: Path, args: list[str], hide_torch: bool = False
-) -> dict[str, float]:
+def run_build(model_dir: Path, output: Path, args: list[str]) -> dict[str, float]:
     """Run one ``mobius build`` in a child process; its wall time and peak RSS in GB."""
-    python = (
-        [sys.executable, "-c", WITHOUT_TORCH] if hide_torch else [sys.executable, "-m", "mobius"]
-    )
-    command = [*python, "build", "--model", str(model_dir), str(output)]
+    command = [sys.executable, "-m", "mobius", "build", "--model", str(model_dir), str(output)]
     start = time.perf_counter()
     child = subprocess.Popen([*command, "--quiet", *args])
     peak: dict[str, int] = {}
@@ -210,12 +197,6 @@ def main() -> None:
     parser.add_argument("--preset", choices=sorted(PRESETS), default="7b")
     parser.add_argument("--builds", nargs="+", choices=list(BUILDS), default=list(BUILDS))
     parser.add_argument("--keep-outputs", action="store_true", help="keep the built models")
-    parser.add_argument(
-        "--hide-torch",
-        action="store_true",
-        help="build as an install without torch would (transformers' config loading "
-        "otherwise imports torch, ~0.55 GB of RSS, when it is installed)",
-    )
     args = parser.parse_args()
 
     model_dir = write_checkpoint(args.workdir / f"llama-{args.preset}", args.preset)
@@ -229,15 +210,12 @@ def main() -> None:
         output = args.workdir / f"out-{args.preset}-{build.replace(' ', '-')}"
         shutil.rmtree(output, ignore_errors=True)
         print(f"building {build} ...", flush=True)
-        result = run_build(model_dir, output, BUILDS[build], args.hide_torch)
+        result = run_build(model_dir, output, BUILDS[build])
         if not args.keep_outputs:
             shutil.rmtree(output, ignore_errors=True)
         rows.append((build, result))
 
-    torch_note = ", torch hidden" if args.hide_torch else ""
-    print(
-        f"\nmobius build, {args.preset} Llama, random bf16 checkpoint of {total:.2f} GB{torch_note}"
-    )
+    print(f"\nmobius build, {args.preset} Llama, random bf16 checkpoint of {total:.2f} GB")
     head = (
         f"{'build':<11} {'wall s':>7} {'peak RSS GB':>11} {'anon GB':>8} {'mmap GB':>8} "
         f"{'out GB':>7} {'largest GB':>10} {'limit GB':>8}  result"

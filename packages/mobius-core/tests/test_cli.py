@@ -152,6 +152,25 @@ def test_python_m_mobius_version() -> None:
     assert result.stdout.strip() == f"mobius {mobius.__version__}"
 
 
+def test_console_build_never_imports_torch(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    """The command hides an installed torch from transformers' configs (mobius needs none)."""
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "mobius", "build", "--model"]
+        + [str(tiny_llama_dir), str(out), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (out / "model.onnx").is_file()
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()}
+    assert "transformers" in imported  # the config classes did load
+    assert not {name for name in imported if name.split(".")[0] == "torch"}
+    assert "PyTorch was not found" not in result.stderr
+
+
 # -- build ----------------------------------------------------------------------------------
 
 

@@ -1,3 +1,3 @@
-from mobius.cli import main
+from mobius.cli import run
 
-raise SystemExit(main())
+run()
