@@ -266,13 +266,16 @@ def test_existing_output_is_replaced_only_on_success(
     broken = write_tiny_llama(model_dir.parent / "broken")
     edit_tensors(broken, lambda t: t.pop("model.norm.weight"))
     assert_user_error(
-        capsys, ["build", "--model", str(broken), str(out), "-q"], "missing", "model.norm.weight"
+        capsys,
+        ["build", "--model", str(broken), str(out), "-q", "--overwrite"],
+        "missing",
+        "model.norm.weight",
     )
     assert sorted(p.name for p in out.iterdir()) == ["marker.txt"]
     assert (out / "marker.txt").read_text() == "from an earlier build"
     assert leftovers(outputs, "out") == []
 
-    assert main(["build", "--model", str(model_dir), str(out), "-q"]) == 0
+    assert main(["build", "--model", str(model_dir), str(out), "-q", "--overwrite"]) == 0
     stdout, stderr = capsys.readouterr()
     assert stdout.strip() == f"wrote {out}"
     assert stderr == ""
@@ -280,6 +283,138 @@ def test_existing_output_is_replaced_only_on_success(
     assert not (out / "marker.txt").exists()
     assert leftovers(outputs, "out") == []
     assert os.listdir(outputs) == ["out"]
+
+
+def test_existing_output_is_refused_without_overwrite(
+    capsys, model_dir: Path, outputs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = outputs / "out"
+    out.mkdir()
+    (out / "marker.txt").write_text("precious")
+    built: list[str] = []
+    monkeypatch.setattr("mobius._build.build", lambda *a, **k: built.append("built"))
+    assert_user_error(
+        capsys, ["build", "--model", str(model_dir), str(out), "-q"], "not empty", "--overwrite"
+    )
+    assert built == []  # refused before the build starts, not after it
+    assert os.listdir(out) == ["marker.txt"] and os.listdir(outputs) == ["out"]
+
+
+def test_an_empty_output_directory_is_used(capsys, model_dir: Path, outputs: Path) -> None:
+    (outputs / "out").mkdir()
+    assert main(["build", "--model", str(model_dir), str(outputs / "out"), "-q"]) == 0
+    assert (outputs / "out" / "model.onnx").is_file()
+    assert leftovers(outputs, "out") == []
+
+
+# -- configs that are refused, not approximated ---------------------------------------------
+
+
+def edit_config(directory: Path, **changes) -> None:
+    path = directory / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+def test_config_that_needs_remote_code(capsys, model_dir: Path, outputs: Path) -> None:
+    edit_config(
+        model_dir,
+        model_type="my_private_arch",
+        auto_map={"AutoConfig": "configuration_mine.MyConfig"},
+    )
+    (model_dir / "configuration_mine.py").write_text("raise SystemExit('remote code ran')\n")
+    assert_fails_cleanly(
+        capsys, model_dir, outputs / "out", "my_private_arch", "never runs a model's own code"
+    )
+
+
+def test_auto_map_on_a_registered_type_uses_mobius_code(capsys, model_dir: Path, outputs: Path):
+    edit_config(model_dir, auto_map={"AutoConfig": "configuration_mine.MyConfig"})
+    (model_dir / "configuration_mine.py").write_text("raise SystemExit('remote code ran')\n")
+    assert main(["build", "--model", str(model_dir), str(outputs / "out"), "-q"]) == 0
+    assert (outputs / "out" / "model.onnx").is_file()
+
+
+def test_unknown_rope_type_is_refused(capsys, model_dir: Path, outputs: Path) -> None:
+    edit_config(model_dir, rope_scaling={"rope_type": "imaginary", "factor": 2.0})
+    assert_fails_cleanly(capsys, model_dir, outputs / "out", "imaginary")
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"num_attention_heads": 0}, "config"),
+        ({"hidden_size": "thirty-two"}, "hidden_size"),
+        ({"model_type": ["llama"]}, "model_type must be a string"),
+    ],
+)
+def test_malformed_config_fields(capsys, model_dir, outputs, changes, expected) -> None:
+    edit_config(model_dir, **changes)
+    assert_fails_cleanly(capsys, model_dir, outputs / "out", expected)
+
+
+# -- pickled checkpoints --------------------------------------------------------------------
+
+
+def pickled(model_dir: Path) -> Path:
+    """``model_dir`` with its weights as ``pytorch_model.bin`` (torch.save) instead of safetensors."""
+    torch = pytest.importorskip("torch")
+    tensors = load_file(model_dir / "model.safetensors")
+    torch.save(
+        {k: torch.from_numpy(v) for k, v in tensors.items()}, model_dir / "pytorch_model.bin"
+    )
+    (model_dir / "model.safetensors").unlink()
+    return model_dir
+
+
+def test_pickled_weights_are_refused_by_default(capsys, model_dir: Path, outputs: Path) -> None:
+    assert_fails_cleanly(
+        capsys, pickled(model_dir), outputs / "out", "pytorch_model.bin", "--allow-pickle"
+    )
+
+
+def test_allow_pickle_builds_the_same_model(capsys, tmp_path: Path, outputs: Path) -> None:
+    import onnx
+
+    reference = write_tiny_llama(tmp_path / "reference")
+    assert main(["build", "--model", str(reference), str(outputs / "a"), "-q"]) == 0
+    source = pickled(write_tiny_llama(tmp_path / "pickled"))
+    capsys.readouterr()
+    assert main(["build", "--model", str(source), str(outputs / "b"), "-q", "--allow-pickle"]) == 0
+    _, err = capsys.readouterr()
+    assert "mobius: note: reading pickled weights (pytorch_model.bin)" in err
+    a, b = (onnx.load(str(outputs / n / "model.onnx")) for n in "ab")
+    assert {t.name: t.SerializeToString() for t in a.graph.initializer} == {
+        t.name: t.SerializeToString() for t in b.graph.initializer
+    }
+
+
+# -- what the CLI prints ------------------------------------------------------------------
+
+
+def test_verbose_adds_the_traceback(capsys, model_dir: Path, outputs: Path) -> None:
+    edit_tensors(model_dir, lambda t: t.pop("model.norm.weight"))
+    code = main(["build", "--model", str(model_dir), str(outputs / "out"), "-q", "--verbose"])
+    _, err = capsys.readouterr()
+    assert code == 1
+    assert "Traceback (most recent call last)" in err and "WeightMismatchError" in err
+    assert err.splitlines()[-1].startswith("mobius: error: ")
+
+
+def test_a_bug_is_one_line_with_exit_code_3(
+    capsys, model_dir: Path, outputs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args, **kwargs):
+        raise RuntimeError("something\nmobius got wrong")
+
+    monkeypatch.setattr("mobius._build.build", broken)
+    code = main(["build", "--model", str(model_dir), str(outputs / "out"), "-q"])
+    _, err = capsys.readouterr()
+    assert code == 3
+    assert err.splitlines() == [
+        "mobius: internal error (a bug in mobius, please report it): RuntimeError: "
+        "something mobius got wrong; --verbose prints the traceback"
+    ]
+    assert os.listdir(outputs) == []
 
 
 # -- the real console entry point -----------------------------------------------------------

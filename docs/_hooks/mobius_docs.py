@@ -5,7 +5,9 @@ Pages mark where generated Markdown goes with an HTML comment:
 - ``<!-- mobius:cli -->``: the CLI reference, from ``mobius.cli.make_parser()``;
 - ``<!-- mobius:models -->``: the registered model types per package, with the
   parity status recorded in each package's ``SUPPORT.md``;
-- ``<!-- mobius:support PACKAGE -->``: that package's ``SUPPORT.md`` table.
+- ``<!-- mobius:support PACKAGE -->``: that package's ``SUPPORT.md`` table;
+- ``<!-- mobius:errors -->``: the "Errors" section of mobius-core's README (the
+  error model and its table of cases), kept in one place.
 
 A marker that names something unknown, or a plugin that fails to load, is a
 build warning (an error with ``mkdocs build --strict``).
@@ -49,6 +51,15 @@ def _support(package: str | None, page: str) -> str:
     return render_support(path)
 
 
+def _errors(page: str) -> str:
+    readme = (PACKAGES_DIR / "mobius-core" / "README.md").read_text(encoding="utf-8")
+    match = re.search(r"^## Errors\n(?P<body>.*?)(?=^## |\Z)", readme, flags=re.M | re.S)
+    if match is None:
+        log.warning(f"{page}: mobius-core's README has no '## Errors' section")
+        return ""
+    return match["body"].strip() + "\n"
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:
     """Replace each marker of the page with its generated Markdown."""
 
@@ -60,6 +71,8 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
             return _models()
         if what == "support":
             return _support(arg, page.file.src_uri)
+        if what == "errors":
+            return _errors(page.file.src_uri)
         log.warning(f"{page.file.src_uri}: unknown generated section {match[0]}")
         return match[0]
 

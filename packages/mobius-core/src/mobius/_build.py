@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import warnings
@@ -13,15 +14,10 @@ import onnx_ir as ir
 from mobius._package import ModelPackage
 from mobius._registry import registry as default_registry
 from mobius.components._runtime import EXECUTION_PROVIDERS, execution_provider
-from mobius.errors import CheckpointError, MobiusError, ModelSourceError
+from mobius.errors import CheckpointError, ConfigError, MobiusError, ModelSourceError
 from mobius.tasks import get_task
-from mobius.weights import (
-    GGUFCheckpoint,
-    SafetensorsCheckpoint,
-    apply_weights,
-    checkpoint_dtype,
-    resolve_model,
-)
+from mobius.weights import GGUFCheckpoint, apply_weights, checkpoint_dtype, resolve_model
+from mobius.weights._open import open_checkpoint
 
 DTYPES = {
     "f32": ir.DataType.FLOAT,
@@ -40,19 +36,77 @@ def parse_dtype(dtype: str | ir.DataType | None) -> ir.DataType | None:
         raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}") from None
 
 
-def read_model_type(model_dir: Path) -> str:
-    """The ``model_type`` of a model directory's ``config.json``."""
+# What a config that mobius cannot build raises while it is read or normalised (a
+# field of the wrong type, a missing one, a zero head count): refused as ConfigError.
+_CONFIG_FAILURES = (
+    TypeError,
+    ValueError,
+    KeyError,
+    AttributeError,
+    IndexError,
+    ZeroDivisionError,
+    OverflowError,
+)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def read_config_json(model_dir: Path) -> dict:
+    """A model directory's ``config.json`` as a dict with a string ``model_type``."""
     config_path = model_dir / "config.json"
     if not config_path.is_file():
         raise ModelSourceError(f"no config.json in {model_dir}")
     try:
-        raw = json.loads(config_path.read_text())
-    except (OSError, ValueError) as exc:
+        raw = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
         raise ModelSourceError(f"unreadable config.json in {model_dir}: {exc}") from None
-    model_type = raw.get("model_type") if isinstance(raw, dict) else None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config.json in {model_dir} is not a JSON object")
+    model_type = raw.get("model_type")
     if not model_type:
         raise ModelSourceError(f"config.json in {model_dir} has no model_type")
-    return model_type
+    if not isinstance(model_type, str):
+        raise ConfigError(f"config.json in {model_dir}: model_type must be a string")
+    return raw
+
+
+def read_model_type(model_dir: Path) -> str:
+    """The ``model_type`` of a model directory's ``config.json``."""
+    return read_config_json(model_dir)["model_type"]
+
+
+def lookup(registry, model_dir: Path):
+    """The registration for a model directory's config, refusing configs that need their own code.
+
+    ``auto_map`` names Python files of the model's repository
+    (``trust_remote_code``). mobius never runs them: a config whose type mobius
+    does not register itself is refused with that reason, and a registered type
+    is built by mobius's own code, the ``auto_map`` ignored.
+    """
+    raw = read_config_json(model_dir)
+    model_type = raw["model_type"]
+    if raw.get("auto_map") and model_type not in registry:
+        raise ConfigError(
+            f"model_type {model_type!r} of {model_dir} is defined by code in the model's "
+            "repository (auto_map, trust_remote_code): mobius never runs a model's own code, "
+            "and builds only the architectures it implements (mobius list)"
+        )
+    return registry.get(model_type)
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+    """transformers' own warnings off while it reads a config: mobius reports what matters."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
 
 
 def load_hf_config(model_dir: Path) -> Any:
@@ -60,9 +114,12 @@ def load_hf_config(model_dir: Path) -> Any:
     from transformers import AutoConfig
 
     try:
-        return AutoConfig.from_pretrained(model_dir)
-    except (OSError, ValueError, KeyError) as exc:
+        with _quiet_transformers():
+            return AutoConfig.from_pretrained(model_dir, trust_remote_code=False)
+    except OSError as exc:
         raise ModelSourceError(f"cannot read the config in {model_dir}: {exc}") from None
+    except Exception as exc:  # transformers' own validation of the fields
+        raise ConfigError(f"invalid config in {model_dir}: {_one_line(exc)}") from exc
 
 
 def hf_config_from_dict(fields: dict) -> Any:
@@ -71,9 +128,62 @@ def hf_config_from_dict(fields: dict) -> Any:
 
     fields = dict(fields)
     try:
-        return AutoConfig.for_model(fields.pop("model_type"), **fields)
-    except (ValueError, KeyError) as exc:
-        raise ModelSourceError(f"unusable model config: {exc}") from None
+        with _quiet_transformers():
+            return AutoConfig.for_model(fields.pop("model_type"), **fields)
+    except Exception as exc:  # transformers' own validation of the fields
+        raise ConfigError(f"unusable model config: {_one_line(exc)}") from exc
+
+
+# Sizes no real model comes near; past them a config is corrupt, and building its
+# graph would only exhaust memory (80 million layers, a 2**40 vocabulary).
+SIZE_LIMITS = {
+    "num_hidden_layers": 1 << 12,
+    "num_layers": 1 << 12,
+    "hidden_size": 1 << 20,
+    "intermediate_size": 1 << 22,
+    "head_dim": 1 << 16,
+    "num_attention_heads": 1 << 14,
+    "num_key_value_heads": 1 << 14,
+    "vocab_size": 1 << 24,
+    "max_position_embeddings": 1 << 25,
+    "num_local_experts": 1 << 14,
+    "num_experts": 1 << 14,
+}
+
+
+def check_sizes(hf_config: Any, source: Path | str) -> None:
+    """Refuse a config whose sizes are not non-negative integers within :data:`SIZE_LIMITS`.
+
+    A size may also be a per-layer list of such integers.
+    """
+    for name, limit in SIZE_LIMITS.items():
+        try:
+            value = getattr(hf_config, name, None)
+        except Exception:  # a per-layer attribute that the config will not give globally
+            continue
+        values = value if isinstance(value, (list, tuple)) else [value]
+        for v in values:
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= limit:
+                raise ConfigError(
+                    f"config of {source}: {name} = {value!r} is not an integer from 0 to {limit}"
+                )
+
+
+def make_module(entry, hf_config: Any, source: Path) -> tuple[Any, Any]:
+    """The normalised config and module tree of a registration, refusing configs it cannot build."""
+    check_sizes(hf_config, source)
+    try:
+        config = entry.config_class().from_hf(hf_config)
+        return config, entry.module_class()(config)
+    except MobiusError:
+        raise
+    except _CONFIG_FAILURES as exc:
+        raise ConfigError(
+            f"the config of {source} cannot be built as {entry.key}: "
+            f"{type(exc).__name__}: {_one_line(exc)}"
+        ) from exc
 
 
 def cast_parameters(module, dtype: ir.DataType) -> None:
@@ -138,6 +248,7 @@ def build(
     quant_lm_head: bool = True,
     quant_embeddings: bool = False,
     ep: str = "default",
+    allow_pickle: bool = False,
 ) -> ModelPackage:
     """Build the ONNX package of a HuggingFace model id or local directory.
 
@@ -150,6 +261,11 @@ def build(
     :func:`mobius.passes.quantize_int4`), the output head included unless
     ``quant_lm_head=False``; ``quant_embeddings=True`` also stores the token
     embeddings as 4-bit blocks (``GatherBlockQuantized``), sharing a tied head's.
+    ``allow_pickle=True`` reads a directory that has only pickled PyTorch weights
+    (with a restricted unpickler that executes nothing); by default it is refused.
+
+    Raises:
+        MobiusError: a subclass for each kind of bad input (see :mod:`mobius.errors`).
     """
     if quant not in (None, "int4"):
         raise MobiusError(f"unknown quantization {quant!r}; choose int4")
@@ -160,7 +276,7 @@ def build(
     if quant and not load_weights:
         raise MobiusError("quantization needs the weights; drop --no-weights")
     registry = registry or default_registry
-    model_dir = resolve_model(model, revision=revision)
+    model_dir = resolve_model(model, revision=revision, allow_pickle=allow_pickle)
     if model_dir.is_file():
         if model_dir.suffix != ".gguf":
             raise ModelSourceError(
@@ -172,12 +288,11 @@ def build(
         hf_config = hf_config_from_dict(checkpoint.config)
         text_files = _gguf_tokenizer_files(checkpoint)
     else:
-        entry = registry.get(read_model_type(model_dir))  # an unknown type fails first
+        entry = lookup(registry, model_dir)  # an unknown type fails first
         hf_config = load_hf_config(model_dir)
-        checkpoint = SafetensorsCheckpoint.open(model_dir) if load_weights else None
+        checkpoint = open_checkpoint(model_dir, allow_pickle=allow_pickle) if load_weights else None
         text_files = {}
-    config = entry.config_class().from_hf(hf_config)
-    module = entry.module_class()(config)
+    config, module = make_module(entry, hf_config, model_dir)
     if not load_weights:
         checkpoint = None
     dtype = parse_dtype(dtype)
@@ -205,6 +320,7 @@ def build(
                 pack_parallel_matmuls(graph_model)
     if quant == "int4":
         from mobius.passes import quantize_int4
+        from mobius.passes._fusion import unflatten_head
 
         for graph_model in package.models.values():
             quantize_int4(
@@ -217,4 +333,5 @@ def build(
                 # GGUF Q4_0/Q4_1/Q8_0 blocks are repacked as they are, not re-rounded.
                 prequantized=weights if isinstance(checkpoint, GGUFCheckpoint) else None,
             )
+            unflatten_head(graph_model)
     return package

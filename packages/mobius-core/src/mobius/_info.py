@@ -78,11 +78,11 @@ class _Source:
 
     def build(self, entry, ep: str):
         """The weightless f32 graphs of the source, as ``mobius build --ep EP`` makes them."""
-        from mobius._build import build_from_module
+        from mobius._build import build_from_module, make_module
 
         # A fresh module tree per build: building registers its parameters in the graph.
-        config = entry.config_class().from_hf(self.hf_config)
-        package = build_from_module(entry.module_class()(config), entry.task, config, "f32", ep)
+        config, module = make_module(entry, self.hf_config, self.path)
+        package = build_from_module(module, entry.task, config, "f32", ep)
         package.source_dir = self.path if self.path.is_dir() else None
         return package
 
@@ -93,7 +93,7 @@ def _read_source(path: Path, registry) -> tuple[_Source, Any]:
     An unknown model type fails on the registry's clear error before transformers
     tries the config. The GGUF header is parsed once.
     """
-    from mobius._build import hf_config_from_dict, load_hf_config, read_model_type
+    from mobius._build import hf_config_from_dict, load_hf_config, lookup
 
     if path.is_file():
         from mobius.weights import GGUFCheckpoint
@@ -106,8 +106,8 @@ def _read_source(path: Path, registry) -> tuple[_Source, Any]:
         dtype = f"{stored.most_common(1)[0][0]} (GGUF)" if stored else None
         entry = registry.get(fields["model_type"])
         return _Source(path, fields["model_type"], hf_config_from_dict(fields), dtype), entry
-    model_type = read_model_type(path)  # checks that config.json is there and readable
-    entry = registry.get(model_type)
+    entry = lookup(registry, path)  # config.json there, readable, and no remote code
+    model_type = entry.key
     raw = json.loads((path / "config.json").read_text())
     dtype = raw.get("torch_dtype") or raw.get("dtype")
     dtype = dtype if isinstance(dtype, str) else None

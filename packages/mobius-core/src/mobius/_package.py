@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -14,6 +16,13 @@ import onnx_ir as ir
 from tqdm.auto import tqdm
 
 from mobius.errors import OutputError
+
+logger = logging.getLogger("mobius")
+
+# What a save leaves beside ``<parent>/<name>`` while it runs: the staging directory
+# ``.<name>.mobius-<pid>-<random>.tmp`` and, while swapping out an older output,
+# ``.<name>.old-<pid>``. A build killed outright (SIGKILL, power loss) leaves them.
+_LEFTOVER = re.compile(r"\.(?P<name>.+)\.(?:mobius-(?P<pid>\d+)-\w+\.tmp|old-(?P<old>\d+))")
 
 # Files copied from the source directory next to the graphs.
 AUX_FILES = (
@@ -61,18 +70,30 @@ class ModelPackage:
         files.update(self.extra_files)
         return files
 
-    def save(self, directory: str | os.PathLike, *, progress: bool = True) -> Path:
+    def save(
+        self, directory: str | os.PathLike, *, progress: bool = True, overwrite: bool = False
+    ) -> Path:
         """Write every graph as ``<name>.onnx`` plus ``<name>.onnx.data`` and copy the companion files.
 
         Everything is written into a temporary directory beside ``directory`` and
-        renamed into place at the end, so a failure leaves no partial output and an
-        existing ``directory`` is replaced only once the new one is complete.
+        renamed into place at the end, so a failure (a full disk, Ctrl-C) leaves no
+        partial output. A non-empty ``directory`` is refused unless ``overwrite``,
+        and then replaced only once the new one is complete. Temporary directories
+        that killed builds left beside ``directory`` are removed first.
+
+        Raises:
+            OutputError: The output exists (without ``overwrite``) or cannot be written.
         """
-        target = Path(directory).absolute()
+        target = check_output(directory, overwrite=overwrite)
         parent = target.parent
         try:
             parent.mkdir(parents=True, exist_ok=True)
-            staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent))
+            remove_leftovers(parent, target.name)
+            staging = Path(
+                tempfile.mkdtemp(
+                    prefix=f".{target.name}.mobius-{os.getpid()}-", suffix=".tmp", dir=parent
+                )
+            )
             # mkdtemp makes 0700; the renamed output should get the usual umask permissions.
             umask = os.umask(0)
             os.umask(umask)
@@ -88,8 +109,7 @@ class ModelPackage:
             _replace_dir(staging, target)
         except OSError as exc:
             shutil.rmtree(staging, ignore_errors=True)
-            reason = "disk full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
-            raise OutputError(f"cannot write {target}: {reason}") from None
+            raise OutputError(f"cannot write {target}: {_write_failure(exc, parent)}") from None
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
@@ -113,6 +133,80 @@ class ModelPackage:
             shutil.copyfile(source, staging / name)
         for name, text in self.text_files.items():
             (staging / name).write_text(text, encoding="utf-8")
+
+
+def check_output(directory: str | os.PathLike, *, overwrite: bool = False) -> Path:
+    """The absolute output path, refused when it holds anything and ``overwrite`` is false.
+
+    An empty directory is fine. Run it before a long build, so a refusal comes
+    first; :meth:`ModelPackage.save` checks again.
+
+    Raises:
+        OutputError: The path is a file, or a non-empty directory without ``overwrite``.
+    """
+    target = Path(directory).absolute()
+    if target.is_symlink() or target.exists():
+        if not target.is_dir():
+            raise OutputError(f"output path exists and is not a directory: {target}")
+        if not overwrite and any(target.iterdir()):
+            raise OutputError(
+                f"output directory {target} is not empty; pass --overwrite to replace it"
+            )
+    return target
+
+
+def _write_failure(exc: OSError, parent: Path) -> str:
+    """Why a write failed, in words; a short write on a full device reads "disk full".
+
+    numpy's ``tofile`` reports a short write without an errno ("2048 requested and
+    0 written"), so the device's free space decides then.
+    """
+    if exc.errno == errno.ENOSPC:
+        return "disk full"
+    if exc.errno is None:
+        with contextlib.suppress(OSError):
+            if shutil.disk_usage(parent).free < 16 << 20:
+                return "disk full"
+    return exc.strerror or str(exc)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def remove_leftovers(parent: Path, name: str) -> list[Path]:
+    """Remove the temporary directories that killed builds of ``parent/name`` left behind.
+
+    A leftover whose process is gone is deleted (and logged); one whose process
+    still runs belongs to a build in progress and is named in the log instead.
+    Returns the removed paths.
+    """
+    removed = []
+    for path in sorted(parent.glob(f".{glob_escape(name)}.*")):
+        match = _LEFTOVER.fullmatch(path.name)
+        if match is None or match["name"] != name or not path.is_dir():
+            continue
+        pid = int(match["pid"] or match["old"])
+        if pid == os.getpid():
+            continue
+        if _alive(pid):
+            logger.warning("another build (process %d) is writing %s", pid, path)
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        logger.warning("removed %s, left by an interrupted build (process %d)", path, pid)
+        removed.append(path)
+    return removed
+
+
+def glob_escape(text: str) -> str:
+    """``text`` with glob metacharacters escaped."""
+    return re.sub(r"([*?\[])", r"[\1]", text)
 
 
 def _replace_dir(staging: Path, target: Path) -> None:

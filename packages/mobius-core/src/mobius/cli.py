@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
+import traceback
 
 from mobius import __version__
 from mobius.errors import MobiusError
@@ -19,8 +21,12 @@ EPILOG = """examples:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from mobius._build import build
+    import json
 
+    from mobius._build import build
+    from mobius._package import check_output
+
+    check_output(args.output, overwrite=args.overwrite)  # refuse before a long build
     package = build(
         args.model,
         dtype=args.dtype,
@@ -33,6 +39,7 @@ def _build(args: argparse.Namespace) -> int:
         quant_lm_head=not args.no_quant_lm_head,
         quant_embeddings=args.quant_embeddings,
         ep=args.ep,
+        allow_pickle=args.allow_pickle,
     )
     if args.no_weights:
         from mobius.weights import parameters
@@ -45,7 +52,7 @@ def _build(args: argparse.Namespace) -> int:
     genai = None
     # --no-weights packages cannot run, so "auto" writes no generator config for them.
     if args.runtime == "ort-genai" or (args.runtime == "auto" and not args.no_weights):
-        from mobius._genai import GenAIUnsupportedError, genai_config, write_genai_config
+        from mobius._genai import FILENAME, GenAIUnsupportedError, genai_config
 
         try:
             genai = genai_config(package, ep=args.ep)  # checked before anything is written
@@ -53,9 +60,9 @@ def _build(args: argparse.Namespace) -> int:
             if args.runtime == "ort-genai":
                 raise
             print(f"mobius: no genai_config.json: {exc}", file=sys.stderr)
-    out = package.save(args.output, progress=not args.quiet)
-    if genai is not None:
-        write_genai_config(genai, out)
+    if genai is not None:  # written with the rest, so the package is whole or absent
+        package.text_files[FILENAME] = json.dumps(genai, indent=4) + "\n"
+    out = package.save(args.output, progress=not args.quiet, overwrite=args.overwrite)
     print(f"wrote {out}")
     return 0
 
@@ -123,6 +130,10 @@ def make_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"mobius {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "-v", "--verbose", action="store_true", help="on an error, also print its traceback"
+    )
 
     build = commands.add_parser(
         "build",
@@ -130,8 +141,10 @@ def make_parser() -> argparse.ArgumentParser:
         description=(
             "Build MODEL into OUTPUT_DIR: model.onnx, model.onnx.data (external weights), "
             "and the config, generation config and tokenizer files. The output appears "
-            "only once complete; an existing OUTPUT_DIR is replaced."
+            "only once complete: a failure or Ctrl-C leaves nothing. A non-empty "
+            "OUTPUT_DIR is refused unless --overwrite."
         ),
+        parents=[common],
     )
     build.add_argument(
         "--model",
@@ -211,6 +224,18 @@ def make_parser() -> argparse.ArgumentParser:
         "0 = the activations' own type",
     )
     build.add_argument("--revision", default=None, help="hub revision (branch, tag or commit)")
+    build.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a non-empty OUTPUT_DIR (only once the new build is complete)",
+    )
+    build.add_argument(
+        "--allow-pickle",
+        action="store_true",
+        help="read pickled PyTorch weights (pytorch_model.bin, .pt) when there are no "
+        "safetensors. Unpickling can run code; mobius reads them with its own restricted "
+        "unpickler (tensors and plain containers only), and warns",
+    )
     build.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     build.set_defaults(run=_build)
 
@@ -235,6 +260,7 @@ def make_parser() -> argparse.ArgumentParser:
   mobius generate out/ "Hi!" --system "You answer in French." --temperature 0.7 --top-p 0.9
 """,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[common],
     )
     generate.add_argument("output", metavar="OUTPUT_DIR", help="package written by mobius build")
     generate.add_argument("prompt", metavar="PROMPT", help="the prompt text")
@@ -297,6 +323,7 @@ def make_parser() -> argparse.ArgumentParser:
         "list",
         help="list the registered model types, grouped by package",
         description="List every registered model type and its task, grouped by the package that registers it.",
+        parents=[common],
     )
     list_.set_defaults(run=_list)
 
@@ -315,6 +342,7 @@ def make_parser() -> argparse.ArgumentParser:
         epilog="examples:\n  mobius info HuggingFaceTB/SmolLM2-135M-Instruct\n"
         "  mobius info ./my-checkpoint --json\n  mobius info model.Q4_1.gguf",
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[common],
     )
     info.add_argument(
         "model",
@@ -349,12 +377,30 @@ def run() -> None:
     raise SystemExit(main())
 
 
+def _log_notes() -> logging.Handler:
+    """Print mobius's log warnings (a plugin that failed, leftovers removed) as ``mobius: note:``."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("mobius: note: %(message)s"))
+    handler.setLevel(logging.WARNING)
+    logging.getLogger("mobius").addHandler(handler)
+    return handler
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; user errors print one line to stderr and return a non-zero code."""
+    """Run the CLI; errors print one line to stderr (``--verbose``: and the traceback).
+
+    Exit codes: 0 success, 1 an error in the input or environment
+    (:class:`mobius.errors.MobiusError`), 2 a usage error, 3 an internal error
+    (a bug in mobius), 130 interrupted.
+    """
     args = make_parser().parse_args(argv)
+    verbose = getattr(args, "verbose", False)
+    handler = _log_notes()
     try:
         return args.run(args)
     except MobiusError as exc:
+        if verbose:
+            traceback.print_exc()
         print(f"mobius: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -363,3 +409,15 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into a reader that stopped (``mobius list | head``)
         sys.stderr.close()
         return 0
+    except Exception as exc:  # not the user's doing: say so in one line, trace on request
+        if verbose:
+            traceback.print_exc()
+        hint = "" if verbose else "; --verbose prints the traceback"
+        print(
+            f"mobius: internal error (a bug in mobius, please report it): "
+            f"{type(exc).__name__}: {' '.join(str(exc).split())}{hint}",
+            file=sys.stderr,
+        )
+        return 3
+    finally:
+        logging.getLogger("mobius").removeHandler(handler)

@@ -22,6 +22,11 @@ class ModelSourceError(MobiusError):
     """The model id or directory cannot be resolved, or its config is unreadable."""
 
 
+class ConfigError(ModelSourceError):
+    """The config asks for something mobius cannot build: a malformed value, or an option
+    (such as a rope type) that mobius does not implement. Refused, never approximated."""
+
+
 class CheckpointError(MobiusError):
     """A checkpoint file is missing, truncated or corrupt."""
 

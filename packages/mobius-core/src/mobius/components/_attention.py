@@ -64,7 +64,36 @@ def attention_bias(
     visible = op.And(real_keys, visible)  # [batch, 1, seq, total]
     zero = op.Constant(value=ir.tensor(np.array(0, dtype=_NUMPY_FLOAT[dtype])))
     lowest = op.Constant(value=ir.tensor(np.array(lowest_value(dtype), dtype=_NUMPY_FLOAT[dtype])))
-    return op.Where(visible, zero, lowest)
+    bias = op.Where(visible, zero, lowest)
+    if sliding_window is None:  # GroupQueryAttention masks causally itself: see _padding_bias
+        bias.meta[MASK_SOURCE] = (attention_mask, query_length, dtype)
+    return bias
+
+
+# ``Value.meta`` key of a causal+padding bias made by attention_bias: what it was made from.
+MASK_SOURCE = "mobius.mask_source"
+
+
+def _padding_bias(op, bias: ir.Value) -> ir.Value:
+    """The padding part alone of a causal+padding ``bias``, ``[batch, 1, seq, total]``, once per graph.
+
+    GroupQueryAttention applies the causal mask itself, so it needs only the pads:
+    a few small ops instead of the position comparisons (decode steps run them
+    all on every token). Any other bias is returned as it is.
+    """
+    source = bias.meta.get(MASK_SOURCE)
+    if source is None:
+        return bias
+    cached = op.builder.graph.meta.setdefault(MASK_SOURCE, {})
+    if id(bias) not in cached:
+        attention_mask, query_length, dtype = source
+        numpy_type = _NUMPY_FLOAT[dtype]
+        real = op.Unsqueeze(op.Cast(attention_mask, to=ir.DataType.BOOL), [1, 2])  # [b,1,1,t]
+        zero = op.Constant(value=ir.tensor(np.array(0, dtype=numpy_type)))
+        lowest = op.Constant(value=ir.tensor(np.array(lowest_value(dtype), dtype=numpy_type)))
+        rows = op.Concat([1, 1], op.Reshape(query_length, [1]), [1], axis=0)  # [1, 1, seq, 1]
+        cached[id(bias)] = (bias, op.Expand(op.Where(real, zero, lowest), rows))
+    return cached[id(bias)][1]
 
 
 def scaled_dot_product_attention(
@@ -241,6 +270,7 @@ def _group_query_attention(
     interleaved = 0
     if rotary is not None:
         q, k, cos_cache, sin_cache, interleaved = rotary
+    bias = _padding_bias(op, bias)
     seqlens_k, total = _cache_lengths(op, bias)
     y, present_key, present_value = op.GroupQueryAttention(
         _merge_rotated_heads(op, q, num_heads),

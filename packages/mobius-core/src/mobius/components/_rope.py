@@ -16,6 +16,7 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius._config import RopeConfig
+from mobius.errors import ConfigError
 
 # ``Value.meta`` key of the RotaryTable behind a cos/sin value (not saved in the model).
 ROTARY_TABLE = "mobius.rotary_table"
@@ -208,7 +209,10 @@ def make_rotary_embedding(rope: RopeConfig, head_dim: int, max_positions: int) -
         return DynamicNTKRotaryEmbedding(rope, dim, max_positions)
     if kind == "longrope":
         return LongRopeRotaryEmbedding(rope, dim, max_positions)
-    raise ValueError(f"unsupported rope_type {kind!r}")
+    raise ConfigError(
+        f"rope_type {kind!r} is not implemented; mobius builds default, linear, llama3, "
+        "yarn, dynamic and longrope"
+    )
 
 
 def cast_like(op, value: ir.Value, like: ir.Value) -> ir.Value:

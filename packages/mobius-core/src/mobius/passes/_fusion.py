@@ -239,6 +239,77 @@ def pack_parallel_matmuls(model: ir.Model) -> int:
     return count
 
 
+# Ops that act on the last axis alone (weights and biases constant): a [batch, seq, k]
+# input works as well as its [batch*seq, k] flattening.
+_LAST_AXIS_OPS = {("", "MatMul"), ("", "Add"), ("", "Mul"), (MS_DOMAIN, "MatMulNBits")}
+
+
+def unflatten_head(model: ir.Model) -> bool:
+    """Drop the ``Reshape`` pair around an output head whose ops take 3-D input as well.
+
+    A tied head is ``Gemm`` (2-D only) between ``Reshape(x, [-1, hidden])`` and a
+    reshape back to ``[batch, seq, vocab]``; once quantized to ``MatMulNBits``
+    (plus, for Q4_1 blocks, a MatMul for the offsets) the reshapes only cost two
+    ops per token. Returns whether they were removed.
+    """
+    graph = model.graph
+    logits = next((v for v in graph.outputs if v.name == "logits"), None)
+    back = logits.producer() if logits is not None else None
+    if back is None or back.op_type != "Reshape" or back.domain != "":
+        return False
+    # Walk from the reshape back up every path to a flattening Reshape.
+    flatten, seen, todo = None, set(), [back.inputs[0]]
+    while todo:
+        node = todo.pop().producer()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node.op_type == "Reshape" and _constant_ints(node.inputs[1]) is not None:
+            shape = _constant_ints(node.inputs[1])
+            if len(shape) != 2 or shape[0] != -1 or flatten not in (None, node):
+                return False
+            flatten = node
+            continue
+        if (node.domain, node.op_type) not in _LAST_AXIS_OPS:
+            return False
+        todo.extend(v for v in node.inputs if _computed(v))  # weights and biases stop the walk
+    if flatten is None or not _leading_axes_of(back.inputs[1], flatten.inputs[0]):
+        return False
+    inside = {id(u) for u, _ in flatten.outputs[0].uses()}
+    if not inside <= seen:
+        return False  # the flat tensor also feeds something outside the head
+    ir.convenience.replace_all_uses_with(flatten.outputs[0], flatten.inputs[0])
+    result = back.inputs[0]
+    result.type, result.shape = logits.type, logits.shape
+    index = graph.outputs.index(logits)
+    back.outputs[0].name, result.name = None, "logits"
+    graph.outputs[index] = result
+    RemoveUnusedNodesPass()(model)
+    return True
+
+
+def _leading_axes_of(shape: ir.Value | None, x: ir.Value) -> bool:
+    """Whether ``shape`` is ``Concat(Shape(x)[:-1], [n])``: ``x``'s leading axes, a new last one."""
+    concat = shape.producer() if shape is not None else None
+    if concat is None or concat.op_type != "Concat" or len(concat.inputs) != 2:
+        return False
+    sliced = concat.inputs[0].producer()
+    if sliced is None or sliced.op_type != "Slice" or len(sliced.inputs) < 3:
+        return False
+    source = sliced.inputs[0].producer()
+    last = _constant_ints(concat.inputs[1])
+    return (
+        source is not None
+        and source.op_type == "Shape"
+        and source.inputs[0] is x
+        and not source.attributes
+        and _constant_ints(sliced.inputs[1]) == [0]
+        and _constant_ints(sliced.inputs[2]) == [-1]
+        and last is not None
+        and len(last) == 1
+    )
+
+
 def _constant_ints(value: ir.Value | None) -> list[int] | None:
     """The integers of a constant or initializer value (a Reshape's shape), else None."""
     if value is None:

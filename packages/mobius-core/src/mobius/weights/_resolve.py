@@ -27,17 +27,23 @@ HUB_ALLOW_PATTERNS = [
     "*.safetensors.index.json",
 ]
 
+#: Added to the downloads with ``allow_pickle``: pickled PyTorch weights.
+HUB_PICKLE_PATTERNS = ["pytorch_model*.bin", "pytorch_model.bin.index.json", "*.pt", "*.pth"]
+
 #: The files :func:`resolve_config` fetches: what describes a model, no weights.
 HUB_CONFIG_PATTERNS = ["config.json", "generation_config.json"]
 
 
-def resolve_model(model: str | os.PathLike[str], *, revision: str | None = None) -> pathlib.Path:
+def resolve_model(
+    model: str | os.PathLike[str], *, revision: str | None = None, allow_pickle: bool = False
+) -> pathlib.Path:
     """Return a local path holding ``model``, downloading it from the hub if needed.
 
     ``model`` may be an existing directory (returned as is), an existing ``.gguf``
     file (returned as is) or a hub repo id such as ``org/name``; a repo id is
     fetched into the local hub cache (configs, tokenizer and safetensors files
-    only). With ``HF_HUB_OFFLINE=1`` only the local cache is consulted.
+    only; pickled weights too with ``allow_pickle``). With ``HF_HUB_OFFLINE=1``
+    only the local cache is consulted.
 
     Raises:
         ModelSourceError: ``model`` is neither a usable local path nor a repo id
@@ -53,7 +59,8 @@ def resolve_model(model: str | os.PathLike[str], *, revision: str | None = None)
     if not isinstance(model, str) or not _is_repo_id(model):
         what = "file" if path.suffix.lower() == ".gguf" else "directory"
         raise ModelSourceError(f"no such {what}: {model}")
-    return _download(model, revision)
+    patterns = HUB_ALLOW_PATTERNS + (HUB_PICKLE_PATTERNS if allow_pickle else [])
+    return _download(model, revision, patterns)
 
 
 def resolve_config(model: str | os.PathLike[str], *, revision: str | None = None) -> pathlib.Path:

@@ -48,6 +48,8 @@ _DTYPES: dict[str, tuple[np.dtype, ir.DataType]] = {
 }
 
 _METADATA_KEY = "__metadata__"
+# The safetensors format caps its JSON header at 100 MB; a larger length is corrupt.
+MAX_HEADER_BYTES = 100_000_000
 # CheckpointTensor.slabs reads this much at a time by default.
 SLAB_BYTES = 16 << 20
 
@@ -60,8 +62,13 @@ class _File:
         self.size, self.data_start, header = _read_header(path)
         self.tensors: dict[str, CheckpointTensor] = {}
         entries = [(name, entry) for name, entry in header.items() if name != _METADATA_KEY]
+        end = self.data_start
         for name, entry in sorted(entries, key=_begin_offset):
-            self.tensors[name] = _parse_entry(self, name, entry)
+            tensor = _parse_entry(self, name, entry)
+            if tensor.nbytes and tensor._offset < end:
+                raise CheckpointError(f"{path}: tensor {name!r} overlaps the tensor before it")
+            end = max(end, tensor._offset + tensor.nbytes)
+            self.tensors[name] = tensor
         self._closed = False
 
     def map(self, offset: int, nbytes: int) -> tuple[mmap.mmap, int]:
@@ -321,6 +328,11 @@ def _read_header(path: Path) -> tuple[int, int, dict[str, object]]:
             if size < 8:
                 raise CheckpointError(f"{path}: too small to be a safetensors file ({size} bytes)")
             (header_len,) = struct.unpack("<Q", f.read(8))
+            if header_len > MAX_HEADER_BYTES:
+                raise CheckpointError(
+                    f"{path}: header length {header_len} is over the format's limit "
+                    f"of {MAX_HEADER_BYTES} bytes"
+                )
             if 8 + header_len > size:
                 raise CheckpointError(
                     f"{path}: header length {header_len} is larger than the file ({size} bytes)"
@@ -330,7 +342,7 @@ def _read_header(path: Path) -> tuple[int, int, dict[str, object]]:
         raise CheckpointError(f"{path}: cannot read ({e.strerror or e})") from e
     try:
         header = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as e:
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise CheckpointError(f"{path}: invalid JSON header ({e})") from e
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: invalid JSON header (not an object)")
