@@ -115,6 +115,32 @@ def test_known_domain_key_without_support_yet(capsys, tmp_path: Path, outputs: P
     assert_fails_cleanly(capsys, model, outputs / "out", "unknown model type 'whisper'")
 
 
+def test_diffusers_component_class_not_registered(capsys, tmp_path: Path, outputs: Path) -> None:
+    unet = tmp_path / "unet"
+    unet.mkdir()
+    (unet / "config.json").write_text(json.dumps({"_class_name": "UNet2DConditionModel"}))
+    assert_fails_cleanly(capsys, unet, outputs / "out", "unknown model type 'UNet2DConditionModel'")
+
+
+def test_diffusers_pipeline_directory(capsys, tmp_path: Path, outputs: Path) -> None:
+    pipeline = tmp_path / "sd"
+    pipeline.mkdir()
+    index = {
+        "_class_name": "StableDiffusionPipeline",
+        "unet": ["diffusers", "UNet2DConditionModel"],
+        "vae": ["diffusers", "AutoencoderKL"],
+        "scheduler": ["diffusers", "PNDMScheduler"],
+    }
+    (pipeline / "model_index.json").write_text(json.dumps(index))
+    assert_fails_cleanly(
+        capsys,
+        pipeline,
+        outputs / "out",
+        "diffusers pipeline (StableDiffusionPipeline: AutoencoderKL, PNDMScheduler, "
+        "UNet2DConditionModel)",
+    )
+
+
 # -- checkpoints that do not fit ----------------------------------------------------------
 
 

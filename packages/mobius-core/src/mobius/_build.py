@@ -53,17 +53,40 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
+def _read_json(path: Path) -> dict:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise ModelSourceError(f"unreadable {path.name} in {path.parent}: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path.name} in {path.parent} is not a JSON object")
+    return raw
+
+
 def read_config_json(model_dir: Path) -> dict:
-    """A model directory's ``config.json`` as a dict with a string ``model_type``."""
+    """A model directory's ``config.json`` as a dict with a string ``model_type``.
+
+    A diffusers component's config names its class (``_class_name``) instead: that
+    class is the key. A diffusers pipeline (``model_index.json``, no config.json)
+    is refused with its component classes named.
+    """
     config_path = model_dir / "config.json"
+    index = model_dir / "model_index.json"
+    if not config_path.is_file() and index.is_file():
+        pipeline = _read_json(index)
+        classes = sorted(
+            str(v[1]) for v in pipeline.values() if isinstance(v, list) and len(v) == 2 and v[1]
+        )
+        raise ModelSourceError(
+            f"{model_dir} is a diffusers pipeline ({pipeline.get('_class_name', '?')}: "
+            f"{', '.join(classes)}); mobius does not build whole pipelines yet: build one "
+            "component's directory, when its class is registered (mobius list)"
+        )
     if not config_path.is_file():
         raise ModelSourceError(f"no config.json in {model_dir}")
-    try:
-        raw = json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:
-        raise ModelSourceError(f"unreadable config.json in {model_dir}: {exc}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"config.json in {model_dir} is not a JSON object")
+    raw = _read_json(config_path)
+    if not raw.get("model_type") and isinstance(raw.get("_class_name"), str):
+        raw["model_type"] = raw["_class_name"]  # a diffusers component: its class is the key
     model_type = raw.get("model_type")
     if not model_type:
         raise ModelSourceError(f"config.json in {model_dir} has no model_type")
