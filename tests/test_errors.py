@@ -212,6 +212,17 @@ def test_unreadable_config(capsys, model_dir: Path, outputs: Path) -> None:
     assert_fails_cleanly(capsys, model_dir, outputs / "out", "config.json")
 
 
+def test_corrupt_gguf(capsys, tmp_path: Path, outputs: Path) -> None:
+    from mobius.testing import smollm2_gguf
+
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(smollm2_gguf().read_bytes()[:5000])  # the header, then nothing
+    assert_fails_cleanly(capsys, cut, outputs / "out", str(cut))
+    garbage = tmp_path / "garbage.gguf"
+    garbage.write_bytes(b"GGUF" + bytes(range(256)) * 4)
+    assert_fails_cleanly(capsys, garbage, outputs / "out", str(garbage))
+
+
 def test_no_safetensors(capsys, model_dir: Path, outputs: Path) -> None:
     (model_dir / "model.safetensors").unlink()
     assert_fails_cleanly(capsys, model_dir, outputs / "out", "no safetensors files")
