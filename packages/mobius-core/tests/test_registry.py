@@ -138,9 +138,11 @@ def test_text_package_registers_its_keys() -> None:
     assert set(TEXT_KEYS) <= set(reg.keys())
     for entry in reg.entries():
         assert entry.package == "mobius-text"
-        assert entry.task == "causal-lm"
+        assert entry.task == getattr(entry.module_class(), "task", "causal-lm")
         assert isinstance(entry.module_class(), type)
         assert isinstance(entry.config_class(), type)
+    assert reg.get("llama").task == "causal-lm"
+    assert reg.get("bert").task == "feature-extraction"
 
 
 # -- unknown keys -------------------------------------------------------------------------

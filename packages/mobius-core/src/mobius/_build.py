@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import warnings
@@ -11,6 +12,7 @@ from typing import Any
 
 import onnx_ir as ir
 
+from mobius._config import ENCODER_HEADS, POOLING_MODES, EncoderConfig
 from mobius._package import ModelPackage
 from mobius._registry import registry as default_registry
 from mobius.components._runtime import EXECUTION_PROVIDERS, execution_provider
@@ -194,11 +196,96 @@ def check_sizes(hf_config: Any, source: Path | str) -> None:
                 )
 
 
-def make_module(entry, hf_config: Any, source: Path) -> tuple[Any, Any]:
-    """The normalised config and module tree of a registration, refusing configs it cannot build."""
+# A checkpoint's architecture class names its head: what ``--head auto`` builds.
+_HEAD_OF_ARCHITECTURE = {
+    "ForMaskedLM": "masked-lm",
+    "ForSequenceClassification": "sequence-classification",
+    "ForTokenClassification": "token-classification",
+}
+
+
+def _sentence_transformers_pooling(model_dir: Path) -> tuple[str, bool] | None:
+    """``(pooling, normalize)`` of a sentence-transformers directory (modules.json), else None.
+
+    Modules mobius does not build (a Dense projection, mean-sqrt-len pooling) are
+    refused rather than left out, which would change the embeddings.
+    """
+    modules_path = model_dir / "modules.json"
+    if not modules_path.is_file():
+        return None
+    try:
+        modules = json.loads(modules_path.read_text(encoding="utf-8"))
+        kinds = [str(m["type"]).rsplit(".", 1)[-1] for m in modules]
+        paths = {str(m["type"]).rsplit(".", 1)[-1]: m.get("path", "") for m in modules}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"unreadable modules.json in {model_dir}: {exc}") from None
+    unsupported = [k for k in kinds if k not in ("Transformer", "Pooling", "Normalize")]
+    if unsupported:
+        raise ConfigError(
+            f"sentence-transformers modules {', '.join(unsupported)} in {model_dir} are not "
+            "built by mobius; build the encoder alone with --head none"
+        )
+    mode = "mean"
+    if "Pooling" in kinds:
+        pooling = _read_json(model_dir / paths["Pooling"] / "config.json")
+        modes = [
+            m
+            for m in ("cls", "mean", "max", "mean_sqrt_len")
+            if pooling.get(f"pooling_mode_{m}_tokens" if m != "cls" else "pooling_mode_cls_token")
+        ]
+        if isinstance(pooling.get("pooling_mode"), str):
+            modes = [pooling["pooling_mode"]]
+        if len(modes) != 1 or modes[0] not in POOLING_MODES:
+            raise ConfigError(
+                f"sentence-transformers pooling {modes or 'none'} in {model_dir}: mobius pools "
+                f"with one of {', '.join(POOLING_MODES)}"
+            )
+        mode = modes[0]
+    return mode, "Normalize" in kinds
+
+
+def encoder_head(
+    model_dir: Path | None,
+    hf_config: Any,
+    head: str = "auto",
+    pooling: str | None = None,
+    normalize: bool | None = None,
+) -> dict[str, Any]:
+    """The head, pooling and normalisation of an encoder build (``--head``, ``--pooling``...).
+
+    ``head="auto"`` reads the checkpoint: a sentence-transformers directory gives a
+    sentence embedding pooled and normalised as its modules say; otherwise the
+    architecture class decides (``BertForMaskedLM``: masked-lm...; ``BertModel``: none).
+    """
+    if head not in ("auto", *ENCODER_HEADS):
+        raise ConfigError(f"unknown head {head!r}; choose auto or {', '.join(ENCODER_HEADS)}")
+    found = None
+    if head == "auto":
+        found = _sentence_transformers_pooling(model_dir) if model_dir is not None else None
+        architecture = next(iter(getattr(hf_config, "architectures", None) or []), "") or ""
+        suffix = next((s for s in _HEAD_OF_ARCHITECTURE if architecture.endswith(s)), None)
+        head = "sentence-embedding" if found else _HEAD_OF_ARCHITECTURE.get(suffix, "none")
+    st_pooling, st_normalize = found or ("mean", False)
+    pooling = pooling or st_pooling
+    if pooling not in POOLING_MODES:
+        raise ConfigError(f"unknown pooling {pooling!r}; choose {', '.join(POOLING_MODES)}")
+    return dict(
+        head=head, pooling=pooling, normalize=st_normalize if normalize is None else normalize
+    )
+
+
+def make_module(
+    entry, hf_config: Any, source: Path, heads: dict[str, Any] | None = None
+) -> tuple[Any, Any]:
+    """The normalised config and module tree of a registration, refusing configs it cannot build.
+
+    ``heads`` (from :func:`encoder_head`) sets an encoder config's head.
+    """
     check_sizes(hf_config, source)
     try:
         config = entry.config_class().from_hf(hf_config)
+        if isinstance(config, EncoderConfig) and heads is not None:
+            config = dataclasses.replace(config, **heads)
         return config, entry.module_class()(config)
     except MobiusError:
         raise
@@ -272,6 +359,9 @@ def build(
     quant_embeddings: bool = False,
     ep: str = "default",
     allow_pickle: bool = False,
+    head: str = "auto",
+    pooling: str | None = None,
+    normalize: bool | None = None,
 ) -> ModelPackage:
     """Build the ONNX package of a HuggingFace model id or local directory.
 
@@ -286,6 +376,8 @@ def build(
     embeddings as 4-bit blocks (``GatherBlockQuantized``), sharing a tied head's.
     ``allow_pickle=True`` reads a directory that has only pickled PyTorch weights
     (with a restricted unpickler that executes nothing); by default it is refused.
+    ``head``, ``pooling`` and ``normalize`` choose an encoder's outputs (see
+    :func:`encoder_head`; ``head="auto"`` follows the checkpoint).
 
     Raises:
         MobiusError: a subclass for each kind of bad input (see :mod:`mobius.errors`).
@@ -315,7 +407,16 @@ def build(
         hf_config = load_hf_config(model_dir)
         checkpoint = open_checkpoint(model_dir, allow_pickle=allow_pickle) if load_weights else None
         text_files = {}
-    config, module = make_module(entry, hf_config, model_dir)
+    heads = None
+    if entry.task == "feature-extraction":
+        source_dir = model_dir if model_dir.is_dir() else None
+        heads = encoder_head(source_dir, hf_config, head, pooling, normalize)
+    elif head not in ("auto", "none") or pooling is not None or normalize is not None:
+        raise ConfigError(
+            f"--head, --pooling and --normalize apply to encoder models; {entry.key} is a "
+            f"{entry.task} model"
+        )
+    config, module = make_module(entry, hf_config, model_dir, heads)
     if not load_weights:
         checkpoint = None
     dtype = parse_dtype(dtype)

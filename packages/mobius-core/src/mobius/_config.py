@@ -143,3 +143,71 @@ class ArchitectureConfig:
             eos_token_id=getattr(hf_config, "eos_token_id", None),
             pad_token_id=getattr(hf_config, "pad_token_id", None),
         )
+
+
+#: Heads an encoder build can add to ``last_hidden_state`` (``mobius build --head``).
+ENCODER_HEADS = (
+    "none",
+    "masked-lm",
+    "sequence-classification",
+    "token-classification",
+    "sentence-embedding",
+)
+POOLING_MODES = ("mean", "cls", "max")
+
+
+@dataclass
+class EncoderConfig:
+    """The fields every encoder family needs, normalised from an HF config, and the head to build.
+
+    ``head`` is one of :data:`ENCODER_HEADS`; ``pooling`` and ``normalize`` shape the
+    ``sentence-embedding`` head. Families subclass this and extend :meth:`hf_fields`.
+    """
+
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 0
+    hidden_act: str = "gelu"
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int | None = None
+    tie_word_embeddings: bool = True
+    num_labels: int = 2
+    head: str = "none"
+    pooling: str = "mean"
+    normalize: bool = False
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @classmethod
+    def from_hf(cls, hf_config: Any) -> EncoderConfig:
+        """Normalise a transformers config object (the head stays ``"none"``)."""
+        return cls(**cls.hf_fields(hf_config))
+
+    @classmethod
+    def hf_fields(cls, hf_config: Any) -> dict[str, Any]:
+        """The constructor arguments read from ``hf_config``; subclasses add to this dict."""
+        hidden = _first(hf_config, "hidden_size", "dim", "d_model")
+        return dict(
+            model_type=hf_config.model_type,
+            vocab_size=hf_config.vocab_size,
+            hidden_size=hidden,
+            intermediate_size=_first(
+                hf_config, "intermediate_size", "hidden_dim", default=4 * hidden
+            ),
+            num_hidden_layers=_first(hf_config, "num_hidden_layers", "n_layers"),
+            num_attention_heads=_first(hf_config, "num_attention_heads", "n_heads"),
+            max_position_embeddings=_first(hf_config, "max_position_embeddings", default=512),
+            type_vocab_size=_first(hf_config, "type_vocab_size", default=0),
+            hidden_act=_first(hf_config, "hidden_act", "activation", default="gelu"),
+            layer_norm_eps=_first(hf_config, "layer_norm_eps", "norm_eps", default=1e-12),
+            pad_token_id=getattr(hf_config, "pad_token_id", None),
+            tie_word_embeddings=bool(getattr(hf_config, "tie_word_embeddings", True)),
+            num_labels=int(getattr(hf_config, "num_labels", 2) or 2),
+        )

@@ -9,6 +9,7 @@ import sys
 import traceback
 
 from mobius import __version__
+from mobius._config import ENCODER_HEADS, POOLING_MODES
 from mobius.errors import MobiusError
 
 EPILOG = """examples:
@@ -40,6 +41,9 @@ def _build(args: argparse.Namespace) -> int:
         quant_embeddings=args.quant_embeddings,
         ep=args.ep,
         allow_pickle=args.allow_pickle,
+        head=args.head,
+        pooling=args.pooling,
+        normalize=args.normalize,
     )
     if args.no_weights:
         from mobius.weights import parameters
@@ -50,8 +54,10 @@ def _build(args: argparse.Namespace) -> int:
                 model.graph.initializers.pop(value.name)
                 model.graph.inputs.append(value)
     genai = None
-    # --no-weights packages cannot run, so "auto" writes no generator config for them.
-    if args.runtime == "ort-genai" or (args.runtime == "auto" and not args.no_weights):
+    # --no-weights packages cannot run, so "auto" writes no generator config for them;
+    # nor for tasks the generator does not run (encoders).
+    auto = args.runtime == "auto" and not args.no_weights and package.task == "causal-lm"
+    if args.runtime == "ort-genai" or auto:
         from mobius._genai import FILENAME, GenAIUnsupportedError, genai_config
 
         try:
@@ -224,6 +230,31 @@ def make_parser() -> argparse.ArgumentParser:
         "0 = the activations' own type",
     )
     build.add_argument("--revision", default=None, help="hub revision (branch, tag or commit)")
+    build.add_argument(
+        "--head",
+        choices=["auto", *ENCODER_HEADS],
+        default="auto",
+        help="encoders only: the output beside last_hidden_state. 'masked-lm', "
+        "'sequence-classification', 'token-classification' add 'logits'; "
+        "'sentence-embedding' adds 'sentence_embedding' (see --pooling, --normalize); "
+        "'none' only hidden states. 'auto' (default) follows the checkpoint: a "
+        "sentence-transformers directory gives its sentence embedding, a *ForMaskedLM its "
+        "logits, and so on",
+    )
+    build.add_argument(
+        "--pooling",
+        choices=list(POOLING_MODES),
+        default=None,
+        help="sentence-embedding: pool the real tokens by mean, the first (cls) token, or max "
+        "(default: the sentence-transformers config's, else mean)",
+    )
+    build.add_argument(
+        "--normalize",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="sentence-embedding: L2-normalise it (default: as the sentence-transformers "
+        "config says, else no)",
+    )
     build.add_argument(
         "--overwrite",
         action="store_true",

@@ -24,7 +24,7 @@ LOAD_ERRORS: dict[str, str] = {}
 
 
 def model_types() -> dict[str, type]:
-    """Every ``model_type`` this package builds, mapped to its causal-LM module class.
+    """Every ``model_type`` this package builds, mapped to its module class.
 
     A model file that fails to import is recorded in ``LOAD_ERRORS`` (and reported
     by the registry) without hiding the other families.
@@ -49,7 +49,8 @@ def model_types() -> dict[str, type]:
 def register(registry) -> None:
     """Add mobius-text's architectures to ``registry``; calling it again changes nothing."""
     for model_type, module in model_types().items():
-        registry.register(model_type, module, task="causal-lm", package=PACKAGE)
+        task = getattr(module, "task", "causal-lm")  # encoders declare "feature-extraction"
+        registry.register(model_type, module, task=task, package=PACKAGE)
     # verified.json is written by scripts/support_table.py from a parity run. An older
     # mobius-core without the verified notion simply does not ask.
     if hasattr(registry, "declare_verified"):

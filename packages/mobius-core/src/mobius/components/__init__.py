@@ -9,6 +9,7 @@ from mobius.components._attention import (
     scaled_dot_product_attention,
 )
 from mobius.components._decoder import DecoderLayer
+from mobius.components._encoder import bidirectional_attention, padding_bias, pool_tokens
 from mobius.components._linear import (
     Embedding,
     Linear,
@@ -48,12 +49,15 @@ __all__ = [
     "WeightlessRMSNorm",
     "apply_rotary",
     "attention_bias",
+    "bidirectional_attention",
     "checkpoint_shape",
     "execution_provider",
     "fused_ops",
     "get_activation",
     "lowest_value",
     "make_rotary_embedding",
+    "padding_bias",
+    "pool_tokens",
     "repeat_kv",
     "rotary_dim",
     "scaled_dot_product_attention",

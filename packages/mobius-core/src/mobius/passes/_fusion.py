@@ -70,7 +70,15 @@ def fuse_skip_norms(model: ir.Model) -> int:
             name=f"{norm.name or 'norm'}_skip",
         )
         graph.insert_before(add, fused)
-        ir.convenience.replace_all_uses_with(norm.outputs[0], fused.outputs[0])
+        output = norm.outputs[0]
+        if output.is_graph_output():  # an encoder's last norm is last_hidden_state: keep the name
+            name, output.name = output.name, None
+            ir.convenience.replace_all_uses_with(
+                output, fused.outputs[0], replace_graph_outputs=True
+            )
+            fused.outputs[0].name = name
+        else:
+            ir.convenience.replace_all_uses_with(output, fused.outputs[0])
         ir.convenience.replace_all_uses_with(add.outputs[0], fused.outputs[3])
         fused.outputs[0].type, fused.outputs[3].type = norm.outputs[0].type, add.outputs[0].type
         for unused in fused.outputs[1:3]:  # mean, inv_std_var: omitted, so never computed

@@ -2,8 +2,11 @@
 
 from mobius.tasks._base import OPSET, ModelTask
 from mobius.tasks._causal_lm import CausalLMTask
+from mobius.tasks._feature_extraction import FeatureExtractionTask
 
-TASKS: dict[str, type[ModelTask]] = {CausalLMTask.name: CausalLMTask}
+TASKS: dict[str, type[ModelTask]] = {
+    task.name: task for task in (CausalLMTask, FeatureExtractionTask)
+}
 
 
 def get_task(name: str) -> ModelTask:
@@ -14,4 +17,4 @@ def get_task(name: str) -> ModelTask:
         raise ValueError(f"unknown task {name!r}; known: {', '.join(sorted(TASKS))}") from None
 
 
-__all__ = ["OPSET", "TASKS", "CausalLMTask", "ModelTask", "get_task"]
+__all__ = ["OPSET", "TASKS", "CausalLMTask", "FeatureExtractionTask", "ModelTask", "get_task"]

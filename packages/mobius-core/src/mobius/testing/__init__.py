@@ -11,6 +11,12 @@ from mobius.testing._checkpoints import (
     tiny_llama_tensors,
     write_tiny_llama,
 )
+from mobius.testing._encoder_parity import (
+    EncoderParity,
+    check_encoder_parity,
+    make_random_encoder,
+    right_padded_batch,
+)
 from mobius.testing._generation import genai_greedy, torch_greedy
 from mobius.testing._gguf import write_gguf
 from mobius.testing._graph import module_graph, run_module
@@ -27,6 +33,10 @@ from mobius.testing._smollm2 import SMOLLM2_GGUF, smollm2_gguf, write_smollm2_ch
 
 __all__ = [
     "SMOLLM2_GGUF",
+    "EncoderParity",
+    "check_encoder_parity",
+    "make_random_encoder",
+    "right_padded_batch",
     "genai_greedy",
     "write_gguf",
     "torch_greedy",

@@ -23,6 +23,9 @@ HUB_ALLOW_PATTERNS = [
     "merges.txt",
     "tokenizer.model",
     "spiece.model",
+    # sentence-transformers: how the token states become one embedding
+    "modules.json",
+    "*_Pooling/config.json",
     "*.safetensors",
     "*.safetensors.index.json",
 ]

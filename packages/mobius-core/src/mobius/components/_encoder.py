@@ -1,0 +1,68 @@
+"""Pieces of bidirectional (encoder) models: the padding mask, attention without a cache, pooling."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from mobius.components._attention import _NUMPY_FLOAT, lowest_value
+
+
+def padding_bias(
+    op, attention_mask: ir.Value, dtype: ir.DataType, queries: ir.Value | None = None
+) -> ir.Value:
+    """Additive mask ``[batch, 1, queries, keys]``: 0 for real keys (mask 1), the lowest value for pads.
+
+    ``attention_mask [batch, keys]``; ``queries`` is a tensor ``[batch, queries, ...]``
+    whose second axis counts the queries (default: the mask itself, for
+    self-attention). ONNX Runtime wants the query axis spelled out, not broadcast.
+    """
+    real = op.Unsqueeze(op.Cast(attention_mask, to=ir.DataType.BOOL), [1, 2])  # [b, 1, 1, k]
+    zero = op.Constant(value=ir.tensor(np.array(0, dtype=_NUMPY_FLOAT[dtype])))
+    lowest = op.Constant(value=ir.tensor(np.array(lowest_value(dtype), dtype=_NUMPY_FLOAT[dtype])))
+    rows = op.Shape(attention_mask if queries is None else queries, start=1, end=2)
+    shape = op.Concat([1, 1], rows, [1], axis=0)  # [1, 1, queries, 1]
+    return op.Expand(op.Where(real, zero, lowest), shape)
+
+
+def bidirectional_attention(
+    op, q: ir.Value, k: ir.Value, v: ir.Value, bias: ir.Value, num_heads: int, scale: float
+) -> ir.Value:
+    """Every token attends to every real token: ``q``, ``k``, ``v`` and the result ``[batch, seq, heads*dim]``.
+
+    The ONNX ``Attention`` op splits the heads itself (3-D inputs), so no transposes
+    are needed; ``bias`` is :func:`padding_bias` or anything broadcastable to
+    ``[batch, heads, seq, seq]``.
+    """
+    return op.Attention(q, k, v, bias, q_num_heads=num_heads, kv_num_heads=num_heads, scale=scale)
+
+
+def pool_tokens(
+    op, hidden: ir.Value, attention_mask: ir.Value, mode: str, normalize: bool
+) -> ir.Value:
+    """A sentence embedding ``[batch, hidden]`` from token states ``[batch, seq, hidden]``.
+
+    ``mode`` is ``"mean"`` (over real tokens, as sentence-transformers: the token
+    count clamped at 1e-9), ``"cls"`` (the first token) or ``"max"`` (over real
+    tokens, pads set to -1e9 first). ``normalize`` divides by the L2 norm, clamped at
+    1e-12 as ``torch.nn.functional.normalize`` does.
+    """
+    mask = op.Unsqueeze(op.CastLike(attention_mask, hidden), [2])  # [batch, seq, 1]
+    if mode == "mean":
+        summed = op.ReduceSum(op.Mul(hidden, mask), [1], keepdims=0)
+        count = op.ReduceSum(mask, [1], keepdims=0)
+        tiny = op.CastLike(op.Constant(value=ir.tensor(np.array(1e-9, np.float32))), hidden)
+        pooled = op.Div(summed, op.Max(count, tiny))
+    elif mode == "cls":
+        pooled = op.Gather(hidden, op.Constant(value=ir.tensor(np.array(0, np.int64))), axis=1)
+    elif mode == "max":
+        low = op.CastLike(op.Constant(value=ir.tensor(np.array(-1e9, np.float32))), hidden)
+        masked = op.Where(op.Cast(mask, to=ir.DataType.BOOL), hidden, low)
+        pooled = op.ReduceMax(masked, [1], keepdims=0)
+    else:
+        raise ValueError(f"unknown pooling {mode!r}; choose mean, cls or max")
+    if not normalize:
+        return pooled
+    norm = op.ReduceL2(pooled, [1], keepdims=1)
+    eps = op.CastLike(op.Constant(value=ir.tensor(np.array(1e-12, np.float32))), pooled)
+    return op.Div(pooled, op.Max(norm, eps))

@@ -1,0 +1,66 @@
+"""The feature-extraction contract of encoder models (ORT and Optimum read these names).
+
+Inputs: ``input_ids`` and ``attention_mask`` int64 [batch, sequence], and
+``token_type_ids`` int64 [batch, sequence] where the model has token types.
+Outputs: ``last_hidden_state`` [batch, sequence, hidden], and by the head chosen
+at build time (``config.head``):
+
+- ``masked-lm``: ``logits`` [batch, sequence, vocab];
+- ``sequence-classification``: ``logits`` [batch, num_labels];
+- ``token-classification``: ``logits`` [batch, sequence, num_labels];
+- ``sentence-embedding``: ``sentence_embedding`` [batch, hidden], pooled over the
+  real tokens (``config.pooling``: mean, cls or max), L2-normalised when
+  ``config.normalize``.
+
+The module returns a dict of its outputs (``last_hidden_state`` and ``logits``
+when its head has weights); the sentence embedding is pooled here, for every family.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from mobius.components._encoder import pool_tokens
+from mobius.tasks._base import IR_VERSION, ModelTask, new_graph, set_output
+
+INT64 = ir.DataType.INT64
+
+
+def logits_shape(config) -> list:
+    """The ``logits`` shape of the config's head."""
+    if config.head == "masked-lm":
+        return ["batch", "sequence", config.vocab_size]
+    if config.head == "sequence-classification":
+        return ["batch", config.num_labels]
+    return ["batch", "sequence", config.num_labels]
+
+
+class FeatureExtractionTask(ModelTask):
+    """Encoder outputs; the module takes ``(input_ids, attention_mask, token_type_ids)``."""
+
+    name = "feature-extraction"
+
+    def build(self, module, config, dtype: ir.DataType) -> dict[str, ir.Model]:
+        graph, builder = new_graph("feature_extraction")
+        input_ids = builder.input("input_ids", INT64, ["batch", "sequence"])
+        attention_mask = builder.input("attention_mask", INT64, ["batch", "sequence"])
+        token_type_ids = None
+        if getattr(module, "uses_token_type_ids", False):
+            token_type_ids = builder.input("token_type_ids", INT64, ["batch", "sequence"])
+
+        outputs = module(builder.op, input_ids, attention_mask, token_type_ids)
+
+        hidden = outputs["last_hidden_state"]
+        set_output(
+            builder, hidden, "last_hidden_state", dtype, ["batch", "sequence", config.hidden_size]
+        )
+        if "logits" in outputs:
+            set_output(builder, outputs["logits"], "logits", dtype, logits_shape(config))
+        if config.head == "sentence-embedding":
+            embedding = pool_tokens(
+                builder.op, hidden, attention_mask, config.pooling, config.normalize
+            )
+            set_output(
+                builder, embedding, "sentence_embedding", dtype, ["batch", config.hidden_size]
+            )
+        return {"model": ir.Model(graph, ir_version=IR_VERSION, producer_name="mobius")}

@@ -1,0 +1,158 @@
+"""Encoder parity: hidden states and heads of a padded batch, ONNX Runtime against PyTorch."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from mobius.testing._parity import PARITY_ATOL, build_with_cli, perturb_parameters
+
+# The transformers auto class of each head that has weights.
+HEAD_CLASSES = {
+    "none": "AutoModel",
+    "masked-lm": "AutoModelForMaskedLM",
+    "sequence-classification": "AutoModelForSequenceClassification",
+    "token-classification": "AutoModelForTokenClassification",
+    "sentence-embedding": "AutoModel",
+}
+SEQUENCE_LEVEL = {"sequence-classification"}
+
+
+def make_random_encoder(hf_config, head: str = "none", seed: int = 0):
+    """A float32 transformers encoder for ``head`` with every parameter perturbed, in eval mode."""
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    auto = getattr(transformers, HEAD_CLASSES[head])
+    model = auto.from_config(hf_config, dtype=torch.float32, attn_implementation="eager")
+    perturb_parameters(model, seed)
+    return model.eval()
+
+
+def right_padded_batch(lengths: list[int], vocab_size: int, type_vocab_size: int, seed: int = 0):
+    """``input_ids``, ``attention_mask`` and ``token_type_ids`` [batch, max(lengths)], pads at the end.
+
+    Ids avoid 0-3, where tokenizers keep pad and special tokens, so padding-aware
+    position ids (RoBERTa's) see no pads among the real tokens.
+    """
+    rng = np.random.default_rng(seed)
+    width = max(lengths)
+    input_ids = rng.integers(4, vocab_size, (len(lengths), width)).astype(np.int64)
+    mask = np.zeros_like(input_ids)
+    for row, length in enumerate(lengths):
+        mask[row, :length] = 1
+    types = rng.integers(0, max(type_vocab_size, 1), input_ids.shape).astype(np.int64)
+    return input_ids, mask, types
+
+
+@dataclass
+class EncoderParity:
+    """Max abs differences of one head's outputs over the real tokens."""
+
+    head: str
+    ep: str
+    diffs: dict[str, float] = field(default_factory=dict)
+
+    def assert_close(self, atol: float = PARITY_ATOL) -> None:
+        worst = max(self.diffs.values())
+        assert worst <= atol, f"--ep {self.ep} --head {self.head}: {self.diffs} > {atol:g}"
+
+
+def _pool(hidden: np.ndarray, mask: np.ndarray, mode: str, normalize: bool) -> np.ndarray:
+    """sentence-transformers' pooling, in numpy: the reference of the sentence-embedding head."""
+    weights = mask[..., None].astype(hidden.dtype)
+    if mode == "mean":
+        pooled = (hidden * weights).sum(1) / np.maximum(weights.sum(1), 1e-9)
+    elif mode == "cls":
+        pooled = hidden[:, 0]
+    else:
+        pooled = np.where(weights > 0, hidden, -1e9).max(1)
+    if normalize:
+        pooled = pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+    return pooled
+
+
+def compare_encoder(torch_model, session, head: str, lengths, seed: int, pooling=("mean", True)):
+    """Run one padded batch through both; the max abs difference of each output."""
+    import torch
+
+    config = torch_model.config
+    names = {i.name for i in session.get_inputs()}
+    input_ids, mask, types = right_padded_batch(
+        lengths, config.vocab_size, getattr(config, "type_vocab_size", 0) or 0, seed
+    )
+    feeds = {"input_ids": input_ids, "attention_mask": mask}
+    if "token_type_ids" in names:
+        feeds["token_type_ids"] = types
+    outputs = [o.name for o in session.get_outputs()]
+    got = dict(zip(outputs, session.run(None, feeds), strict=True))
+
+    torch_inputs = {k: torch.from_numpy(v) for k, v in feeds.items()}
+    accepted = inspect.signature(torch_model.forward).parameters
+    torch_inputs = {k: v for k, v in torch_inputs.items() if k in accepted}
+    with torch.no_grad():
+        out = torch_model(**torch_inputs, output_hidden_states=True)
+        base = torch_model.base_model(**torch_inputs)
+    real = mask.astype(bool)
+    reference = base.last_hidden_state.float().numpy()
+    diffs = {"last_hidden_state": float(np.abs(got["last_hidden_state"] - reference)[real].max())}
+    if "logits" in got:
+        logits = out.logits.float().numpy()
+        delta = np.abs(got["logits"] - logits)
+        diffs["logits"] = float(delta.max() if head in SEQUENCE_LEVEL else delta[real].max())
+    if "sentence_embedding" in got:
+        expected = _pool(reference, mask, *pooling)
+        diffs["sentence_embedding"] = float(np.abs(got["sentence_embedding"] - expected).max())
+    return diffs
+
+
+def check_encoder_parity(
+    hf_config,
+    workdir: Path,
+    *,
+    heads: tuple[str, ...] = (
+        "none",
+        "masked-lm",
+        "sequence-classification",
+        "token-classification",
+    ),
+    lengths: tuple[int, ...] = (7, 4),
+    seed: int = 0,
+    atol: float = PARITY_ATOL,
+    eps: tuple[str, ...] = ("default", "cpu"),
+) -> list[EncoderParity]:
+    """Build a perturbed tiny encoder per head with the CLI and check it against PyTorch.
+
+    The batch has two rows of ``lengths`` tokens, the shorter padded at the end.
+    ``sentence-embedding`` is checked against sentence-transformers' mean pooling,
+    normalised, of PyTorch's hidden states. Returns the measurements per head and ep.
+    """
+    import onnxruntime as ort
+
+    workdir = Path(workdir)
+    results = []
+    for head in heads:
+        torch_model = make_random_encoder(hf_config, head, seed)
+        source = workdir / f"hf-{head}"
+        torch_model.save_pretrained(source)
+        for ep in eps:
+            options = ["--ep", ep, "--head", head]
+            if head == "sentence-embedding":
+                options += ["--pooling", "mean", "--normalize"]
+            out = build_with_cli(source, workdir / f"onnx-{head}-{ep}", *options)
+            if ep == "default":
+                onnx.checker.check_model(str(out / "model.onnx"), full_check=True)
+            session = ort.InferenceSession(
+                str(out / "model.onnx"), providers=["CPUExecutionProvider"]
+            )
+            result = EncoderParity(
+                head, ep, compare_encoder(torch_model, session, head, lengths, seed)
+            )
+            result.assert_close(atol)
+            results.append(result)
+    return results

@@ -1,0 +1,259 @@
+"""BERT: learned absolute positions and token types, post-norm encoder layers, optional heads.
+
+The module tree follows ``BertFor*`` checkpoints (``bert.*``, ``cls.*``,
+``classifier``); a bare ``BertModel`` checkpoint gets the ``bert.`` prefix added.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from onnxscript import nn
+
+from mobius._config import EncoderConfig
+from mobius.components import (
+    Embedding,
+    LayerNorm,
+    Linear,
+    bidirectional_attention,
+    get_activation,
+    padding_bias,
+)
+from mobius.errors import ConfigError
+
+
+@dataclass
+class BertConfig(EncoderConfig):
+    @classmethod
+    def hf_fields(cls, hf_config: Any) -> dict[str, Any]:
+        kind = getattr(hf_config, "position_embedding_type", "absolute") or "absolute"
+        if kind != "absolute":
+            raise ConfigError(f"position_embedding_type {kind!r} is not built; only 'absolute'")
+        return super().hf_fields(hf_config)
+
+
+class BertEmbeddings(nn.Module):
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.word_embeddings = Embedding(config.vocab_size, config.hidden_size)
+        self.position_embeddings = Embedding(config.max_position_embeddings, config.hidden_size)
+        self.token_type_embeddings = (
+            Embedding(config.type_vocab_size, config.hidden_size)
+            if config.type_vocab_size
+            else None
+        )
+        self.LayerNorm = LayerNorm(config.hidden_size, config.layer_norm_eps)
+
+    def position_ids(self, op, input_ids):
+        """``[1, seq]``: 0, 1, 2... (every row starts at 0; padding sits at the end)."""
+        seq_len = op.Squeeze(op.Slice(op.Shape(input_ids), [1], [2]), [0])
+        return op.Unsqueeze(op.Range(0, seq_len, 1), [0])
+
+    def forward(self, op, input_ids, token_type_ids):
+        x = self.word_embeddings(op, input_ids)  # [batch, seq, hidden]
+        if self.token_type_embeddings is not None:
+            x = op.Add(x, self.token_type_embeddings(op, token_type_ids))
+        x = op.Add(x, self.position_embeddings(op, self.position_ids(op, input_ids)))
+        return self.LayerNorm(op, x)
+
+
+class BertSelfAttention(nn.Module):
+    def __init__(self, hidden_size: int, num_heads: int) -> None:
+        super().__init__()
+        self.query = Linear(hidden_size, hidden_size, bias=True)
+        self.key = Linear(hidden_size, hidden_size, bias=True)
+        self.value = Linear(hidden_size, hidden_size, bias=True)
+        self.num_heads, self.scale = num_heads, (hidden_size // num_heads) ** -0.5
+
+    def forward(self, op, x, bias):
+        q, k, v = self.query(op, x), self.key(op, x), self.value(op, x)
+        return bidirectional_attention(op, q, k, v, bias, self.num_heads, self.scale)
+
+
+class BertResidualOutput(nn.Module):
+    """``LayerNorm(dense(x) + residual)``: BERT's ``attention.output`` and ``output``."""
+
+    def __init__(self, in_features: int, hidden_size: int, eps: float) -> None:
+        super().__init__()
+        self.dense = Linear(in_features, hidden_size, bias=True)
+        self.LayerNorm = LayerNorm(hidden_size, eps)
+
+    def forward(self, op, x, residual):
+        return self.LayerNorm(op, op.Add(self.dense(op, x), residual))
+
+
+class BertAttention(nn.Module):
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.self = BertSelfAttention(config.hidden_size, config.num_attention_heads)
+        self.output = BertResidualOutput(
+            config.hidden_size, config.hidden_size, config.layer_norm_eps
+        )
+
+    def forward(self, op, x, bias):
+        return self.output(op, self.self(op, x, bias), x)
+
+
+class BertIntermediate(nn.Module):
+    def __init__(self, hidden_size: int, intermediate_size: int, act: str) -> None:
+        super().__init__()
+        self.dense = Linear(hidden_size, intermediate_size, bias=True)
+        self.act = get_activation(act)
+
+    def forward(self, op, x):
+        return self.act(op, self.dense(op, x))
+
+
+class BertLayer(nn.Module):
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.attention = BertAttention(config)
+        self.intermediate = BertIntermediate(
+            config.hidden_size, config.intermediate_size, config.hidden_act
+        )
+        self.output = BertResidualOutput(
+            config.intermediate_size, config.hidden_size, config.layer_norm_eps
+        )
+
+    def forward(self, op, x, bias):
+        x = self.attention(op, x, bias)  # post-norm: each block ends in its LayerNorm
+        return self.output(op, self.intermediate(op, x), x)
+
+
+class BertEncoder(nn.Module):
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.layer = nn.ModuleList([BertLayer(config) for _ in range(config.num_hidden_layers)])
+
+    def forward(self, op, x, bias):
+        for layer in self.layer:
+            x = layer(op, x, bias)
+        return x
+
+
+class BertPooler(nn.Module):
+    """``tanh(dense(x[:, 0]))``: the first token's state, for sequence classification."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.dense = Linear(hidden_size, hidden_size, bias=True)
+
+    def forward(self, op, x):
+        first = op.Gather(x, op.Constant(value_int=0), axis=1)  # [batch, hidden]
+        return op.Tanh(self.dense(op, first))
+
+
+class BertModel(nn.Module):
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.embeddings = BertEmbeddings(config)
+        self.encoder = BertEncoder(config)
+        uses_pooler = config.head == "sequence-classification"
+        self.pooler = BertPooler(config.hidden_size) if uses_pooler else None
+
+    def forward(self, op, input_ids, attention_mask, token_type_ids):
+        """``(last_hidden_state, pooled or None)``; called here, the pooler's weights stay ``bert.pooler``."""
+        x = self.embeddings(op, input_ids, token_type_ids)
+        x = self.encoder(op, x, padding_bias(op, attention_mask, x.dtype))
+        return x, self.pooler(op, x) if self.pooler is not None else None
+
+
+class BertPredictionHeadTransform(nn.Module):
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.dense = Linear(config.hidden_size, config.hidden_size, bias=True)
+        self.act = get_activation(config.hidden_act)
+        self.LayerNorm = LayerNorm(config.hidden_size, config.layer_norm_eps)
+
+    def forward(self, op, x):
+        return self.LayerNorm(op, self.act(op, self.dense(op, x)))
+
+
+class BertLMPredictionHead(nn.Module):
+    """The masked-LM head: transform, then the tied word embeddings plus ``bias``.
+
+    Untied (``tie_word_embeddings=False``), transformers unties the bias too: the
+    ``decoder`` Linear has both, and ``bias`` is left unused.
+    """
+
+    def __init__(self, config: BertConfig, embeddings: Embedding) -> None:
+        super().__init__()
+        self.transform = BertPredictionHeadTransform(config)
+        if config.tie_word_embeddings:
+            self.bias, self.decoder = nn.Parameter([config.vocab_size]), None
+        else:
+            self.bias, self.decoder = None, Linear(config.hidden_size, config.vocab_size, True)
+        object.__setattr__(self, "embeddings", embeddings)  # owned by bert.embeddings
+
+    def forward(self, op, x):
+        x = self.transform(op, x)
+        if self.decoder is not None:
+            return self.decoder(op, x)
+        table = op.Transpose(self.embeddings.weight, perm=[1, 0])  # [hidden, vocab]
+        return op.Add(op.MatMul(x, table), self.bias)
+
+
+class BertOnlyMLMHead(nn.Module):
+    def __init__(self, config: BertConfig, embeddings: Embedding) -> None:
+        super().__init__()
+        self.predictions = BertLMPredictionHead(config, embeddings)
+
+    def forward(self, op, x):
+        return self.predictions(op, x)
+
+
+class BertForFeatureExtraction(nn.Module):
+    """The encoder and the head its config names (see :class:`mobius._config.EncoderConfig`)."""
+
+    config_class = BertConfig
+    task = "feature-extraction"
+    uses_token_type_ids = True
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.uses_token_type_ids = config.type_vocab_size > 0
+        self.bert = BertModel(config)
+        self.cls = None
+        self.classifier = None
+        if config.head == "masked-lm":
+            self.cls = BertOnlyMLMHead(config, self.bert.embeddings.word_embeddings)
+        elif config.head in ("sequence-classification", "token-classification"):
+            self.classifier = Linear(config.hidden_size, config.num_labels, bias=True)
+
+    def forward(self, op, input_ids, attention_mask, token_type_ids):
+        hidden, pooled = self.bert(op, input_ids, attention_mask, token_type_ids)
+        outputs = {"last_hidden_state": hidden}
+        if self.cls is not None:
+            outputs["logits"] = self.cls(op, hidden)
+        elif self.classifier is not None:  # sequence level: on the pooled first token
+            outputs["logits"] = self.classifier(op, hidden if pooled is None else pooled)
+        return outputs
+
+    @property
+    def ignored_weights(self) -> tuple[str, ...]:
+        """Checkpoint tensors no graph of this head reads (other heads, position buffers)."""
+        ignored = ["bert.embeddings.position_ids", "bert.embeddings.token_type_ids"]
+        ignored.append("cls.seq_relationship.*")  # next-sentence prediction
+        if self.bert.pooler is None:
+            ignored.append("bert.pooler.*")
+        if self.cls is None:
+            ignored.append("cls.predictions.*")
+        if self.classifier is None:
+            ignored.append("classifier.*")
+        return tuple(ignored)
+
+    def preprocess_weights(self, weights: dict) -> dict:
+        """A bare ``BertModel`` checkpoint gets the ``bert.`` prefix; the tied decoder is dropped."""
+        heads = ("bert.", "cls.", "classifier.")
+        weights = {k if k.startswith(heads) else f"bert.{k}": v for k, v in weights.items()}
+        if self.config.tie_word_embeddings:  # the word embeddings and cls.predictions.bias
+            weights.pop("cls.predictions.decoder.weight", None)
+            weights.pop("cls.predictions.decoder.bias", None)
+        else:  # the decoder's own bias is the one used
+            weights.pop("cls.predictions.bias", None)
+        return weights
+
+
+MODEL_TYPES = {"bert": BertForFeatureExtraction}

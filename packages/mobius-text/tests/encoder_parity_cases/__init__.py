@@ -1,0 +1,33 @@
+"""Encoder parity cases of mobius-text, one module per architecture family.
+
+Each module defines ``CASES``: case name -> (model_type, config overrides over
+``TINY``) or (model_type, overrides, keyword arguments of
+``check_encoder_parity``, such as the ``heads`` the family has). ``all_cases()``
+merges them; a name used twice is an error.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+TINY = dict(
+    vocab_size=99,
+    hidden_size=32,
+    intermediate_size=37,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    max_position_embeddings=64,
+    pad_token_id=0,
+)
+
+
+def all_cases() -> dict[str, tuple]:
+    cases: dict[str, tuple] = {}
+    for info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        for name, case in module.CASES.items():
+            if name in cases:
+                raise ValueError(f"parity case {name!r} is defined twice (in {info.name})")
+            cases[name] = case
+    return cases
