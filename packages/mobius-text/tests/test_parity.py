@@ -26,15 +26,18 @@ def test_causal_lm_parity(case, tmp_path):
 
 
 def test_every_registered_type_has_a_parity_case():
-    """Causal LMs here, encoders in test_encoder_parity.py: each by its own task's kit."""
+    """Each registered type has a case in its task's kit: causal LMs here, encoders in
+    test_encoder_parity.py, encoder-decoders in test_seq2seq_parity.py."""
     from encoder_parity_cases import all_cases as encoder_cases
+    from seq2seq_parity_cases import all_cases as seq2seq_cases
 
     import mobius_text
 
-    registered = mobius_text.model_types()
-    causal = {
-        t for t, cls in registered.items() if getattr(cls, "task", "causal-lm") == "causal-lm"
-    }
-    encoders = set(registered) - causal
-    assert causal <= {model_type for model_type, *_ in CASES.values()}
-    assert encoders <= {model_type for model_type, *_ in encoder_cases().values()}
+    kits = {"causal-lm": CASES, "feature-extraction": encoder_cases(), "seq2seq": seq2seq_cases()}
+    by_task: dict[str, set[str]] = {}
+    for model_type, cls in mobius_text.model_types().items():
+        by_task.setdefault(getattr(cls, "task", "causal-lm"), set()).add(model_type)
+    assert set(by_task) <= set(kits), f"no parity kit for tasks {set(by_task) - set(kits)}"
+    for task, types in by_task.items():
+        covered = {model_type for model_type, *_ in kits[task].values()}
+        assert types <= covered, f"{task}: no parity case for {sorted(types - covered)}"

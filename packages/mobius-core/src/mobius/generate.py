@@ -227,7 +227,107 @@ def _import_onnxruntime():
     return onnxruntime
 
 
-class TextGenerator:
+class _Generator:
+    """What every package runner shares: the tokenizer, stop ids, sampling defaults, streaming.
+
+    Subclasses set ``package_dir``, ``config``, ``generation_config``, ``stats`` and
+    ``_tokenizer`` and implement ``generate_ids``.
+    """
+
+    @property
+    def tokenizer(self):
+        """The package's tokenizer (``transformers.AutoTokenizer``), loaded on first use."""
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            if not any((self.package_dir / name).is_file() for name in _TOKENIZER_FILES):
+                raise PackageError(
+                    f"no tokenizer files in {self.package_dir} (tokenizer.json, "
+                    "tokenizer.model, vocab.json...): build from a checkpoint that has them"
+                )
+            try:
+                self._tokenizer = AutoTokenizer.from_pretrained(str(self.package_dir))
+            except (OSError, ValueError, TypeError) as exc:
+                reason = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+                raise PackageError(
+                    f"cannot load the tokenizer of {self.package_dir}: {reason}"
+                ) from None
+        return self._tokenizer
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        """End-of-sequence ids: generation_config.json's and config.json's, else the tokenizer's."""
+        ids = _as_ids(self.generation_config.get("eos_token_id"))
+        ids += [i for i in _as_ids(self.config.get("eos_token_id")) if i not in ids]
+        if not ids and self._tokenizer is not None and self._tokenizer.eos_token_id is not None:
+            ids = [int(self._tokenizer.eos_token_id)]
+        return ids
+
+    def sampling_defaults(self) -> dict:
+        """``do_sample``, ``temperature``, ``top_k`` and ``top_p`` from generation_config.json."""
+        config = self.generation_config
+        return {
+            "do_sample": bool(config.get("do_sample", False)),
+            "temperature": float(config.get("temperature", 1.0) or 1.0),
+            "top_k": int(config.get("top_k", 50) or 0),
+            "top_p": float(config.get("top_p", 1.0) or 1.0),
+        }
+
+    # -- prompts ---------------------------------------------------------------------
+
+    def encode_prompt(
+        self, prompt: str, *, chat_template: bool = True, system: str | None = None
+    ) -> list[int]:
+        """Token ids of ``prompt``: through the tokenizer's chat template when it has one.
+
+        With ``chat_template=False`` (or a tokenizer without a template) the text is
+        tokenized as is, with the tokenizer's special tokens (BOS). A ``system``
+        message needs a chat template.
+        """
+        tokenizer = self.tokenizer
+        if chat_template and getattr(tokenizer, "chat_template", None):
+            messages = [{"role": "user", "content": prompt}]
+            if system is not None:
+                messages.insert(0, {"role": "system", "content": system})
+            text = tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True
+            )
+            # The template writes the special tokens (BOS included) itself.
+            return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+        if system is not None:
+            raise MobiusError(
+                "a system message needs a chat template"
+                + ("" if chat_template else "; drop --no-chat-template")
+                + ("" if getattr(tokenizer, "chat_template", None) else " (the tokenizer has none)")
+            )
+        return list(tokenizer(prompt)["input_ids"])
+
+    def stream(
+        self,
+        prompt: str,
+        *,
+        chat_template: bool = True,
+        system: str | None = None,
+        **options,
+    ) -> Iterator[str]:
+        """Yield text pieces as they are generated from ``prompt``.
+
+        Keyword ``options`` are those of :meth:`generate_ids`. Special tokens are left
+        out of the text; a piece never ends inside a multi-byte character.
+        """
+        ids = self.encode_prompt(prompt, chat_template=chat_template, system=system)
+        tokenizer = self.tokenizer
+        text = TextStream(lambda new: tokenizer.decode(new, skip_special_tokens=True))
+        for token in self.generate_ids(ids, **options):
+            piece = text.push(token)
+            if piece:
+                yield piece
+        rest = text.flush()
+        if rest:
+            yield rest
+
+
+class TextGenerator(_Generator):
     """A causal-LM package loaded in ONNX Runtime, ready to generate.
 
     ``package_dir`` is what ``mobius build`` wrote. ``threads`` sets ONNX Runtime's
@@ -303,74 +403,6 @@ class TextGenerator:
         self._present_names = [
             p.name.replace("past_key_values.", "present.", 1) for p in self._past
         ]
-
-    @property
-    def tokenizer(self):
-        """The package's tokenizer (``transformers.AutoTokenizer``), loaded on first use."""
-        if self._tokenizer is None:
-            from transformers import AutoTokenizer
-
-            if not any((self.package_dir / name).is_file() for name in _TOKENIZER_FILES):
-                raise PackageError(
-                    f"no tokenizer files in {self.package_dir} (tokenizer.json, "
-                    "tokenizer.model, vocab.json...): build from a checkpoint that has them"
-                )
-            try:
-                self._tokenizer = AutoTokenizer.from_pretrained(str(self.package_dir))
-            except (OSError, ValueError, TypeError) as exc:
-                reason = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
-                raise PackageError(
-                    f"cannot load the tokenizer of {self.package_dir}: {reason}"
-                ) from None
-        return self._tokenizer
-
-    @property
-    def eos_token_ids(self) -> list[int]:
-        """End-of-sequence ids: generation_config.json's and config.json's, else the tokenizer's."""
-        ids = _as_ids(self.generation_config.get("eos_token_id"))
-        ids += [i for i in _as_ids(self.config.get("eos_token_id")) if i not in ids]
-        if not ids and self._tokenizer is not None and self._tokenizer.eos_token_id is not None:
-            ids = [int(self._tokenizer.eos_token_id)]
-        return ids
-
-    def sampling_defaults(self) -> dict:
-        """``do_sample``, ``temperature``, ``top_k`` and ``top_p`` from generation_config.json."""
-        config = self.generation_config
-        return {
-            "do_sample": bool(config.get("do_sample", False)),
-            "temperature": float(config.get("temperature", 1.0) or 1.0),
-            "top_k": int(config.get("top_k", 50) or 0),
-            "top_p": float(config.get("top_p", 1.0) or 1.0),
-        }
-
-    # -- prompts ---------------------------------------------------------------------
-
-    def encode_prompt(
-        self, prompt: str, *, chat_template: bool = True, system: str | None = None
-    ) -> list[int]:
-        """Token ids of ``prompt``: through the tokenizer's chat template when it has one.
-
-        With ``chat_template=False`` (or a tokenizer without a template) the text is
-        tokenized as is, with the tokenizer's special tokens (BOS). A ``system``
-        message needs a chat template.
-        """
-        tokenizer = self.tokenizer
-        if chat_template and getattr(tokenizer, "chat_template", None):
-            messages = [{"role": "user", "content": prompt}]
-            if system is not None:
-                messages.insert(0, {"role": "system", "content": system})
-            text = tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True
-            )
-            # The template writes the special tokens (BOS included) itself.
-            return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-        if system is not None:
-            raise MobiusError(
-                "a system message needs a chat template"
-                + ("" if chat_template else "; drop --no-chat-template")
-                + ("" if getattr(tokenizer, "chat_template", None) else " (the tokenizer has none)")
-            )
-        return list(tokenizer(prompt)["input_ids"])
 
     # -- the loop --------------------------------------------------------------------
 
@@ -453,30 +485,6 @@ class TextGenerator:
             yield token
             position += ids.shape[1]
             ids = np.asarray([[token]], dtype=np.int64)
-
-    def stream(
-        self,
-        prompt: str,
-        *,
-        chat_template: bool = True,
-        system: str | None = None,
-        **options,
-    ) -> Iterator[str]:
-        """Yield text pieces as they are generated from ``prompt``.
-
-        Keyword ``options`` are those of :meth:`generate_ids`. Special tokens are left
-        out of the text; a piece never ends inside a multi-byte character.
-        """
-        ids = self.encode_prompt(prompt, chat_template=chat_template, system=system)
-        tokenizer = self.tokenizer
-        text = TextStream(lambda new: tokenizer.decode(new, skip_special_tokens=True))
-        for token in self.generate_ids(ids, **options):
-            piece = text.push(token)
-            if piece:
-                yield piece
-        rest = text.flush()
-        if rest:
-            yield rest
 
 
 def generate_text(package_dir: str | os.PathLike, prompt: str, **options) -> str:

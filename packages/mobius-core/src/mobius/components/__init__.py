@@ -9,7 +9,12 @@ from mobius.components._attention import (
     scaled_dot_product_attention,
 )
 from mobius.components._decoder import DecoderLayer
-from mobius.components._encoder import bidirectional_attention, padding_bias, pool_tokens
+from mobius.components._encoder import (
+    bidirectional_attention,
+    causal_bias,
+    padding_bias,
+    pool_tokens,
+)
 from mobius.components._linear import (
     Embedding,
     Linear,
@@ -29,6 +34,7 @@ from mobius.components._rope import (
 )
 from mobius.components._runtime import EXECUTION_PROVIDERS, execution_provider, fused_ops
 from mobius.components._scan import scan_body
+from mobius.components._scope import module_scope
 
 __all__ = [
     "ACTIVATIONS",
@@ -50,12 +56,14 @@ __all__ = [
     "apply_rotary",
     "attention_bias",
     "bidirectional_attention",
+    "causal_bias",
     "checkpoint_shape",
     "execution_provider",
     "fused_ops",
     "get_activation",
     "lowest_value",
     "make_rotary_embedding",
+    "module_scope",
     "padding_bias",
     "pool_tokens",
     "repeat_kv",

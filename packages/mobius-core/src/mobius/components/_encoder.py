@@ -66,3 +66,19 @@ def pool_tokens(
     norm = op.ReduceL2(pooled, [1], keepdims=1)
     eps = op.CastLike(op.Constant(value=ir.tensor(np.array(1e-12, np.float32))), pooled)
     return op.Div(pooled, op.Max(norm, eps))
+
+
+def causal_bias(op, queries: ir.Value, past: ir.Value, dtype: ir.DataType) -> ir.Value:
+    """Additive causal mask ``[1, 1, queries, past + queries]`` for a decoder with no padding.
+
+    ``queries`` is ``[batch, queries, ...]`` and ``past`` a cache ``[batch, heads,
+    past, dim]``: query ``i`` sits at position ``past + i`` and sees keys up to it.
+    """
+    seq = op.Squeeze(op.Shape(queries, start=1, end=2), [0])
+    past_len = op.Squeeze(op.Shape(past, start=2, end=3), [0])
+    total = op.Add(past_len, seq)
+    key_pos = op.Range(0, total, 1)  # [total]
+    query_pos = op.Unsqueeze(op.Range(past_len, total, 1), [1])  # [seq, 1]
+    zero = op.Constant(value=ir.tensor(np.array(0, dtype=_NUMPY_FLOAT[dtype])))
+    lowest = op.Constant(value=ir.tensor(np.array(lowest_value(dtype), dtype=_NUMPY_FLOAT[dtype])))
+    return op.Unsqueeze(op.Where(op.LessOrEqual(key_pos, query_pos), zero, lowest), [0, 1])

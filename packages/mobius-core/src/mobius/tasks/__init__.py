@@ -3,9 +3,10 @@
 from mobius.tasks._base import OPSET, ModelTask
 from mobius.tasks._causal_lm import CausalLMTask
 from mobius.tasks._feature_extraction import FeatureExtractionTask
+from mobius.tasks._seq2seq import Seq2SeqTask
 
 TASKS: dict[str, type[ModelTask]] = {
-    task.name: task for task in (CausalLMTask, FeatureExtractionTask)
+    task.name: task for task in (CausalLMTask, FeatureExtractionTask, Seq2SeqTask)
 }
 
 
@@ -17,4 +18,12 @@ def get_task(name: str) -> ModelTask:
         raise ValueError(f"unknown task {name!r}; known: {', '.join(sorted(TASKS))}") from None
 
 
-__all__ = ["OPSET", "TASKS", "CausalLMTask", "FeatureExtractionTask", "ModelTask", "get_task"]
+__all__ = [
+    "OPSET",
+    "TASKS",
+    "CausalLMTask",
+    "FeatureExtractionTask",
+    "ModelTask",
+    "Seq2SeqTask",
+    "get_task",
+]

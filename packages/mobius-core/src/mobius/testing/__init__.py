@@ -29,10 +29,20 @@ from mobius.testing._parity import (
     make_random_model,
     perturb_parameters,
 )
+from mobius.testing._seq2seq_parity import (
+    OnnxSeq2Seq,
+    Seq2SeqParity,
+    check_seq2seq_parity,
+    make_random_seq2seq,
+)
 from mobius.testing._smollm2 import SMOLLM2_GGUF, smollm2_gguf, write_smollm2_checkpoint
 
 __all__ = [
     "SMOLLM2_GGUF",
+    "OnnxSeq2Seq",
+    "Seq2SeqParity",
+    "check_seq2seq_parity",
+    "make_random_seq2seq",
     "EncoderParity",
     "check_encoder_parity",
     "make_random_encoder",

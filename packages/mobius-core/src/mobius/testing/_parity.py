@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,13 +19,15 @@ def perturb_parameters(model, seed: int = 0, scale: float = 0.05) -> None:
     HF initialises norms to one and biases to zero; a graph that dropped or
     misplaced either would still match such a model, so nothing stays at its init.
     Saved float buffers (a router's ``e_score_correction_bias``) are state that the
-    checkpoint carries too; unsaved ones (rotary tables) are left alone.
+    checkpoint carries too; unsaved ones (rotary tables) are left alone, as are
+    parameters ``save_pretrained`` leaves out (Marian's fixed position tables).
     """
     import torch
 
     generator = torch.Generator().manual_seed(seed)
-    saved = set(model.state_dict())
-    tensors = [*sorted(model.named_parameters())]
+    unsaved = [re.compile(p) for p in getattr(model, "_keys_to_ignore_on_save", None) or []]
+    saved = {n for n in model.state_dict() if not any(p.search(n) for p in unsaved)}
+    tensors = [(n, p) for n, p in sorted(model.named_parameters()) if n in saved]
     tensors += [(n, b) for n, b in sorted(model.named_buffers()) if n in saved]
     with torch.no_grad():
         for _, tensor in tensors:

@@ -180,8 +180,13 @@ def apply_weights(
     """
     models = [models] if isinstance(models, ir.Model) else list(models)
     params: dict[str, ir.Value] = {}
+    copies: list[tuple[str, ir.Value]] = []  # a name several graphs hold (shared embeddings)
     for model in models:
-        params.update(parameters(model))
+        for name, value in parameters(model).items():
+            if name in params:
+                copies.append((name, value))
+            else:
+                params[name] = value
     patterns = list(ignore)
 
     missing = sorted(set(params) - set(weights))
@@ -212,5 +217,5 @@ def apply_weights(
     if problems:
         raise WeightMismatchError("checkpoint does not match the graph: " + "; ".join(problems))
 
-    for name, param in params.items():
+    for name, param in [*params.items(), *copies]:
         param.const_value = _lazy(param, weights[name])
