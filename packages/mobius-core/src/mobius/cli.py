@@ -74,9 +74,9 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from mobius.generate import TextGenerator
+    from mobius.generate import open_generator
 
-    generator = TextGenerator(args.output, threads=args.threads)
+    generator = open_generator(args.output, threads=args.threads)
     sampling = generator.sampling_defaults()
     explicit = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
     do_sample = args.do_sample or any(v is not None for v in explicit.values())
@@ -272,11 +272,14 @@ def make_parser() -> argparse.ArgumentParser:
 
     generate = commands.add_parser(
         "generate",
-        help="generate text from a built causal-LM package with ONNX Runtime",
+        help="generate text from a built causal-LM or seq2seq package with ONNX Runtime",
         description=(
-            "Run the causal-LM package in OUTPUT_DIR (written by 'mobius build') on PROMPT\n"
-            "with ONNX Runtime and stream the text to stdout as it is generated. The prompt\n"
-            "goes through the tokenizer's chat template when it has one.\n\n"
+            "Run the package in OUTPUT_DIR (written by 'mobius build') on PROMPT with ONNX\n"
+            "Runtime and stream the text to stdout as it is generated. The prompt goes\n"
+            "through the tokenizer's chat template when it has one. A causal LM continues\n"
+            "the prompt; a seq2seq package (encoder/ and decoder/: T5, BART, Marian...)\n"
+            "encodes it once and decodes from the decoder start token, with the config's\n"
+            "forced_bos_token_id (a target language) and forced_eos_token_id.\n\n"
             "Decoding is greedy (reproducible) unless --do-sample, --temperature, --top-k or\n"
             "--top-p is given; sampling parameters not given come from the package's\n"
             "generation_config.json (else temperature 1, top-k 50, top-p 1). Generation stops\n"
@@ -289,6 +292,7 @@ def make_parser() -> argparse.ArgumentParser:
   mobius generate out/ "The capital of France is" --no-chat-template --max-new-tokens 32
   mobius generate out/ "Write a haiku about rain." --do-sample --seed 0
   mobius generate out/ "Hi!" --system "You answer in French." --temperature 0.7 --top-p 0.9
+  mobius generate t5-out/ "translate English to German: The house is wonderful."
 """,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[common],

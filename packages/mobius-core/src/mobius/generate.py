@@ -1,4 +1,4 @@
-"""Generate text from a built causal-LM package with ONNX Runtime.
+"""Generate text from a built causal-LM or seq2seq package with ONNX Runtime.
 
 A package is the directory ``mobius build`` writes: ``model.onnx`` (+ its external
 data), ``config.json``, ``generation_config.json`` and the tokenizer files. The loop
@@ -7,7 +7,10 @@ with empty caches, then feed one token at a time with the ``present.*`` outputs
 returned as the next ``past_key_values.*`` inputs. Names, dtypes and shapes are read
 from the ONNX Runtime session, so every cache kind (``key``/``value``, ``conv_state``,
 ``ssm_state``...) and both attention back ends (``--ep default`` and ``--ep cpu``)
-run the same way.
+run the same way. A seq2seq package (``encoder/`` and ``decoder/`` graphs, the contract
+of :mod:`mobius.tasks._seq2seq`) runs in :class:`Seq2SeqGenerator`: the source is
+encoded once, then the decoder steps from its start token; :func:`open_generator`
+picks the class from the package's layout.
 
 Example::
 
@@ -48,6 +51,7 @@ __all__ = [
 ]
 
 _CACHE_INPUT = re.compile(r"past_key_values\.(\d+)\.(\w+)")
+_DECODER_CACHE = re.compile(r"past_key_values\.\d+\.decoder\.(key|value)")  # seq2seq self-attention
 # Only these cache/logit element types have a numpy type ONNX Runtime's Python API accepts.
 _ORT_FLOAT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
 # Files that hold a vocabulary; tokenizer_config.json alone does not.
@@ -234,6 +238,21 @@ class _Generator:
     ``_tokenizer`` and implement ``generate_ids``.
     """
 
+    # -- loading ---------------------------------------------------------------------
+
+    def _open_session(self, model_path: Path, threads, providers):
+        ort = _import_onnxruntime()
+        options = ort.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = int(threads)
+        try:
+            return ort.InferenceSession(
+                str(model_path), options, providers=list(providers or ["CPUExecutionProvider"])
+            )
+        except Exception as exc:  # ORT raises its own pybind classes: corrupt, truncated, bad ops
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise PackageError(f"ONNX Runtime cannot load {model_path}: {message}") from None
+
     @property
     def tokenizer(self):
         """The package's tokenizer (``transformers.AutoTokenizer``), loaded on first use."""
@@ -358,21 +377,6 @@ class TextGenerator(_Generator):
         self.stats = GenerationStats()
         self._tokenizer = None
 
-    # -- loading ---------------------------------------------------------------------
-
-    def _open_session(self, model_path: Path, threads, providers):
-        ort = _import_onnxruntime()
-        options = ort.SessionOptions()
-        if threads:
-            options.intra_op_num_threads = int(threads)
-        try:
-            return ort.InferenceSession(
-                str(model_path), options, providers=list(providers or ["CPUExecutionProvider"])
-            )
-        except Exception as exc:  # ORT raises its own pybind classes: corrupt, truncated, bad ops
-            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise PackageError(f"ONNX Runtime cannot load {model_path}: {message}") from None
-
     def _check_contract(self) -> None:
         inputs = {i.name: i for i in self.session.get_inputs()}
         outputs = [o.name for o in self.session.get_outputs()]
@@ -487,6 +491,165 @@ class TextGenerator(_Generator):
             ids = np.asarray([[token]], dtype=np.int64)
 
 
+class Seq2SeqGenerator(_Generator):
+    """An encoder–decoder package (``encoder/`` and ``decoder/`` graphs) in ONNX Runtime.
+
+    The source is encoded once, which also yields every layer's cross-attention
+    cache; the decoder then starts from ``decoder_start_token_id`` and runs one token
+    per step through its self-attention cache. ``forced_bos_token_id`` (the target
+    language of mBART-50 or M2M-100) and ``forced_eos_token_id`` from the package's
+    configs are applied as transformers' ``generate`` applies them.
+    """
+
+    def __init__(
+        self,
+        package_dir: str | os.PathLike,
+        *,
+        threads: int | None = None,
+        providers: Sequence[str] | None = None,
+    ) -> None:
+        self.package_dir = Path(package_dir)
+        if not self.package_dir.is_dir():
+            raise PackageError(f"no package directory at {self.package_dir}")
+        paths = {part: self.package_dir / part / "model.onnx" for part in ("encoder", "decoder")}
+        for part, path in paths.items():
+            if not path.is_file():
+                raise PackageError(
+                    f"no {part}/model.onnx in {self.package_dir}: not a seq2seq package built by mobius"
+                )
+        self.config = _read_json(self.package_dir / "config.json")
+        self.generation_config = _read_json(self.package_dir / "generation_config.json")
+        self.encoder = self._open_session(paths["encoder"], threads, providers)
+        self.decoder = self._open_session(paths["decoder"], threads, providers)
+        self._check_contract()
+        self.stats = GenerationStats()
+        self._tokenizer = None
+
+    def _check_contract(self) -> None:
+        encoder_inputs = {i.name for i in self.encoder.get_inputs()}
+        self._encoder_outputs = [o.name for o in self.encoder.get_outputs()]
+        decoder_inputs = {i.name: i for i in self.decoder.get_inputs()}
+        self._self_cache = [i for n, i in decoder_inputs.items() if _DECODER_CACHE.fullmatch(n)]
+        cross = {n.replace("present.", "past_key_values.", 1) for n in self._encoder_outputs}
+        cross.discard("last_hidden_state")
+        expected = {
+            "input_ids",
+            "encoder_attention_mask",
+            *cross,
+            *(i.name for i in self._self_cache),
+        }
+        if (
+            encoder_inputs != {"input_ids", "attention_mask"}
+            or set(decoder_inputs) != expected
+            or not self._self_cache
+            or "logits" not in {o.name for o in self.decoder.get_outputs()}
+        ):
+            raise PackageError(
+                f"{self.package_dir} does not follow the seq2seq contract: encoder inputs "
+                f"{sorted(encoder_inputs)}, decoder inputs {sorted(decoder_inputs)[:6]}..."
+            )
+        for past in self._self_cache:
+            if past.type not in _ORT_FLOAT_TYPES:
+                raise PackageError(
+                    f"{past.name} is {past.type}: ONNX Runtime's Python API feeds only float32 "
+                    "and float16 caches; build with --dtype f32 or f16"
+                )
+        self._present_names = [
+            p.name.replace("past_key_values.", "present.", 1) for p in self._self_cache
+        ]
+
+    def _setting(self, key: str):
+        """``key`` from generation_config.json, else config.json."""
+        value = self.generation_config.get(key)
+        return self.config.get(key) if value is None else value
+
+    def generate_ids(
+        self,
+        prompt_ids: Sequence[int],
+        *,
+        max_new_tokens: int = 128,
+        do_sample: bool = False,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        eos_token_ids: Iterable[int] | None = None,
+    ) -> Iterator[int]:
+        """Yield the decoder's new token ids; the options are those of :meth:`TextGenerator.generate_ids`.
+
+        The decoder start token is not yielded, nor the end-of-sequence token that
+        stops the loop. The source may not be longer than ``max_position_embeddings``
+        where the config has one (learned or fixed position tables).
+        """
+        source = np.asarray([list(prompt_ids)], dtype=np.int64)
+        if source.shape[1] == 0:
+            raise MobiusError("the prompt is empty")
+        context = int(self.config.get("max_position_embeddings") or 0)
+        if context and source.shape[1] > context:
+            raise MobiusError(
+                f"the source has {source.shape[1]} tokens; the model takes at most {context}"
+            )
+        start = self._setting("decoder_start_token_id")
+        if start is None:
+            raise PackageError("config.json has no decoder_start_token_id: cannot start decoding")
+        forced_bos, forced_eos = (
+            self._setting("forced_bos_token_id"),
+            self._setting("forced_eos_token_id"),
+        )
+        stop = set(self.eos_token_ids if eos_token_ids is None else eos_token_ids)
+        rng = np.random.default_rng(seed)
+        options = dict(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p)
+        stats = self.stats = GenerationStats(prompt_tokens=source.shape[1])
+        stats.stop_reason = "max_new_tokens"
+        if context and 1 + max_new_tokens > context:  # decoder positions share the table
+            max_new_tokens = context - 1
+            stats.stop_reason = "context_length"
+        started = time.perf_counter()
+        mask = np.ones_like(source)
+        encoded = self.encoder.run(None, {"input_ids": source, "attention_mask": mask})
+        cross = {
+            name.replace("present.", "past_key_values.", 1): value
+            for name, value in zip(self._encoder_outputs, encoded, strict=True)
+            if name.startswith("present.")
+        }
+        cache = {
+            p.name: np.zeros((1, p.shape[1], 0, p.shape[3]), dtype=_ORT_FLOAT_TYPES[p.type])
+            for p in self._self_cache
+        }
+        ids = np.asarray([[int(start)]], dtype=np.int64)
+        first_at = None
+        for step in range(max_new_tokens):
+            feeds = {"input_ids": ids, "encoder_attention_mask": mask, **cross, **cache}
+            logits, *present = self.decoder.run(["logits", *self._present_names], feeds)
+            cache = {p.name: value for p, value in zip(self._self_cache, present, strict=True)}
+            if step == 0 and forced_bos is not None:
+                token = int(forced_bos)
+            elif step == max_new_tokens - 1 and forced_eos is not None:
+                token = _as_ids(forced_eos)[0]
+            else:
+                token = sample_next_token(logits[0, -1].astype(np.float32), rng, **options)
+            now = time.perf_counter()
+            if first_at is None:
+                first_at = now
+                stats.time_to_first_token_s = now - started
+            stats.new_tokens += 1
+            stats.decode_time_s = now - first_at
+            if token in stop:
+                stats.stop_reason = "eos"
+                return
+            yield token
+            ids = np.asarray([[token]], dtype=np.int64)
+
+
+def open_generator(package_dir: str | os.PathLike, **options) -> _Generator:
+    """The generator a package's layout calls for: :class:`Seq2SeqGenerator` when it has
+    ``encoder/`` and ``decoder/`` graphs, else :class:`TextGenerator`."""
+    package = Path(package_dir)
+    if (package / "encoder" / "model.onnx").is_file() or (package / "decoder").is_dir():
+        return Seq2SeqGenerator(package, **options)
+    return TextGenerator(package, **options)
+
+
 def generate_text(package_dir: str | os.PathLike, prompt: str, **options) -> str:
     """The whole text generated from ``prompt`` by the package at ``package_dir``.
 
@@ -494,4 +657,4 @@ def generate_text(package_dir: str | os.PathLike, prompt: str, **options) -> str
     ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``seed``, ``chat_template``,
     ``system``...).
     """
-    return "".join(TextGenerator(package_dir).stream(prompt, **options))
+    return "".join(open_generator(package_dir).stream(prompt, **options))
