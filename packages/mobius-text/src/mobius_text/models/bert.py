@@ -50,10 +50,16 @@ class BertEmbeddings(nn.Module):
         seq_len = op.Squeeze(op.Slice(op.Shape(input_ids), [1], [2]), [0])
         return op.Unsqueeze(op.Range(0, seq_len, 1), [0])
 
+    def token_type_embedding(self, op, token_type_ids):
+        """``[batch, seq, hidden]``, or type 0's row ``[hidden]`` when the graph has no token types."""
+        if token_type_ids is None:  # as transformers does without them: every token is type 0
+            token_type_ids = op.Constant(value_int=0)
+        return self.token_type_embeddings(op, token_type_ids)
+
     def forward(self, op, input_ids, token_type_ids):
         x = self.word_embeddings(op, input_ids)  # [batch, seq, hidden]
         if self.token_type_embeddings is not None:
-            x = op.Add(x, self.token_type_embeddings(op, token_type_ids))
+            x = op.Add(x, self.token_type_embedding(op, token_type_ids))
         x = op.Add(x, self.position_embeddings(op, self.position_ids(op, input_ids)))
         return self.LayerNorm(op, x)
 
@@ -122,9 +128,12 @@ class BertLayer(nn.Module):
 
 
 class BertEncoder(nn.Module):
+    layer_class = BertLayer  # a variant's layer (pre-norm...) sets its own
+
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
-        self.layer = nn.ModuleList([BertLayer(config) for _ in range(config.num_hidden_layers)])
+        layers = [self.layer_class(config) for _ in range(config.num_hidden_layers)]
+        self.layer = nn.ModuleList(layers)
 
     def forward(self, op, x, bias):
         for layer in self.layer:
@@ -145,10 +154,13 @@ class BertPooler(nn.Module):
 
 
 class BertModel(nn.Module):
+    embeddings_class = BertEmbeddings  # variants set their own parts
+    encoder_class = BertEncoder
+
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
-        self.embeddings = BertEmbeddings(config)
-        self.encoder = BertEncoder(config)
+        self.embeddings = self.embeddings_class(config)
+        self.encoder = self.encoder_class(config)
         uses_pooler = config.head == "sequence-classification"
         self.pooler = BertPooler(config.hidden_size) if uses_pooler else None
 
@@ -209,21 +221,27 @@ class BertForFeatureExtraction(nn.Module):
     config_class = BertConfig
     task = "feature-extraction"
     uses_token_type_ids = True
+    base_model_prefix = "bert"  # the encoder's attribute and checkpoint prefix; variants rename it
+    model_class = BertModel
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.config = config
         self.uses_token_type_ids = config.type_vocab_size > 0
-        self.bert = BertModel(config)
+        setattr(self, self.base_model_prefix, self.model_class(config))
         self.cls = None
         self.classifier = None
         if config.head == "masked-lm":
-            self.cls = BertOnlyMLMHead(config, self.bert.embeddings.word_embeddings)
+            self.cls = BertOnlyMLMHead(config, self.base_model.embeddings.word_embeddings)
         elif config.head in ("sequence-classification", "token-classification"):
             self.classifier = Linear(config.hidden_size, config.num_labels, bias=True)
 
+    @property
+    def base_model(self) -> BertModel:
+        return getattr(self, self.base_model_prefix)
+
     def forward(self, op, input_ids, attention_mask, token_type_ids):
-        hidden, pooled = self.bert(op, input_ids, attention_mask, token_type_ids)
+        hidden, pooled = self.base_model(op, input_ids, attention_mask, token_type_ids)
         outputs = {"last_hidden_state": hidden}
         if self.cls is not None:
             outputs["logits"] = self.cls(op, hidden)
@@ -234,10 +252,11 @@ class BertForFeatureExtraction(nn.Module):
     @property
     def ignored_weights(self) -> tuple[str, ...]:
         """Checkpoint tensors no graph of this head reads (other heads, position buffers)."""
-        ignored = ["bert.embeddings.position_ids", "bert.embeddings.token_type_ids"]
+        prefix = self.base_model_prefix
+        ignored = [f"{prefix}.embeddings.position_ids", f"{prefix}.embeddings.token_type_ids"]
         ignored.append("cls.seq_relationship.*")  # next-sentence prediction
-        if self.bert.pooler is None:
-            ignored.append("bert.pooler.*")
+        if self.base_model.pooler is None:
+            ignored.append(f"{prefix}.pooler.*")
         if self.cls is None:
             ignored.append("cls.predictions.*")
         if self.classifier is None:
@@ -246,8 +265,9 @@ class BertForFeatureExtraction(nn.Module):
 
     def preprocess_weights(self, weights: dict) -> dict:
         """A bare ``BertModel`` checkpoint gets the ``bert.`` prefix; the tied decoder is dropped."""
-        heads = ("bert.", "cls.", "classifier.")
-        weights = {k if k.startswith(heads) else f"bert.{k}": v for k, v in weights.items()}
+        prefix = f"{self.base_model_prefix}."
+        heads = (prefix, "cls.", "classifier.")
+        weights = {k if k.startswith(heads) else prefix + k: v for k, v in weights.items()}
         if self.config.tie_word_embeddings:  # the word embeddings and cls.predictions.bias
             weights.pop("cls.predictions.decoder.weight", None)
             weights.pop("cls.predictions.decoder.bias", None)

@@ -1,0 +1,10 @@
+"""I-BERT in float mode (quant_mode=False): RoBERTa under ibert, quantisation buffers unread."""
+
+CASES = {
+    "ibert": ("ibert", dict(type_vocab_size=1, pad_token_id=1)),
+    "ibert-two-types-untied": (
+        "ibert",
+        dict(type_vocab_size=2, tie_word_embeddings=False, num_labels=3),
+        {"heads": ("masked-lm", "sequence-classification")},
+    ),
+}

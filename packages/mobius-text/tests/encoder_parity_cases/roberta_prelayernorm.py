@@ -1,0 +1,10 @@
+"""RoBERTa-PreLayerNorm: pre-norm layers and a final LayerNorm under roberta_prelayernorm."""
+
+CASES = {
+    "roberta-prelayernorm": ("roberta-prelayernorm", dict(type_vocab_size=1, pad_token_id=1)),
+    "roberta-prelayernorm-two-types-untied-gelu-new": (
+        "roberta-prelayernorm",
+        dict(type_vocab_size=2, tie_word_embeddings=False, hidden_act="gelu_new", num_labels=3),
+        {"heads": ("masked-lm", "sequence-classification")},
+    ),
+}
