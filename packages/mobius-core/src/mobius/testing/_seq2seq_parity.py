@@ -131,7 +131,7 @@ def compare_seq2seq(
     for step in range(decode_steps + 1):
         with torch.no_grad():
             out = torch_model(
-                encoder_outputs=(reference.last_hidden_state,),
+                encoder_outputs=reference,
                 attention_mask=torch.from_numpy(mask),
                 decoder_input_ids=torch.from_numpy(decoder_ids),
                 cache=torch_cache,
