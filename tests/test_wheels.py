@@ -70,6 +70,26 @@ def _source_version(dist: str) -> str:
     return match.group(1)
 
 
+SEQ2SEQ_LAYOUT = ["encoder/model.onnx", "decoder/model.onnx", "config.json"]
+
+
+def _save_tiny(model_type: str, directory: Path) -> None:
+    """A tiny random ``bert`` (encoder) or ``bart`` (encoder-decoder) checkpoint, saved here."""
+    import torch
+    from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+
+    sizes = {
+        "bert": dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                     num_attention_heads=4),
+        "bart": dict(d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+                     decoder_attention_heads=4, encoder_ffn_dim=37, decoder_ffn_dim=37),
+    }[model_type]  # fmt: skip
+    config = AutoConfig.for_model(model_type, vocab_size=99, max_position_embeddings=64, **sizes)
+    torch.manual_seed(0)
+    auto = AutoModelForSeq2SeqLM if model_type == "bart" else AutoModel
+    auto.from_config(config).save_pretrained(directory)
+
+
 @pytest.mark.slow
 def test_core_and_text_wheels_install_without_torch_and_build_a_model(tmp_path: Path) -> None:
     uv = _uv()
@@ -97,6 +117,15 @@ def test_core_and_text_wheels_install_without_torch_and_build_a_model(tmp_path: 
     _run([mobius, "build", "--model", model_dir, out, "--quiet"], env=env)
     assert (out / "model.onnx").is_file()
     assert (out / "model.onnx.data").is_file()
+
+    # An encoder and an encoder-decoder need nothing more than the two wheels either.
+    for model_type, layout in (("bert", ["model.onnx"]), ("bart", SEQ2SEQ_LAYOUT)):
+        source = tmp_path / f"tiny-{model_type}"
+        _save_tiny(model_type, source)
+        built = tmp_path / f"out-{model_type}"
+        _run([mobius, "build", "--model", source, built, "--quiet"], env=env)
+        for name in layout:
+            assert (built / name).is_file(), f"{model_type}: no {name}"
 
     listing = _run([mobius, "list"], env=env).stdout
     assert "mobius-text" in listing, listing

@@ -31,7 +31,8 @@ def read_support(path: Path) -> dict[str, tuple[str, str]]:
     rows = {}
     for line in path.read_text(encoding="utf-8").splitlines():
         match = ROW.match(line)
-        if match:
+        # A type may sit in two task tables ("built as ...: see ..." and its own row).
+        if match and not rows.get(match["key"], ("", ""))[1].startswith("verified"):
             rows[match["key"]] = (match["hf_class"], match["status"])
     return rows
 

@@ -1,8 +1,9 @@
-"""Write SUPPORT.md: every causal-LM model_type transformers ships, and its status in mobius-text.
+"""Write SUPPORT.md: every model_type transformers ships for mobius-text's tasks, and its status.
 
-The status comes from the registry (what mobius-text registers) and from a
-fresh run of the parity tests (which of its cases pass): a type is *verified*
-only when it is registered and every parity case of it passes. The verified
+Three tables: causal LMs, encoders (feature extraction) and encoder–decoders. The
+status comes from the registry (what mobius-text registers, under which task) and
+from a fresh run of the parity tests (which of its cases pass): a type is
+*verified* only when it is registered and every parity case of it passes. The verified
 types also go into ``src/mobius_text/verified.json``, which the registry reads
 (``registry.is_verified``, ``mobius info``).
 
@@ -29,90 +30,153 @@ README = PACKAGE_DIR / "README.md"
 VERIFIED = PACKAGE_DIR / "src" / "mobius_text" / "verified.json"
 BEGIN, END = "<!-- verified-models:begin -->", "<!-- verified-models:end -->"
 
-ENCODERS = (
-    "bert bert-generation big_bird camembert data2vec-text electra ernie megatron-bert rembert "
-    "roberta roberta-prelayernorm roc_bert roformer xlm xlm-roberta xlm-roberta-xl xmod xlnet "
-    "reformer"
-).split()
-SEQ2SEQ_DECODERS = (
-    "bart bigbird_pegasus blenderbot blenderbot-small marian mbart mvp pegasus plbart prophetnet "
-    "trocr whisper"
-).split()
+# Model types in transformers' causal-LM table that mobius builds under another task, or
+# that belong to other packages.
 MULTIMODAL = (
     "aria_text emu3 fuyu gemma3 gemma3n gemma4 gemma4_unified git got_ocr2 mllama "
     "phi4_multimodal minimax_m3_vl_text dots3_note moss_transcribe_diarize blt "
     "llama4 qwen3_5 qwen3_5_moe qwen4_exp"
 ).split()
 AUDIO = "moshi musicgen musicgen_melody".split()
+# transformers' decoder halves of encoder-decoders (``*ForCausalLM``): mobius builds the
+# whole model (the seq2seq table) or, for the OCR/speech ones, leaves them to their issues.
+SEQ2SEQ_DECODER_HALVES = "trocr whisper".split()
+# Encoder types that need inputs beyond text (layout boxes, entity spans, images...).
+NOT_TEXT_ONLY = {
+    "layoutlm": "needs bounding-box inputs",
+    "layoutlmv2": "needs bounding boxes and images",
+    "layoutlmv3": "needs bounding boxes and images",
+    "lilt": "needs bounding-box inputs",
+    "bros": "needs bounding-box inputs",
+    "markuplm": "needs XPath inputs",
+    "luke": "needs entity inputs",
+    "tapas": "needs table-structure token types",
+    "roc_bert": "needs shape and pronunciation ids",
+    "perceiver": "a multimodal latent model",
+    "modernvbert": "a vision–language encoder: the vision–language issue",
+    "ultravbert": "a vision–language encoder: the vision–language issue",
+}
+SPEECH_SEQ2SEQ = (
+    "audioflamingo3 glmasr granite_speech granite_speech_plus moss_transcribe_diarize "
+    "musicflamingo nemo_speechlm omniasr qwen2_audio qwen3_asr seamless_m4t seamless_m4t_v2 "
+    "vibevoice_asr voxtral voxtral_realtime"
+).split()
 
 OUT_OF_SCOPE = {
-    **{t: "encoder with a causal-LM head: the encoder issue" for t in ENCODERS},
-    **{
-        t: "decoder half of an encoder–decoder: the encoder–decoder issues"
-        for t in SEQ2SEQ_DECODERS
-    },
     **{t: "multimodal model: the vision–language issue" for t in MULTIMODAL},
     **{t: "audio model: the audio issue" for t in AUDIO},
+    **{t: "speech or OCR model: the audio and vision issues" for t in SEQ2SEQ_DECODER_HALVES},
+    **NOT_TEXT_ONLY,
+    **{t: "speech model: the audio issue" for t in SPEECH_SEQ2SEQ},
 }
 
+# (task, test function, cases package, heading, what verified means)
+KITS = (
+    (
+        "causal-lm",
+        "test_causal_lm_parity",
+        "text_parity_cases",
+        "Causal LMs",
+        "fp32, max abs logit difference ≤ 1e-4 on prefill and 8 cached decode steps, "
+        "identical greedy tokens, batch 1 and left-padded batch 2",
+    ),
+    (
+        "feature-extraction",
+        "test_encoder_parity",
+        "encoder_parity_cases",
+        "Encoders",
+        "fp32, max abs difference ≤ 1e-4 on last_hidden_state and every head the family "
+        "has, a right-padded batch of two different lengths, --ep default and cpu",
+    ),
+    (
+        "seq2seq",
+        "test_seq2seq_parity",
+        "seq2seq_parity_cases",
+        "Encoder–decoders",
+        "fp32, max abs difference ≤ 1e-4 on the encoder output (padded batch of two), the "
+        "decoder prefill and 8 decode steps through both caches, greedy tokens equal to "
+        "generate()",
+    ),
+)
+PARITY_TESTS = ("test_parity.py", "test_encoder_parity.py", "test_seq2seq_parity.py")
 
-def causal_lm_types() -> dict[str, str]:
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    return dict(sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items()))
+def transformers_types() -> dict[str, dict[str, str]]:
+    """Task -> {model_type: transformers class} of every type transformers ships natively."""
+    from transformers.models.auto import modeling_auto as auto
+
+    seq2seq = dict(auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES)
+    causal = dict(auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+    encoders = dict(auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES)
+    for table in (
+        auto.MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES,
+        auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES,
+    ):  # encoder-only types without a masked-LM class
+        for key, name in table.items():
+            if key not in causal and key not in seq2seq:
+                encoders.setdefault(key, name)
+    encoders = {k: v for k, v in encoders.items() if k not in seq2seq}
+    return {
+        "causal-lm": dict(sorted(causal.items())),
+        "feature-extraction": dict(sorted(encoders.items())),
+        "seq2seq": dict(sorted(seq2seq.items())),
+    }
 
 
-def parity_results(junit_xml: Path | None) -> dict[str, bool]:
-    """Case name -> passed, from a JUnit XML report (running the parity tests if none is given)."""
+def parity_results(junit_xml: Path | None) -> dict[str, dict[str, bool]]:
+    """Test function -> {case name: passed}, from a JUnit XML report (running the parity tests if none)."""
     with tempfile.TemporaryDirectory() as tmp:
         if junit_xml is None:
             junit_xml = Path(tmp) / "parity.xml"
+            tests = [str(TESTS / name) for name in PARITY_TESTS]
             subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "pytest",
-                    str(TESTS / "test_parity.py"),
-                    "-q",
-                    "-p",
-                    "no:cacheprovider",
-                    f"--junitxml={junit_xml}",
-                ],
+                [sys.executable, "-m", "pytest", *tests, "-q", "-p", "no:cacheprovider",
+                 f"--junitxml={junit_xml}"],
                 check=False,
-            )
-        results = {}
+            )  # fmt: skip
+        results: dict[str, dict[str, bool]] = defaultdict(dict)
         for case in ET.parse(junit_xml).iter("testcase"):
-            name = case.get("name", "")
-            if name.startswith("test_causal_lm_parity["):
+            match = re.fullmatch(r"(\w+)\[(.+)\]", case.get("name", ""))
+            if match:
                 failed = any(child.tag in ("failure", "error", "skipped") for child in case)
-                results[name[len("test_causal_lm_parity[") : -1]] = not failed
+                results[match[1]][match[2]] = not failed
         return results
 
 
-def statuses(junit_xml: Path | None) -> list[tuple[str, str, str]]:
+def statuses(junit_xml: Path | None) -> dict[str, list[tuple[str, str, str]]]:
+    """Task -> rows ``(model_type, transformers class, status)``."""
+    import importlib
+
     import mobius_text
 
     sys.path.insert(0, str(TESTS))
-    from text_parity_cases import all_cases
-
-    cases_by_type: dict[str, list[str]] = defaultdict(list)
-    for case, (model_type, *_rest) in all_cases().items():
-        cases_by_type[model_type].append(case)
-    registered = mobius_text.model_types()
+    registered = {
+        key: getattr(cls, "task", "causal-lm") for key, cls in mobius_text.model_types().items()
+    }
     passed = parity_results(junit_xml)
-
-    rows = []
-    for model_type, hf_class in causal_lm_types().items():
-        cases = cases_by_type.get(model_type, [])
-        if model_type in registered:
-            ok = bool(cases) and all(passed.get(c, False) for c in cases)
-            status = f"verified ({len(cases)} cases)" if ok else "registered, parity FAILING"
-        elif model_type in OUT_OF_SCOPE:
-            status = f"out of scope: {OUT_OF_SCOPE[model_type]}"
-        else:
-            status = "not yet"
-        rows.append((model_type, hf_class, status))
-    return rows
+    shipped = transformers_types()
+    tables = {}
+    for task, test, cases_module, _heading, _ in KITS:
+        cases_by_type: dict[str, list[str]] = defaultdict(list)
+        for case, (model_type, *_rest) in importlib.import_module(cases_module).all_cases().items():
+            cases_by_type[model_type].append(case)
+        rows = []
+        for model_type, hf_class in shipped[task].items():
+            cases = cases_by_type.get(model_type, [])
+            other = registered.get(model_type)
+            if other == task:
+                ok = bool(cases) and all(passed[test].get(c, False) for c in cases)
+                status = f"verified ({len(cases)} cases)" if ok else "registered, parity FAILING"
+            elif other is not None:
+                other_heading = next(k[3] for k in KITS if k[0] == other)
+                status = f"built as {other}: see {other_heading}"
+            elif model_type in OUT_OF_SCOPE:
+                status = f"out of scope: {OUT_OF_SCOPE[model_type]}"
+            else:
+                status = "not yet"
+            rows.append((model_type, hf_class, status))
+        tables[task] = rows
+    return tables
 
 
 def write_verified(keys: list[str], transformers_version: str) -> None:
@@ -130,7 +194,7 @@ def verified_from_table() -> tuple[list[str], str]:
     text = OUTPUT.read_text()
     version = re.search(r"against transformers ([^\s:]+):", text)
     keys = re.findall(r"^\| `([^`]+)` \| `[^`]*` \| verified ", text, flags=re.MULTILINE)
-    return keys, version[1] if version else "unknown"
+    return sorted(set(keys)), version[1] if version else "unknown"
 
 
 def main() -> None:
@@ -152,33 +216,41 @@ def main() -> None:
         write_verified(keys, version)
         print(f"wrote {VERIFIED}: {len(keys)} verified types from {OUTPUT.name}")
         return
-    rows = statuses(args.no_run)
+    tables = statuses(args.no_run)
     import transformers
 
-    verified = sum(status.startswith("verified") for _, _, status in rows)
+    rows = [row for task_rows in tables.values() for row in task_rows]
+    verified_types = sorted({t for t, _, status in rows if status.startswith("verified")})
     lines = [
-        "# mobius-text: causal-LM support",
+        "# mobius-text: support",
         "",
         f"Generated by `scripts/support_table.py` against transformers {transformers.__version__}:",
-        f"{verified} of {len(rows)} causal-LM model types are verified by synthetic parity",
-        "(fp32, max abs logit difference ≤ 1e-4 on prefill and 8 cached decode steps,",
-        "identical greedy tokens, batch 1 and left-padded batch 2).",
-        "",
-        "| model_type | transformers class | status |",
-        "|---|---|---|",
-        *(f"| `{t}` | `{c}` | {s} |" for t, c, s in rows),
-        "",
+        "every model_type transformers ships natively for each task mobius-text builds, and",
+        f"its status; {len(verified_types)} types are verified by synthetic parity.",
     ]
-    OUTPUT.write_text("\n".join(lines))
-    names = ", ".join(f"`{t}`" for t, _, status in rows if status.startswith("verified"))
+    for task, _, _, heading, meaning in KITS:
+        task_rows = tables[task]
+        verified = sum(status.startswith("verified") for _, _, status in task_rows)
+        lines += [
+            "",
+            f"## {heading} ({task})",
+            "",
+            f"{verified} of {len(task_rows)} types verified ({meaning}).",
+            "",
+            "| model_type | transformers class | status |",
+            "|---|---|---|",
+            *(f"| `{t}` | `{c}` | {s} |" for t, c, s in task_rows),
+        ]
+    OUTPUT.write_text("\n".join(lines) + "\n")
     readme = README.read_text()
     start, end = readme.index(BEGIN) + len(BEGIN), readme.index(END)
-    summary = f"\n{verified} model types verified by parity (see SUPPORT.md): {names}.\n"
-    README.write_text(readme[:start] + summary + readme[end:])
-    write_verified([t for t, _, s in rows if s.startswith("verified")], transformers.__version__)
-    print(
-        f"wrote {OUTPUT}, {VERIFIED.name} and the README list: {verified} verified of {len(rows)}"
-    )
+    summary = [""]
+    for task, _, _, heading, _ in KITS:
+        names = [f"`{t}`" for t, _, status in tables[task] if status.startswith("verified")]
+        summary.append(f"{heading} ({len(names)}): {', '.join(names)}.\n")
+    README.write_text(readme[:start] + "\n".join(summary) + readme[end:])
+    write_verified(verified_types, transformers.__version__)
+    print(f"wrote {OUTPUT}, {VERIFIED.name} and the README list: {len(verified_types)} verified")
     if any("FAILING" in s for _, _, s in rows):
         sys.exit(1)
 
