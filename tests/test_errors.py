@@ -476,3 +476,26 @@ def test_python_m_mobius_reports_one_line(model_dir: Path, outputs: Path) -> Non
     assert result.stdout == ""
     assert not out.exists()
     assert os.listdir(outputs) == []
+
+
+# -- architecture options mobius refuses rather than approximates ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("model_type", "changes", "expected"),
+    [
+        ("big_bird", {"attention_type": "block_sparse"}, "attention_type"),
+        ("nystromformer", {"conv_kernel_size": 4}, "conv_kernel_size"),
+        ("switch_transformers", {"router_dtype": "bfloat16"}, "router_dtype"),
+    ],
+)
+def test_unbuilt_architecture_options_are_refused(
+    capsys, tmp_path: Path, outputs: Path, model_type, changes, expected
+) -> None:
+    from transformers import AutoConfig
+
+    source, out = tmp_path / model_type, outputs / "out"
+    AutoConfig.for_model(model_type, **changes).save_pretrained(source)
+    argv = ["build", "--model", str(source), str(out), "--no-weights", "-q"]
+    assert_user_error(capsys, argv, expected)
+    assert not out.exists()

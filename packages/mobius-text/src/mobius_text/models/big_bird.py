@@ -1,0 +1,124 @@
+"""BigBird with ``attention_type="original_full"``: BERT's post-norm encoder with full attention.
+
+What differs from BERT:
+
+- ``use_bias`` switches the q/k/v biases; ``rescale_embeddings`` multiplies the word
+  embeddings by ``hidden_size ** 0.5``;
+- the pooler (``bert.pooler``, a bare Linear) is read by no head built here:
+  sequence classification is ``classifier.dense``, ``hidden_act``, ``out_proj`` on the
+  first token (RoFormer's head).
+
+Block-sparse attention is refused: transformers falls back to full attention only for
+sequences up to ``(5 + 2 * num_random_blocks) * block_size`` tokens, so a graph built
+with full attention would silently differ on longer inputs. A checkpoint whose
+``config.json`` says ``"attention_type": "original_full"`` builds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from mobius.components import Linear
+from mobius.errors import ConfigError
+from mobius_text.models.bert import (
+    BertAttention,
+    BertConfig,
+    BertEmbeddings,
+    BertEncoder,
+    BertForFeatureExtraction,
+    BertLayer,
+    BertModel,
+    BertSelfAttention,
+)
+from mobius_text.models.roformer import RoFormerClassificationHead
+
+
+@dataclass
+class BigBirdConfig(BertConfig):
+    """BERT's fields plus the q/k/v bias switch and the embedding rescale."""
+
+    use_bias: bool = True
+    rescale_embeddings: bool = False
+
+    @classmethod
+    def hf_fields(cls, hf_config: Any) -> dict[str, Any]:
+        kind = getattr(hf_config, "attention_type", "block_sparse")
+        if kind != "original_full":
+            raise ConfigError(
+                f"attention_type {kind!r} is not built; only 'original_full' (transformers "
+                "itself uses full attention for short sequences only: set attention_type="
+                "'original_full' in config.json to build full attention at every length)"
+            )
+        if getattr(hf_config, "is_decoder", False):
+            raise ConfigError("is_decoder=True is a causal LM; mobius builds BigBird as an encoder")
+        return {
+            **super().hf_fields(hf_config),
+            "use_bias": bool(hf_config.use_bias),
+            "rescale_embeddings": bool(hf_config.rescale_embeddings),
+        }
+
+
+class BigBirdEmbeddings(BertEmbeddings):
+    def __init__(self, config: BigBirdConfig) -> None:
+        super().__init__(config)
+        self.scale = config.hidden_size**0.5 if config.rescale_embeddings else None
+
+    def forward(self, op, input_ids, token_type_ids):
+        x = self.word_embeddings(op, input_ids)  # [batch, seq, hidden]
+        if self.scale is not None:
+            x = op.Mul(x, op.CastLike(op.Constant(value_float=self.scale), x))
+        if self.token_type_embeddings is not None:
+            x = op.Add(x, self.token_type_embedding(op, token_type_ids))
+        x = op.Add(x, self.position_embeddings(op, self.position_ids(op, input_ids)))
+        return self.LayerNorm(op, x)
+
+
+class BigBirdSelfAttention(BertSelfAttention):
+    def __init__(self, config: BigBirdConfig) -> None:
+        super().__init__(config.hidden_size, config.num_attention_heads)
+        hidden, bias = config.hidden_size, config.use_bias
+        self.query = Linear(hidden, hidden, bias=bias)
+        self.key = Linear(hidden, hidden, bias=bias)
+        self.value = Linear(hidden, hidden, bias=bias)
+
+
+class BigBirdAttention(BertAttention):
+    def __init__(self, config: BigBirdConfig) -> None:
+        super().__init__(config)
+        self.self = BigBirdSelfAttention(config)
+
+
+class BigBirdLayer(BertLayer):
+    def __init__(self, config: BigBirdConfig) -> None:
+        super().__init__(config)
+        self.attention = BigBirdAttention(config)
+
+
+class BigBirdEncoder(BertEncoder):
+    layer_class = BigBirdLayer
+
+
+class BigBirdModel(BertModel):
+    embeddings_class = BigBirdEmbeddings
+    encoder_class = BigBirdEncoder
+
+    def __init__(self, config: BigBirdConfig) -> None:
+        # no pooler: the classification head reads the first token itself
+        super().__init__(dataclasses.replace(config, head="none"))
+
+
+class BigBirdForFeatureExtraction(BertForFeatureExtraction):
+    """BERT's tree (``bert.*``, ``cls.predictions``, ``classifier``); ``bert.pooler`` is unread."""
+
+    config_class = BigBirdConfig
+    model_class = BigBirdModel
+
+    def __init__(self, config: BigBirdConfig) -> None:
+        super().__init__(config)
+        if config.head == "sequence-classification":
+            self.classifier = RoFormerClassificationHead(config)
+
+
+MODEL_TYPES = {"big_bird": BigBirdForFeatureExtraction}

@@ -1,0 +1,18 @@
+"""BigBird, full attention only: BERT's layers, an unread pooler, RoFormer-style classifier."""
+
+CASES = {
+    "big_bird": ("big_bird", dict(attention_type="original_full", type_vocab_size=2)),
+    # no q/k/v bias, word embeddings scaled by sqrt(hidden), untied decoder, relu
+    "big_bird-unbiased-rescaled-untied": (
+        "big_bird",
+        dict(
+            attention_type="original_full",
+            use_bias=False,
+            rescale_embeddings=True,
+            tie_word_embeddings=False,
+            hidden_act="relu",
+            num_labels=3,
+        ),
+        {"heads": ("masked-lm", "sequence-classification", "sentence-embedding")},
+    ),
+}
