@@ -1,4 +1,4 @@
-"""mobius-text: decoder-only LLMs (and, later, MoE, encoder and encoder-decoder text models).
+"""mobius-text: decoder-only LLMs, MoE and state-space models, encoders and encoder-decoders.
 
 Importing the package registers its architectures with ``mobius.registry``;
 the ``mobius.plugins`` entry point does the same without an import. Each model
