@@ -81,3 +81,30 @@ def test_matmuls_of_different_inputs_or_shared_weights_stay():
     graph.insert_after(gate, extra)
     graph.outputs.append(extra.outputs[0])
     assert pack_parallel_matmuls(model) == 0
+
+
+def test_inverse_transposes_fold_but_a_graph_output_keeps_its_name():
+    """``Transpose(Transpose(x))`` is ``x`` inside a graph; as the graph's output it stays."""
+    from mobius.passes._fusion import simplify_layout_ops
+
+    def model(as_output: bool) -> ir.Model:
+        x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([2, 3, 4]))
+        graph = ir.Graph([x], [], nodes=[], opset_imports={"": 23}, name="g")
+        first = ir.node("Transpose", [x], attributes={"perm": [0, 2, 1]})
+        second = ir.node("Transpose", [first.outputs[0]], attributes={"perm": [0, 2, 1]})
+        graph.extend([first, second])
+        if as_output:
+            second.outputs[0].name = "y"
+            graph.outputs.append(second.outputs[0])
+        else:
+            relu = ir.node("Relu", [second.outputs[0]])
+            relu.outputs[0].name = "y"
+            graph.append(relu)
+            graph.outputs.append(relu.outputs[0])
+        return ir.Model(graph, ir_version=10)
+
+    inner = model(as_output=False)
+    assert simplify_layout_ops(inner) == 1
+    relu = next(n for n in inner.graph if n.op_type == "Relu")
+    assert relu.inputs[0].name == "x"
+    assert simplify_layout_ops(model(as_output=True)) == 0

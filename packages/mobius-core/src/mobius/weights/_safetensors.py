@@ -43,6 +43,7 @@ _DTYPES: dict[str, tuple[np.dtype, ir.DataType]] = {
     "BF16": (np.dtype(ml_dtypes.bfloat16), ir.DataType.BFLOAT16),
     "F32": (np.dtype("<f4"), ir.DataType.FLOAT),
     "F64": (np.dtype("<f8"), ir.DataType.DOUBLE),
+    "C64": (np.dtype("<c8"), ir.DataType.COMPLEX64),  # FNet's TPU DFT matrices
     "F8_E4M3": (np.dtype(ml_dtypes.float8_e4m3fn), ir.DataType.FLOAT8E4M3FN),
     "F8_E5M2": (np.dtype(ml_dtypes.float8_e5m2), ir.DataType.FLOAT8E5M2),
 }
