@@ -14,14 +14,13 @@ types also go into ``src/mobius_text/verified.json``, which the registry reads
 from __future__ import annotations
 
 import argparse
-import json
 import re
-import subprocess
 import sys
-import tempfile
-import xml.etree.ElementTree as ET
 from collections import defaultdict
 from pathlib import Path
+
+from mobius.testing._support import parity_results
+from mobius.testing._support import write_verified as write_verified_file
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 TESTS = PACKAGE_DIR / "tests"
@@ -123,26 +122,6 @@ def transformers_types() -> dict[str, dict[str, str]]:
     }
 
 
-def parity_results(junit_xml: Path | None) -> dict[str, dict[str, bool]]:
-    """Test function -> {case name: passed}, from a JUnit XML report (running the parity tests if none)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        if junit_xml is None:
-            junit_xml = Path(tmp) / "parity.xml"
-            tests = [str(TESTS / name) for name in PARITY_TESTS]
-            subprocess.run(
-                [sys.executable, "-m", "pytest", *tests, "-q", "-p", "no:cacheprovider",
-                 f"--junitxml={junit_xml}"],
-                check=False,
-            )  # fmt: skip
-        results: dict[str, dict[str, bool]] = defaultdict(dict)
-        for case in ET.parse(junit_xml).iter("testcase"):
-            match = re.fullmatch(r"(\w+)\[(.+)\]", case.get("name", ""))
-            if match:
-                failed = any(child.tag in ("failure", "error", "skipped") for child in case)
-                results[match[1]][match[2]] = not failed
-        return results
-
-
 def statuses(junit_xml: Path | None) -> dict[str, list[tuple[str, str, str]]]:
     """Task -> rows ``(model_type, transformers class, status)``."""
     import importlib
@@ -153,7 +132,7 @@ def statuses(junit_xml: Path | None) -> dict[str, list[tuple[str, str, str]]]:
     registered = {
         key: getattr(cls, "task", "causal-lm") for key, cls in mobius_text.model_types().items()
     }
-    passed = parity_results(junit_xml)
+    passed = parity_results([TESTS / name for name in PARITY_TESTS], junit_xml)
     shipped = transformers_types()
     tables = {}
     for task, test, cases_module, _heading, _ in KITS:
@@ -180,13 +159,7 @@ def statuses(junit_xml: Path | None) -> dict[str, list[tuple[str, str, str]]]:
 
 
 def write_verified(keys: list[str], transformers_version: str) -> None:
-    """Write ``verified.json``: the verified model types, shipped in the wheel for the registry."""
-    data = {
-        "generated_by": "scripts/support_table.py",
-        "transformers": transformers_version,
-        "verified": sorted(keys),
-    }
-    VERIFIED.write_text(json.dumps(data, indent=1) + "\n")
+    write_verified_file(VERIFIED, keys, transformers_version)
 
 
 def verified_from_table() -> tuple[list[str], str]:

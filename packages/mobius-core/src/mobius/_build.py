@@ -12,7 +12,7 @@ from typing import Any
 
 import onnx_ir as ir
 
-from mobius._config import ENCODER_HEADS, POOLING_MODES, EncoderConfig
+from mobius._config import ENCODER_HEADS, POOLING_MODES, VISION_HEADS, EncoderConfig, VisionConfig
 from mobius._package import ModelPackage
 from mobius._registry import registry as default_registry
 from mobius.components._runtime import EXECUTION_PROVIDERS, execution_provider
@@ -274,6 +274,20 @@ def encoder_head(
     )
 
 
+def vision_head(hf_config: Any, head: str = "auto") -> dict[str, Any]:
+    """The head of a vision encoder build: ``--head auto`` reads the architecture class."""
+    if head not in ("auto", *VISION_HEADS):
+        raise ConfigError(
+            f"head {head!r} does not apply to vision encoders; choose auto or "
+            f"{', '.join(VISION_HEADS)}"
+        )
+    if head == "auto":
+        architectures = getattr(hf_config, "architectures", None) or []
+        classifies = any(a.endswith("ForImageClassification") for a in architectures)
+        head = "image-classification" if classifies else "none"
+    return dict(head=head)
+
+
 def make_module(
     entry, hf_config: Any, source: Path, heads: dict[str, Any] | None = None
 ) -> tuple[Any, Any]:
@@ -284,7 +298,7 @@ def make_module(
     check_sizes(hf_config, source)
     try:
         config = entry.config_class().from_hf(hf_config)
-        if isinstance(config, EncoderConfig) and heads is not None:
+        if isinstance(config, (EncoderConfig, VisionConfig)) and heads is not None:
             config = dataclasses.replace(config, **heads)
         return config, entry.module_class()(config)
     except MobiusError:
@@ -411,6 +425,8 @@ def build(
     if entry.task == "feature-extraction":
         source_dir = model_dir if model_dir.is_dir() else None
         heads = encoder_head(source_dir, hf_config, head, pooling, normalize)
+    elif entry.task == "image-classification" and pooling is None and normalize is None:
+        heads = vision_head(hf_config, head)
     elif head not in ("auto", "none") or pooling is not None or normalize is not None:
         raise ConfigError(
             f"--head, --pooling and --normalize apply to encoder models; {entry.key} is a "

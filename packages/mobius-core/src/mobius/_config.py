@@ -211,3 +211,48 @@ class EncoderConfig:
             tie_word_embeddings=bool(getattr(hf_config, "tie_word_embeddings", True)),
             num_labels=int(getattr(hf_config, "num_labels", 2) or 2),
         )
+
+
+#: Heads a vision encoder build can add to its features (``mobius build --head``).
+VISION_HEADS = ("none", "image-classification")
+
+
+def image_size_pair(value: Any) -> tuple[int, int]:
+    """``(height, width)`` from an HF ``image_size`` (an int, or a pair)."""
+    if isinstance(value, (list, tuple)):
+        height, width = value
+        return int(height), int(width)
+    return int(value), int(value)
+
+
+@dataclass
+class VisionConfig:
+    """What every vision encoder family shares: the input image and the head to build.
+
+    ``head`` is one of :data:`VISION_HEADS`. Families subclass this and extend
+    :meth:`hf_fields` with their own sizes.
+    """
+
+    model_type: str
+    image_size: tuple[int, int]
+    num_channels: int = 3
+    num_labels: int = 2
+    head: str = "none"
+    #: The checkpoint's architecture class names (which heads its weights have).
+    architectures: tuple[str, ...] = ()
+
+    @classmethod
+    def from_hf(cls, hf_config: Any) -> VisionConfig:
+        """Normalise a transformers config object (the head stays ``"none"``)."""
+        return cls(**cls.hf_fields(hf_config))
+
+    @classmethod
+    def hf_fields(cls, hf_config: Any) -> dict[str, Any]:
+        """The constructor arguments read from ``hf_config``; subclasses add to this dict."""
+        return dict(
+            model_type=hf_config.model_type,
+            image_size=image_size_pair(_first(hf_config, "image_size", default=224)),
+            num_channels=int(_first(hf_config, "num_channels", default=3)),
+            num_labels=int(getattr(hf_config, "num_labels", 2) or 2),
+            architectures=tuple(getattr(hf_config, "architectures", None) or ()),
+        )

@@ -9,7 +9,7 @@ import sys
 import traceback
 
 from mobius import __version__
-from mobius._config import ENCODER_HEADS, POOLING_MODES
+from mobius._config import ENCODER_HEADS, POOLING_MODES, VISION_HEADS
 from mobius.errors import MobiusError
 
 EPILOG = """examples:
@@ -232,11 +232,12 @@ def make_parser() -> argparse.ArgumentParser:
     build.add_argument("--revision", default=None, help="hub revision (branch, tag or commit)")
     build.add_argument(
         "--head",
-        choices=["auto", *ENCODER_HEADS],
+        choices=["auto", *ENCODER_HEADS, *VISION_HEADS[1:]],
         default="auto",
         help="encoders only: the output beside last_hidden_state. 'masked-lm', "
         "'sequence-classification', 'token-classification' add 'logits'; "
         "'sentence-embedding' adds 'sentence_embedding' (see --pooling, --normalize); "
+        "'image-classification' (vision encoders) adds 'logits'; "
         "'none' only hidden states. 'auto' (default) follows the checkpoint: a "
         "sentence-transformers directory gives its sentence embedding, a *ForMaskedLM its "
         "logits, and so on",

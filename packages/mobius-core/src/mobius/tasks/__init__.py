@@ -3,10 +3,12 @@
 from mobius.tasks._base import OPSET, ModelTask
 from mobius.tasks._causal_lm import CausalLMTask
 from mobius.tasks._feature_extraction import FeatureExtractionTask
+from mobius.tasks._image_classification import ImageClassificationTask
 from mobius.tasks._seq2seq import Seq2SeqTask
 
 TASKS: dict[str, type[ModelTask]] = {
-    task.name: task for task in (CausalLMTask, FeatureExtractionTask, Seq2SeqTask)
+    task.name: task
+    for task in (CausalLMTask, FeatureExtractionTask, ImageClassificationTask, Seq2SeqTask)
 }
 
 
@@ -23,6 +25,7 @@ __all__ = [
     "TASKS",
     "CausalLMTask",
     "FeatureExtractionTask",
+    "ImageClassificationTask",
     "ModelTask",
     "Seq2SeqTask",
     "get_task",

@@ -36,8 +36,18 @@ from mobius.testing._seq2seq_parity import (
     make_random_seq2seq,
 )
 from mobius.testing._smollm2 import SMOLLM2_GGUF, smollm2_gguf, write_smollm2_checkpoint
+from mobius.testing._vision_parity import (
+    VisionParity,
+    check_vision_parity,
+    make_random_vision_model,
+    random_pixels,
+)
 
 __all__ = [
+    "VisionParity",
+    "check_vision_parity",
+    "make_random_vision_model",
+    "random_pixels",
     "SMOLLM2_GGUF",
     "OnnxSeq2Seq",
     "Seq2SeqParity",
