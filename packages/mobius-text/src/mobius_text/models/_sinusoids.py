@@ -46,3 +46,10 @@ def tensor2tensor_sinusoids(num_positions: int, dim: int, padding_idx: int | Non
 def table_tensor(table: np.ndarray) -> DerivedTensor:
     """A computed table as a checkpoint tensor for ``preprocess_weights``."""
     return DerivedTensor(lambda: table, table.shape, ir.DataType.FLOAT)
+
+
+def supply_position_tables(weights: dict, table: np.ndarray) -> dict:
+    """Give both stacks' ``embed_positions`` the computed ``table`` where the checkpoint has none."""
+    for stack in ("encoder", "decoder"):
+        weights.setdefault(f"model.{stack}.embed_positions.weight", table_tensor(table))
+    return weights

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from mobius_text.models._sinusoids import table_tensor, tensor2tensor_sinusoids
+from mobius_text.models._sinusoids import supply_position_tables, tensor2tensor_sinusoids
 from mobius_text.models.bart import (
     BartDecoder,
     BartEncoder,
@@ -70,9 +70,7 @@ class M2M100ForConditionalGeneration(BartForConditionalGeneration):
         config = self.config
         rows = config.max_position_embeddings + OFFSET
         table = tensor2tensor_sinusoids(rows, config.hidden_size, config.pad_token_id)
-        for stack in ("encoder", "decoder"):
-            weights.setdefault(f"model.{stack}.embed_positions.weight", table_tensor(table))
-        return weights
+        return supply_position_tables(weights, table)
 
 
 MODEL_TYPES = {"m2m_100": M2M100ForConditionalGeneration}

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mobius.components import Embedding
-from mobius_text.models._sinusoids import split_sinusoids, table_tensor
+from mobius_text.models._sinusoids import split_sinusoids, supply_position_tables
 from mobius_text.models.bart import (
     BartConfig,
     BartDecoder,
@@ -62,9 +62,7 @@ class MarianMTModel(BartForConditionalGeneration):
         """BART's mapping, plus the position tables (never saved: transformers computes them)."""
         weights = super().preprocess_weights(weights)
         table = split_sinusoids(self.config.max_position_embeddings, self.config.hidden_size)
-        for stack in ("encoder", "decoder"):
-            weights.setdefault(f"model.{stack}.embed_positions.weight", table_tensor(table))
-        return weights
+        return supply_position_tables(weights, table)
 
 
 MODEL_TYPES = {"marian": MarianMTModel}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mobius_text.models._sinusoids import split_sinusoids, table_tensor
+from mobius_text.models._sinusoids import split_sinusoids, supply_position_tables
 from mobius_text.models.bart import (
     BartDecoder,
     BartEncoder,
@@ -46,9 +46,7 @@ class PegasusForConditionalGeneration(BartForConditionalGeneration):
         """BART's mapping, plus the position tables transformers computes at load."""
         weights = super().preprocess_weights(weights)
         table = split_sinusoids(self.config.max_position_embeddings, self.config.hidden_size)
-        for stack in ("encoder", "decoder"):
-            weights.setdefault(f"model.{stack}.embed_positions.weight", table_tensor(table))
-        return weights
+        return supply_position_tables(weights, table)
 
 
 MODEL_TYPES = {"pegasus": PegasusForConditionalGeneration}
