@@ -14,6 +14,13 @@ CASES = {
     "vit": ("vit", VIT),
     "vit-no-qkv-bias-relu-wide": (
         "vit",
-        dict(VIT, qkv_bias=False, hidden_act="relu", image_size=[24, 40], num_channels=4),
+        dict(
+            VIT,
+            qkv_bias=False,
+            hidden_act="relu",
+            image_size=[24, 40],
+            num_channels=4,
+            pooler_output_size=20,
+        ),
     ),
 }

@@ -29,6 +29,7 @@ class ViTConfig(VisionConfig):
     qkv_bias: bool = True
     pooler: bool = False  # the bare model's checkpoint carries ``pooler.dense``
     pooler_act: str = "tanh"
+    pooler_output_size: int = 0  # 0: hidden_size
 
     @classmethod
     def hf_fields(cls, hf_config: Any) -> dict[str, Any]:
@@ -48,7 +49,13 @@ class ViTConfig(VisionConfig):
             qkv_bias=bool(getattr(hf_config, "qkv_bias", True)),
             pooler=bare,
             pooler_act=getattr(hf_config, "pooler_act", "tanh"),
+            pooler_output_size=getattr(hf_config, "pooler_output_size", None) or 0,
         )
+
+    @property
+    def pooled_size(self) -> int:
+        """The pooler's width (``pooler_output_size``; 0 means ``hidden_size``)."""
+        return self.pooler_output_size or self.hidden_size
 
     @property
     def num_patches(self) -> int:
@@ -179,7 +186,7 @@ class ViTEncoder(nn.Module):
 class ViTPooler(nn.Module):
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()
-        self.dense = Linear(config.hidden_size, config.hidden_size, bias=True)
+        self.dense = Linear(config.hidden_size, config.pooled_size, bias=True)
         self.act = get_activation(config.pooler_act)
 
     def forward(self, op, x):
@@ -226,7 +233,7 @@ class ViTForImageClassification(nn.Module):
         tokens = self.config.num_patches + self.base_model.embeddings.extra_tokens
         return {
             "last_hidden_state": ["batch", tokens, self.config.hidden_size],
-            "pooler_output": ["batch", self.config.hidden_size],
+            "pooler_output": ["batch", self.config.pooled_size],
             "logits": ["batch", self.config.num_labels],
         }
 
