@@ -245,20 +245,20 @@ def table_caches(op, table: RotaryTable, dtype: ir.DataType) -> tuple[ir.Value, 
     return cached[key]
 
 
-def _cache_lengths(op, bias: ir.Value, query: ir.Value) -> tuple[ir.Value, ir.Value]:
+def _cache_lengths(op, bias: ir.Value) -> tuple[ir.Value, ir.Value]:
     """GroupQueryAttention's ``seqlens_k [batch]`` and ``total_sequence_length``, made once per mask.
 
     Every cache slot counts as filled (left padding included): the kernel then
     lays out the cache as the ONNX ``Attention`` op does, and ``bias`` masks the pads.
-    The batch comes from the query (``[batch, ...]``): a bias may broadcast over it
-    (``[1, heads, ...]``), and the cache must have no reader but the kernel (the
-    generator then shares one buffer for past and present).
+    The batch comes from the bias, which must spell it out (``[batch, ...]``): the
+    cache may have no reader but the kernel (the generator then shares one buffer
+    for past and present), and a Shape on the query would stop q/k/v packing.
     """
     cached = op.builder.graph.meta.setdefault("mobius.gqa_lengths", {})
     if id(bias) not in cached:
         total = op.Cast(op.Squeeze(op.Shape(bias, start=3, end=4), [0]), to=ir.DataType.INT32)
         one = op.Constant(value=ir.tensor(np.array(1, np.int32)))
-        seqlens_k = op.Expand(op.Sub(total, one), op.Shape(query, start=0, end=1))
+        seqlens_k = op.Expand(op.Sub(total, one), op.Shape(bias, start=0, end=1))
         cached[id(bias)] = (bias, seqlens_k, total)
     return cached[id(bias)][1:]
 
@@ -274,7 +274,7 @@ def _group_query_attention(
     if rotary is not None:
         q, k, cos_cache, sin_cache, interleaved = rotary
     bias = _padding_bias(op, bias)
-    seqlens_k, total = _cache_lengths(op, bias, q)
+    seqlens_k, total = _cache_lengths(op, bias)
     y, present_key, present_value = op.GroupQueryAttention(
         _merge_rotated_heads(op, q, num_heads),
         _merge_rotated_heads(op, k, num_kv_heads),

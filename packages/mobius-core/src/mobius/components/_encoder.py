@@ -69,7 +69,7 @@ def pool_tokens(
 
 
 def causal_bias(op, queries: ir.Value, past: ir.Value, dtype: ir.DataType) -> ir.Value:
-    """Additive causal mask ``[1, 1, queries, past + queries]`` for a decoder with no padding.
+    """Additive causal mask ``[batch, 1, queries, past + queries]`` for a decoder with no padding.
 
     ``queries`` is ``[batch, queries, ...]`` and ``past`` a cache ``[batch, heads,
     past, dim]``: query ``i`` sits at position ``past + i`` and sees keys up to it.
@@ -81,4 +81,7 @@ def causal_bias(op, queries: ir.Value, past: ir.Value, dtype: ir.DataType) -> ir
     query_pos = op.Unsqueeze(op.Range(past_len, total, 1), [1])  # [seq, 1]
     zero = op.Constant(value=ir.tensor(np.array(0, dtype=_NUMPY_FLOAT[dtype])))
     lowest = op.Constant(value=ir.tensor(np.array(lowest_value(dtype), dtype=_NUMPY_FLOAT[dtype])))
-    return op.Unsqueeze(op.Where(op.LessOrEqual(key_pos, query_pos), zero, lowest), [0, 1])
+    mask = op.Unsqueeze(op.Where(op.LessOrEqual(key_pos, query_pos), zero, lowest), [0, 1])
+    # The batch spelled out: GroupQueryAttention's slot counts take it from the mask.
+    batch = op.Shape(queries, start=0, end=1)
+    return op.Expand(mask, op.Concat(batch, op.Constant(value_ints=[1, 1, 1]), axis=0))

@@ -251,7 +251,7 @@ class BartDecoder(BartEncoder):
 
     def forward(self, op, input_ids, encoder_mask, self_cache, cross_cache):
         x = self.embed(op, input_ids, _length(op, self_cache[0][0], 2))
-        causal = causal_bias(op, input_ids, self_cache[0][0], x.dtype)  # [1, 1, target, total]
+        causal = causal_bias(op, input_ids, self_cache[0][0], x.dtype)  # [batch, 1, target, total]
         cross_bias = padding_bias(op, encoder_mask, x.dtype, queries=input_ids)
         presents = []
         for layer, past, (key, value) in zip(self.layers, self_cache, cross_cache, strict=True):

@@ -302,7 +302,7 @@ class T5ForConditionalGeneration(nn.Module):
         past = _length(op, self_cache[0][0], 2)
         total = op.Add(past, _length(op, input_ids, 1))
         query_pos = op.Range(past, total, op.Constant(value_int=1))
-        causal = causal_bias(op, input_ids, self_cache[0][0], x.dtype)  # [1, 1, target, total]
+        causal = causal_bias(op, input_ids, self_cache[0][0], x.dtype)  # [batch, 1, target, total]
         cross_bias = padding_bias(op, encoder_mask, x.dtype, queries=input_ids)
         hidden, presents = self.decoder(
             op, x, causal, query_pos, _positions(op, total), (cross_bias, cross_cache), self_cache

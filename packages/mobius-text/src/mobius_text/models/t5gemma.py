@@ -214,7 +214,7 @@ class T5GemmaEncoder(nn.Module):
 
 
 def decoder_bias(op, input_ids, past_key, dtype: ir.DataType, window: int | None):
-    """``[1, 1, target, past + target]``: causal, and within ``window`` tokens when given."""
+    """``[batch, 1, target, past + target]``: causal, and within ``window`` tokens when given."""
     past = op.Squeeze(op.Shape(past_key, start=2, end=3), [0])
     total = op.Add(past, op.Squeeze(op.Shape(input_ids, start=1, end=2), [0]))
     keys, queries = op.Range(0, total, 1), op.Unsqueeze(op.Range(past, total, 1), [1])
@@ -223,7 +223,10 @@ def decoder_bias(op, input_ids, past_key, dtype: ir.DataType, window: int | None
         visible = op.And(visible, op.Less(op.Sub(queries, keys), window))
     zero = op.Constant(value=ir.tensor(np.array(0, dtype=dtype.numpy())))
     lowest = op.Constant(value=ir.tensor(np.array(lowest_value(dtype), dtype=dtype.numpy())))
-    return op.Unsqueeze(op.Where(visible, zero, lowest), [0, 1])
+    mask = op.Unsqueeze(op.Where(visible, zero, lowest), [0, 1])
+    # The batch spelled out: GroupQueryAttention's slot counts take it from the mask.
+    batch = op.Shape(input_ids, start=0, end=1)
+    return op.Expand(mask, op.Concat(batch, op.Constant(value_ints=[1, 1, 1]), axis=0))
 
 
 class T5GemmaDecoder(nn.Module):
