@@ -23,7 +23,7 @@ CASES = {
             image_size=[37, 30],
             depthwise_padding=[1, 3],
             pooling_type="max",
-            initializer_range=0.5,  # 0.6 grows the logits to ~100
+            initializer_range=0.55,  # 0.6 grows the logits to ~100; 0.5 moves them by under 1e-3
             hidden_act="relu",
             num_channels=4,
         ),

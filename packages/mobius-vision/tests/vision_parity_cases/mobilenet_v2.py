@@ -19,6 +19,7 @@ CASES = {
             first_layer_is_expansion=False,
             expand_ratio=2.0,
             num_channels=4,
+            initializer_range=0.3,  # at 0.25 the pooled features of the two images differ by 4e-4
         ),
     ),
     "mobilenet_v2-no-tf-padding-not-finegrained-relu": (

@@ -10,6 +10,9 @@ import onnx
 
 from mobius.testing._parity import PARITY_ATOL, build_with_cli, perturb_parameters
 
+#: How far apart two random images' reference outputs must be for a comparison to count.
+_MIN_IMAGE_SPREAD = 1e-3
+
 #: transformers output fields and the graph outputs they are compared with.
 _COMPARED = {"last_hidden_state": "last_hidden_state", "pooler_output": "pooler_output"}
 
@@ -62,10 +65,23 @@ def compare_vision(torch_model, session, pixels: np.ndarray) -> dict[str, float]
     for field_name, output in {**_COMPARED, "logits": "logits"}.items():
         reference = getattr(out, field_name, None)
         if reference is not None and output in got:
-            diffs[output] = float(np.abs(got[output] - reference.float().numpy()).max())
+            reference = reference.float().numpy()
+            _assert_depends_on_image(output, reference)
+            diffs[output] = float(np.abs(got[output] - reference).max())
     missing = [n for n in got if n not in diffs and n != "last_hidden_state"]
     assert not missing, f"graph outputs with no PyTorch counterpart compared: {missing}"
     return diffs
+
+
+def _assert_depends_on_image(name: str, reference: np.ndarray) -> None:
+    """A comparison proves nothing when every image gives the same output (a dead tiny model)."""
+    if reference.shape[0] < 2:
+        return
+    spread = float(np.abs(reference[1:] - reference[:1]).max())
+    assert spread > _MIN_IMAGE_SPREAD, (
+        f"{name}: the PyTorch output barely depends on the image (max difference between the "
+        f"images of the batch {spread:.2e}); raise the case's initializer_range"
+    )
 
 
 def check_vision_parity(
