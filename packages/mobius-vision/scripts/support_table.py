@@ -1,4 +1,4 @@
-"""Write SUPPORT.md: every image-classification model_type transformers ships, and its status.
+"""Write SUPPORT.md: every vision model_type transformers ships, and its status.
 
 The status comes from the registry (what mobius-vision registers) and from a
 fresh run of the parity tests: a type is *verified* only when it is registered
@@ -11,6 +11,7 @@ and every parity case of it passes. The verified types also go into
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -25,39 +26,106 @@ VERIFIED = PACKAGE_DIR / "src" / "mobius_vision" / "verified.json"
 OUT_OF_SCOPE = {
     "perceiver": "a multimodal latent model",
     "imagegpt": "a pixel-token causal model",
-    "shieldgemma2": "a vision–language classifier: the vision–language models",
+    "shieldgemma2": "a Gemma 3 vision–language classifier",
     "timm_wrapper": "wraps timm code, not a transformers architecture",
 }
 
 
-def statuses(junit_xml: Path | None) -> list[tuple[str, str, str]]:
-    from transformers.models.auto.modeling_auto import (
-        MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES as SHIPPED,
-    )
+#: (task, parity test file, test function, case table, heading, what the parity covers)
+KITS = (
+    (
+        "image-classification",
+        "test_vision_parity.py",
+        "test_vision_parity",
+        "vision_parity_cases:all_cases",
+        "Vision encoders and image classifiers",
+        "fp32, max abs difference ≤ 1e-4 on last_hidden_state, pooler_output and class logits, "
+        "a batch of two random images, --ep default and cpu",
+    ),
+    (
+        "zero-shot-image-classification",
+        "test_zero_shot_parity.py",
+        "test_zero_shot_parity",
+        "test_zero_shot_parity:ZERO_SHOT_CASES",
+        "Zero-shot image–text models",
+        "fp32, max abs difference ≤ 1e-4 on logits_per_image, logits_per_text, text_embeds and "
+        "image_embeds, texts of different lengths and two random images, --ep default and cpu",
+    ),
+    (
+        "vision-language",
+        "test_vl_parity.py",
+        "test_vision_language_parity",
+        "vl_parity_cases:all_cases",
+        "Vision–language models",
+        "fp32, max abs difference ≤ 1e-4 on the prefill logits of two left-padded prompts with "
+        "one random image each through the family's real processor and on 8 greedy decode steps "
+        "through the cache, equal greedy tokens, --form split and single, --ep default and cpu",
+    ),
+)
+
+
+def transformers_types() -> dict[str, dict[str, str]]:
+    """Task -> {model_type: transformers class} of every type transformers ships natively."""
+    from transformers.models.auto import modeling_auto as auto
+
+    def first(name):
+        return name if isinstance(name, str) else name[0]
+
+    zero_shot = dict(auto.MODEL_FOR_ZERO_SHOT_IMAGE_CLASSIFICATION_MAPPING_NAMES)
+    classify = {
+        k: v for k, v in auto.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES.items()
+        if k not in zero_shot
+    }  # fmt: skip
+    tables = {
+        "image-classification": classify,
+        "zero-shot-image-classification": zero_shot,
+        "vision-language": dict(auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES),
+    }
+    return {task: {k: first(v) for k, v in t.items()} for task, t in tables.items()}
+
+
+def _cases(spec: str) -> dict:
+    module_name, _, attr = spec.partition(":")
+    found = getattr(importlib.import_module(module_name), attr)
+    return found() if callable(found) else found
+
+
+def statuses(junit_xml: Path | None) -> dict[str, list[tuple[str, str, str]]]:
+    """Task -> rows ``(model_type, transformers class, status)``."""
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
     import mobius_vision
 
     sys.path.insert(0, str(TESTS))
-    from vision_parity_cases import all_cases
-
-    cases_by_type: dict[str, list[str]] = defaultdict(list)
-    for case, (model_type, *_rest) in all_cases().items():
-        cases_by_type[model_type].append(case)
-    registered = mobius_vision.model_types()
-    passed = parity_results([TESTS / "test_vision_parity.py"], junit_xml)["test_vision_parity"]
-    rows = []
-    for model_type, hf_class in sorted(SHIPPED.items()):
-        hf_class = hf_class if isinstance(hf_class, str) else hf_class[0]
-        cases = cases_by_type.get(model_type, [])
-        if model_type in registered:
-            ok = bool(cases) and all(passed.get(c, False) for c in cases)
-            status = f"verified ({len(cases)} cases)" if ok else "registered, parity FAILING"
-        elif model_type in OUT_OF_SCOPE:
-            status = f"out of scope: {OUT_OF_SCOPE[model_type]}"
-        else:
-            status = "not yet"
-        rows.append((model_type, hf_class, status))
-    return rows
+    registered = {k: cls.task for k, cls in mobius_vision.model_types().items()}
+    passed = parity_results([TESTS / kit[1] for kit in KITS], junit_xml)
+    shipped = transformers_types()
+    for key, task in registered.items():  # towers no task table lists (CLIP's vision tower)
+        if not any(key in types for types in shipped.values()):
+            name = MODEL_MAPPING_NAMES.get(key, "?")
+            shipped[task][key] = name if isinstance(name, str) else name[0]
+    tables = {}
+    for task, _file, test, spec, _heading, _covers in KITS:
+        cases_by_type: dict[str, list[str]] = defaultdict(list)
+        for case, (model_type, *_rest) in _cases(spec).items():
+            cases_by_type[model_type].append(case)
+        rows = []
+        for model_type, hf_class in sorted(shipped[task].items()):
+            cases = cases_by_type.get(model_type, [])
+            built_as = registered.get(model_type)
+            if built_as == task:
+                ok = bool(cases) and all(passed[test].get(c, False) for c in cases)
+                status = f"verified ({len(cases)} cases)" if ok else "registered, parity FAILING"
+            elif built_as is not None:
+                heading = next(kit[4] for kit in KITS if kit[0] == built_as)
+                status = f"built as {built_as}: see {heading}"
+            elif model_type in OUT_OF_SCOPE:
+                status = f"out of scope: {OUT_OF_SCOPE[model_type]}"
+            else:
+                status = "not yet"
+            rows.append((model_type, hf_class, status))
+        tables[task] = rows
+    return tables
 
 
 def main() -> None:
@@ -68,28 +136,36 @@ def main() -> None:
         metavar="RESULTS.xml",
         help="read parity results from this JUnit XML instead of running the tests",
     )
-    rows = statuses(parser.parse_args().no_run)
+    tables = statuses(parser.parse_args().no_run)
     import transformers
 
-    verified = [t for t, _, status in rows if status.startswith("verified")]
+    rows = [row for task_rows in tables.values() for row in task_rows]
+    verified = sorted({t for t, _, status in rows if status.startswith("verified")})
     lines = [
         "# mobius-vision: support",
         "",
         f"Generated by `scripts/support_table.py` against transformers {transformers.__version__}:",
-        f"{len(verified)} of {len(rows)} image-classification model types are verified by "
-        "synthetic parity",
-        "(fp32, max abs difference ≤ 1e-4 on last_hidden_state, pooler_output and class",
-        "logits, a batch of two random images, --ep default and cpu).",
-        "",
-        "| model_type | transformers class | status |",
-        "|---|---|---|",
-        *(f"| `{t}` | `{c}` | {s} |" for t, c, s in rows),
+        f"{len(verified)} model types verified by synthetic parity "
+        "(a tiny random model with every parameter perturbed, built through `mobius build`).",
         "",
     ]
+    for task, _file, _test, _spec, heading, covers in KITS:
+        task_rows = tables[task]
+        count = sum(status.startswith("verified") for _, _, status in task_rows)
+        lines += [
+            f"## {heading}",
+            "",
+            f"{count} of {len(task_rows)} verified ({covers}).",
+            "",
+            "| model_type | transformers class | status |",
+            "|---|---|---|",
+            *(f"| `{t}` | `{c}` | {s} |" for t, c, s in task_rows),
+            "",
+        ]
     OUTPUT.write_text("\n".join(lines))
     write_verified(VERIFIED, verified, transformers.__version__)
-    print(f"wrote {OUTPUT} and {VERIFIED.name}: {len(verified)} verified of {len(rows)}")
-    if any("FAILING" in s for _, _, s in rows):
+    print(f"wrote {OUTPUT} and {VERIFIED.name}: {len(verified)} verified")
+    if any("FAILING" in status for _, _, status in rows):
         sys.exit(1)
 
 

@@ -12,7 +12,15 @@ from typing import Any
 
 import onnx_ir as ir
 
-from mobius._config import ENCODER_HEADS, POOLING_MODES, VISION_HEADS, EncoderConfig, VisionConfig
+from mobius._config import (
+    ENCODER_HEADS,
+    POOLING_MODES,
+    VISION_HEADS,
+    VISION_LANGUAGE_FORMS,
+    EncoderConfig,
+    VisionConfig,
+    VisionLanguageConfig,
+)
 from mobius._package import ModelPackage
 from mobius._registry import registry as default_registry
 from mobius.components._runtime import EXECUTION_PROVIDERS, execution_provider
@@ -283,7 +291,8 @@ def vision_head(hf_config: Any, head: str = "auto") -> dict[str, Any]:
         )
     if head == "auto":
         architectures = getattr(hf_config, "architectures", None) or []
-        classifies = any(a.endswith("ForImageClassification") for a in architectures)
+        heads = ("ForImageClassification", "ForImageClassificationWithTeacher")
+        classifies = any(a.endswith(heads) for a in architectures)
         head = "image-classification" if classifies else "none"
     return dict(head=head)
 
@@ -298,7 +307,7 @@ def make_module(
     check_sizes(hf_config, source)
     try:
         config = entry.config_class().from_hf(hf_config)
-        if isinstance(config, (EncoderConfig, VisionConfig)) and heads is not None:
+        if isinstance(config, (EncoderConfig, VisionConfig, VisionLanguageConfig)) and heads:
             config = dataclasses.replace(config, **heads)
         return config, entry.module_class()(config)
     except MobiusError:
@@ -376,6 +385,7 @@ def build(
     head: str = "auto",
     pooling: str | None = None,
     normalize: bool | None = None,
+    form: str = "split",
 ) -> ModelPackage:
     """Build the ONNX package of a HuggingFace model id or local directory.
 
@@ -391,7 +401,9 @@ def build(
     ``allow_pickle=True`` reads a directory that has only pickled PyTorch weights
     (with a restricted unpickler that executes nothing); by default it is refused.
     ``head``, ``pooling`` and ``normalize`` choose an encoder's outputs (see
-    :func:`encoder_head`; ``head="auto"`` follows the checkpoint).
+    :func:`encoder_head`; ``head="auto"`` follows the checkpoint). ``form`` lays out a
+    vision–language package: ``"split"`` (vision, embedding and decoder graphs) or
+    ``"single"`` (one graph); see :mod:`mobius.tasks._vision_language`.
 
     Raises:
         MobiusError: a subclass for each kind of bad input (see :mod:`mobius.errors`).
@@ -402,6 +414,8 @@ def build(
         raise MobiusError(
             f"unknown execution provider {ep!r}; choose {', '.join(EXECUTION_PROVIDERS)}"
         )
+    if form not in VISION_LANGUAGE_FORMS:
+        raise MobiusError(f"unknown form {form!r}; choose {', '.join(VISION_LANGUAGE_FORMS)}")
     if quant and not load_weights:
         raise MobiusError("quantization needs the weights; drop --no-weights")
     registry = registry or default_registry
@@ -432,6 +446,8 @@ def build(
             f"--head, --pooling and --normalize apply to encoder models; {entry.key} is a "
             f"{entry.task} model"
         )
+    elif entry.task == "vision-language":
+        heads = dict(form=form)
     config, module = make_module(entry, hf_config, model_dir, heads)
     if not load_weights:
         checkpoint = None

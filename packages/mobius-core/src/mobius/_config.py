@@ -256,3 +256,56 @@ class VisionConfig:
             num_labels=int(getattr(hf_config, "num_labels", 2) or 2),
             architectures=tuple(getattr(hf_config, "architectures", None) or ()),
         )
+
+
+#: The package layouts of a vision–language build (``--form``).
+VISION_LANGUAGE_FORMS = ("split", "single")
+
+
+@dataclass
+class VisionLanguageConfig:
+    """A vision–language model: the configs of its vision tower and text decoder, composed.
+
+    ``vision`` and ``text`` are the normalised configs of whatever the registry
+    holds for ``vision_config.model_type`` and ``text_config.model_type`` (read by
+    those families' own config classes), so a LLaVA over Qwen2 gets mobius-text's
+    Qwen2. ``form`` is one of :data:`VISION_LANGUAGE_FORMS`. Families subclass this
+    and extend :meth:`hf_fields` with their projector's settings.
+    """
+
+    model_type: str
+    vision: Any
+    text: Any
+    image_token_id: int
+    form: str = "split"
+
+    @classmethod
+    def from_hf(cls, hf_config: Any) -> VisionLanguageConfig:
+        """Normalise a transformers config object; the sub-configs go through the registry."""
+        return cls(**cls.hf_fields(hf_config))
+
+    @classmethod
+    def hf_fields(cls, hf_config: Any) -> dict[str, Any]:
+        """The constructor arguments read from ``hf_config``; subclasses add to this dict."""
+        return dict(
+            model_type=hf_config.model_type,
+            vision=composed_config(hf_config.vision_config),
+            text=composed_config(cls.text_hf_config(hf_config)),
+            image_token_id=int(_first(hf_config, "image_token_id", "image_token_index")),
+        )
+
+    @classmethod
+    def text_hf_config(cls, hf_config: Any) -> Any:
+        """The transformers config the text decoder is built from (a family may adjust it)."""
+        return hf_config.text_config
+
+    @property
+    def vocab_size(self) -> int:
+        return self.text.vocab_size
+
+
+def composed_config(hf_sub_config: Any) -> Any:
+    """The normalised config of a sub-model, by the family the registry holds for its type."""
+    from mobius._registry import registry
+
+    return registry.get(hf_sub_config.model_type).config_class().from_hf(hf_sub_config)

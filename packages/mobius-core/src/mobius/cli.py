@@ -9,7 +9,7 @@ import sys
 import traceback
 
 from mobius import __version__
-from mobius._config import ENCODER_HEADS, POOLING_MODES, VISION_HEADS
+from mobius._config import ENCODER_HEADS, POOLING_MODES, VISION_HEADS, VISION_LANGUAGE_FORMS
 from mobius.errors import MobiusError
 
 EPILOG = """examples:
@@ -44,6 +44,7 @@ def _build(args: argparse.Namespace) -> int:
         head=args.head,
         pooling=args.pooling,
         normalize=args.normalize,
+        form=args.form,
     )
     if args.no_weights:
         from mobius.weights import parameters
@@ -255,6 +256,14 @@ def make_parser() -> argparse.ArgumentParser:
         default=None,
         help="sentence-embedding: L2-normalise it (default: as the sentence-transformers "
         "config says, else no)",
+    )
+    build.add_argument(
+        "--form",
+        choices=list(VISION_LANGUAGE_FORMS),
+        default="split",
+        help="vision-language models only: 'split' (default) writes vision/, embedding/ and "
+        "decoder/ graphs, the layout runtimes load; 'single' one model.onnx that takes "
+        "pixel_values beside the causal-LM inputs",
     )
     build.add_argument(
         "--overwrite",

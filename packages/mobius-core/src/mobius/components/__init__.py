@@ -4,6 +4,7 @@ from mobius.components._activations import ACTIVATIONS, get_activation, softcap
 from mobius.components._attention import (
     Attention,
     attention_bias,
+    bidirectional_blocks,
     lowest_value,
     repeat_kv,
     scaled_dot_product_attention,
@@ -23,6 +24,7 @@ from mobius.components._linear import (
     checkpoint_shape,
 )
 from mobius.components._mlp import MLP, GatedMLP
+from mobius.components._multimodal import embeddings_given, merge_image_features
 from mobius.components._norms import LayerNorm, RMSNorm, WeightlessRMSNorm
 from mobius.components._rope import (
     DynamicNTKRotaryEmbedding,
@@ -34,7 +36,7 @@ from mobius.components._rope import (
 )
 from mobius.components._runtime import EXECUTION_PROVIDERS, execution_provider, fused_ops
 from mobius.components._scan import scan_body
-from mobius.components._scope import module_scope
+from mobius.components._scope import module_scope, realize_parameters
 
 __all__ = [
     "ACTIVATIONS",
@@ -56,16 +58,20 @@ __all__ = [
     "apply_rotary",
     "attention_bias",
     "bidirectional_attention",
+    "bidirectional_blocks",
     "causal_bias",
     "checkpoint_shape",
+    "embeddings_given",
     "execution_provider",
     "fused_ops",
     "get_activation",
     "lowest_value",
     "make_rotary_embedding",
+    "merge_image_features",
     "module_scope",
     "padding_bias",
     "pool_tokens",
+    "realize_parameters",
     "repeat_kv",
     "rotary_dim",
     "scaled_dot_product_attention",

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
 import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy.finfo)
 import numpy as np
 import onnx_ir as ir
@@ -48,16 +52,22 @@ def attention_bias(
 
     ``attention_mask [batch, total]`` marks real tokens with 1; the queries are the
     last ``query_length`` positions of the ``total`` (past + new) sequence.
-    A key is visible when it is real, not after the query, and (with a window)
-    fewer than ``sliding_window`` positions before it.
+    A key is visible when it is real, not after the query (or in the query's block,
+    inside :func:`bidirectional_blocks`), and (with a window) fewer than
+    ``sliding_window`` positions before it.
     """
     total = op.Squeeze(op.Slice(op.Shape(attention_mask), [1], [2]), [0])
     key_pos = op.Range(0, total, 1)  # [total]
     query_pos = op.Unsqueeze(op.Range(op.Sub(total, query_length), total, 1), [1])  # [seq, 1]
     visible = op.LessOrEqual(key_pos, query_pos)  # [seq, total]
+    blocks, windowed = _BLOCKS.get() or (None, True)
+    if blocks is not None and windowed:
+        visible = op.Or(visible, _same_block(op, blocks, total))  # [batch, 1, seq, total]
     if sliding_window is not None:
         in_window = op.Less(op.Sub(query_pos, key_pos), sliding_window)
         visible = op.And(visible, in_window)
+    if blocks is not None and not windowed:
+        visible = op.Or(visible, _same_block(op, blocks, total))
     real_keys = op.Unsqueeze(
         op.Cast(attention_mask, to=ir.DataType.BOOL), [1, 2]
     )  # [batch,1,1,total]
@@ -65,9 +75,51 @@ def attention_bias(
     zero = op.Constant(value=ir.tensor(np.array(0, dtype=_NUMPY_FLOAT[dtype])))
     lowest = op.Constant(value=ir.tensor(np.array(lowest_value(dtype), dtype=_NUMPY_FLOAT[dtype])))
     bias = op.Where(visible, zero, lowest)
-    if sliding_window is None:  # GroupQueryAttention masks causally itself: see _padding_bias
+    if blocks is not None:
+        bias.meta[SEES_AHEAD] = True
+    elif sliding_window is None:  # GroupQueryAttention masks causally itself: see _padding_bias
         bias.meta[MASK_SOURCE] = (attention_mask, query_length, dtype)
     return bias
+
+
+# The block ids of the current queries while :func:`bidirectional_blocks` is active.
+_BLOCKS: contextvars.ContextVar[tuple[ir.Value, bool] | None] = contextvars.ContextVar(
+    "mobius_attention_blocks", default=None
+)
+
+# ``Value.meta`` key of a bias that lets queries see later keys (GroupQueryAttention cannot).
+SEES_AHEAD = "mobius.sees_ahead"
+
+
+@contextlib.contextmanager
+def bidirectional_blocks(block_ids: ir.Value, windowed: bool = True) -> Iterator[None]:
+    """Within the block, :func:`attention_bias` also shows each query every key of its own block.
+
+    ``block_ids [batch, sequence]`` numbers the new tokens' blocks (an image's tokens,
+    a prompt prefix); ``-1`` is no block. Keys in the cache belong to no block. A
+    vision–language model wraps its text decoder's call in this (Gemma 3's images,
+    PaliGemma's prefix attend both ways). On sliding-window layers ``windowed`` keeps
+    the window over the block too (Gemma 3); otherwise the whole block stays visible
+    (PaliGemma 2).
+    """
+    token = _BLOCKS.set((block_ids, windowed))
+    try:
+        yield
+    finally:
+        _BLOCKS.reset(token)
+
+
+def _same_block(op, block_ids: ir.Value, total: ir.Value) -> ir.Value:
+    """``[batch, 1, seq, total]``: the key is in the query's block (cached keys are in none)."""
+    past = op.Sub(op.Reshape(total, [1]), op.Shape(block_ids, start=1, end=2))
+    no_block = op.ConstantOfShape(
+        op.Concat(op.Shape(block_ids, start=0, end=1), past, axis=0),
+        value=ir.tensor(np.array([-1], np.int64)),
+    )
+    key_blocks = op.Concat(no_block, block_ids, axis=1)  # [batch, total]
+    query_blocks = op.Unsqueeze(block_ids, [1, 3])  # [batch, 1, seq, 1]
+    same = op.Equal(query_blocks, op.Unsqueeze(key_blocks, [1, 2]))
+    return op.And(same, op.GreaterOrEqual(query_blocks, op.Constant(value_int=0)))
 
 
 # ``Value.meta`` key of a causal+padding bias made by attention_bias: what it was made from.
@@ -132,6 +184,7 @@ def scaled_dot_product_attention(
     half_only = current_execution_provider() == "cuda" and past_key.dtype == ir.DataType.FLOAT
     kernel_fits = (
         bias is not None
+        and not bias.meta.get(SEES_AHEAD)  # the kernel is causal
         and num_heads % num_kv_heads == 0
         and head_dim % 8 == 0  # the kernel's own limits
         and value_dim in (None, head_dim)

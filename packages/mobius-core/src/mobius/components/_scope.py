@@ -28,3 +28,19 @@ def module_scope(op, *modules: nn.Module) -> Iterator[None]:
     finally:
         for _ in modules:
             builder.pop_module()
+
+
+def realize_parameters(op, *chain: nn.Module) -> None:
+    """Name and register every parameter below the last of ``chain`` (``chain`` as in :func:`module_scope`).
+
+    A control-flow body (an ``If`` branch) is traced by a sub-builder whose module
+    scopes the root graph does not see; realizing the parameters first, in the
+    root, gives them their checkpoint names.
+    """
+    with module_scope(op, *chain):
+        for child in chain[-1].children():
+            if isinstance(child, nn.ModuleList):  # its items carry the full name ("layers.0")
+                for item in child.children():
+                    realize_parameters(op, item)
+            else:
+                realize_parameters(op, child)

@@ -5,10 +5,19 @@ from mobius.tasks._causal_lm import CausalLMTask
 from mobius.tasks._feature_extraction import FeatureExtractionTask
 from mobius.tasks._image_classification import ImageClassificationTask
 from mobius.tasks._seq2seq import Seq2SeqTask
+from mobius.tasks._vision_language import VisionLanguageTask
+from mobius.tasks._zero_shot import ZeroShotImageClassificationTask
 
 TASKS: dict[str, type[ModelTask]] = {
     task.name: task
-    for task in (CausalLMTask, FeatureExtractionTask, ImageClassificationTask, Seq2SeqTask)
+    for task in (
+        CausalLMTask,
+        FeatureExtractionTask,
+        ImageClassificationTask,
+        Seq2SeqTask,
+        VisionLanguageTask,
+        ZeroShotImageClassificationTask,
+    )
 }
 
 
@@ -28,5 +37,7 @@ __all__ = [
     "ImageClassificationTask",
     "ModelTask",
     "Seq2SeqTask",
+    "VisionLanguageTask",
+    "ZeroShotImageClassificationTask",
     "get_task",
 ]

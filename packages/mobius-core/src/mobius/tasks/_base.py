@@ -32,3 +32,16 @@ def set_output(builder, value: ir.Value, name: str, dtype: ir.DataType, shape) -
     if value.producer() is None or value in builder.graph.outputs:
         value = builder.op.Identity(value)  # a graph input or an output used twice
     builder.add_output(value, name)
+
+
+def twin_module(module):
+    """A second module tree of the same config and parameter types, for another graph.
+
+    A parameter belongs to the graph that first uses it, so each graph of a
+    multi-graph task is built from its own tree; the shared names bring each the
+    same checkpoint tensors.
+    """
+    twin = type(module)(module.config)
+    for mine, theirs in zip(twin.parameters(), module.parameters(), strict=True):
+        mine.type = theirs.type
+    return twin

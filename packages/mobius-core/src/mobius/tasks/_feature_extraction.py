@@ -12,6 +12,9 @@ at build time (``config.head``):
   real tokens (``config.pooling``: mean, cls or max), L2-normalised when
   ``config.normalize``.
 
+A family may add outputs of its own, declared with their shapes by the module's
+``output_shapes()`` (CLIP's text tower: ``pooler_output``, ``text_embeds``).
+
 The module returns a dict of its outputs (``last_hidden_state`` and ``logits``
 when its head has weights); the sentence embedding is pooled here, for every family.
 """
@@ -56,6 +59,10 @@ class FeatureExtractionTask(ModelTask):
         )
         if "logits" in outputs:
             set_output(builder, outputs["logits"], "logits", dtype, logits_shape(config))
+        # Outputs a family adds, with their shapes (CLIP's pooler_output and text_embeds).
+        extra = module.output_shapes() if hasattr(module, "output_shapes") else {}
+        for name, shape in extra.items():
+            set_output(builder, outputs[name], name, dtype, shape)
         if config.head == "sentence-embedding":
             embedding = pool_tokens(
                 builder.op, hidden, attention_mask, config.pooling, config.normalize

@@ -27,21 +27,9 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from mobius.tasks._base import IR_VERSION, ModelTask, new_graph, set_output
+from mobius.tasks._base import IR_VERSION, ModelTask, new_graph, set_output, twin_module
 
 INT64 = ir.DataType.INT64
-
-
-def _twin(module):
-    """A second module tree of the same config and parameter types, for the second graph.
-
-    A parameter belongs to the graph that first uses it, so each graph is built
-    from its own tree; the shared names bring both the same checkpoint tensors.
-    """
-    twin = type(module)(module.config)
-    for mine, theirs in zip(twin.parameters(), module.parameters(), strict=True):
-        mine.type = theirs.type
-    return twin
 
 
 class Seq2SeqTask(ModelTask):
@@ -66,7 +54,7 @@ class Seq2SeqTask(ModelTask):
             set_output(builder, value, f"present.{i}.encoder.value", dtype, cache)
         encoder = ir.Model(graph, ir_version=IR_VERSION, producer_name="mobius")
 
-        decoder_module = _twin(module)
+        decoder_module = twin_module(module)
         graph, builder = new_graph("decoder")
         input_ids = builder.input("input_ids", INT64, ["batch", "decoder_sequence"])
         encoder_mask = builder.input("encoder_attention_mask", INT64, ["batch", "encoder_sequence"])

@@ -42,8 +42,24 @@ from mobius.testing._vision_parity import (
     make_random_vision_model,
     random_pixels,
 )
+from mobius.testing._vl_parity import (
+    OnnxVisionLanguage,
+    check_vision_language_parity,
+    tiny_tokenizer,
+)
+from mobius.testing._zero_shot_parity import (
+    ZeroShotParity,
+    check_zero_shot_parity,
+    make_random_dual_encoder,
+)
 
 __all__ = [
+    "ZeroShotParity",
+    "check_zero_shot_parity",
+    "make_random_dual_encoder",
+    "OnnxVisionLanguage",
+    "check_vision_language_parity",
+    "tiny_tokenizer",
     "VisionParity",
     "check_vision_parity",
     "make_random_vision_model",

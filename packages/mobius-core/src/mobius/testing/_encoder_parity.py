@@ -22,23 +22,39 @@ HEAD_CLASSES = {
 SEQUENCE_LEVEL = {"sequence-classification"}
 
 
-def make_random_encoder(hf_config, head: str = "none", seed: int = 0):
-    """A float32 transformers encoder for ``head`` with every parameter perturbed, in eval mode."""
+def make_random_encoder(
+    hf_config, head: str = "none", seed: int = 0, model_class: str | None = None
+):
+    """A float32 transformers encoder for ``head`` with every parameter perturbed, in eval mode.
+
+    ``model_class`` names the transformers class to make instead of the head's auto
+    class (``CLIPTextModelWithProjection``, or a class no auto class maps).
+    """
     import torch
     import transformers
 
     torch.manual_seed(seed)
-    auto = getattr(transformers, HEAD_CLASSES[head])
-    model = auto.from_config(hf_config, dtype=torch.float32, attn_implementation="eager")
+    auto = getattr(transformers, model_class or HEAD_CLASSES[head])
+    make = auto.from_config if hasattr(auto, "from_config") else auto._from_config  # a model class
+    model = make(hf_config, dtype=torch.float32, attn_implementation="eager")
     perturb_parameters(model, seed)
     return model.eval()
 
 
-def right_padded_batch(lengths: list[int], vocab_size: int, type_vocab_size: int, seed: int = 0):
+def right_padded_batch(
+    lengths: list[int],
+    vocab_size: int,
+    type_vocab_size: int,
+    seed: int = 0,
+    end_token_id: int | None = None,
+    pad_token_id: int | None = None,
+):
     """``input_ids``, ``attention_mask`` and ``token_type_ids`` [batch, max(lengths)], pads at the end.
 
     Ids avoid 0-3, where tokenizers keep pad and special tokens, so padding-aware
-    position ids (RoBERTa's) see no pads among the real tokens.
+    position ids (RoBERTa's) see no pads among the real tokens. ``end_token_id``
+    ends each row's real tokens (CLIP pools there); ``pad_token_id`` fills the
+    padded positions (by default they hold random ids too).
     """
     rng = np.random.default_rng(seed)
     width = max(lengths)
@@ -46,6 +62,10 @@ def right_padded_batch(lengths: list[int], vocab_size: int, type_vocab_size: int
     mask = np.zeros_like(input_ids)
     for row, length in enumerate(lengths):
         mask[row, :length] = 1
+        if end_token_id is not None:
+            input_ids[row, length - 1] = end_token_id
+        if pad_token_id is not None:
+            input_ids[row, length:] = pad_token_id
     types = rng.integers(0, max(type_vocab_size, 1), input_ids.shape).astype(np.int64)
     return input_ids, mask, types
 
@@ -77,14 +97,32 @@ def _pool(hidden: np.ndarray, mask: np.ndarray, mode: str, normalize: bool) -> n
     return pooled
 
 
-def compare_encoder(torch_model, session, head: str, lengths, seed: int, pooling=("mean", True)):
-    """Run one padded batch through both; the max abs difference of each output."""
+def compare_encoder(
+    torch_model,
+    session,
+    head: str,
+    lengths,
+    seed: int,
+    pooling=("mean", True),
+    special_tokens: dict | None = None,
+):
+    """Run one padded batch through both; the max abs difference of each output.
+
+    Graph outputs beyond ``last_hidden_state``, ``logits`` and ``sentence_embedding``
+    (CLIP's ``pooler_output``, ``text_embeds``) are compared whole with the PyTorch
+    output field of the same name. ``special_tokens`` holds the ``end_token_id`` and
+    ``pad_token_id`` of :func:`right_padded_batch`.
+    """
     import torch
 
     config = torch_model.config
     names = {i.name for i in session.get_inputs()}
     input_ids, mask, types = right_padded_batch(
-        lengths, config.vocab_size, getattr(config, "type_vocab_size", 0) or 0, seed
+        lengths,
+        config.vocab_size,
+        getattr(config, "type_vocab_size", 0) or 0,
+        seed,
+        **(special_tokens or {}),
     )
     feeds = {"input_ids": input_ids, "attention_mask": mask}
     if "token_type_ids" in names:
@@ -108,6 +146,10 @@ def compare_encoder(torch_model, session, head: str, lengths, seed: int, pooling
     if "sentence_embedding" in got:
         expected = _pool(reference, mask, *pooling)
         diffs["sentence_embedding"] = float(np.abs(got["sentence_embedding"] - expected).max())
+    for name in got.keys() - {"last_hidden_state", "logits", "sentence_embedding"}:
+        reference = getattr(out, name, None)
+        assert reference is not None, f"graph output {name} has no PyTorch counterpart"
+        diffs[name] = float(np.abs(got[name] - reference.float().numpy()).max())
     return diffs
 
 
@@ -125,19 +167,25 @@ def check_encoder_parity(
     seed: int = 0,
     atol: float = PARITY_ATOL,
     eps: tuple[str, ...] = ("default", "cpu"),
+    model_class: str | None = None,
+    end_token_id: int | None = None,
+    pad_token_id: int | None = None,
 ) -> list[EncoderParity]:
     """Build a perturbed tiny encoder per head with the CLI and check it against PyTorch.
 
     The batch has two rows of ``lengths`` tokens, the shorter padded at the end.
     ``sentence-embedding`` is checked against sentence-transformers' mean pooling,
     normalised, of PyTorch's hidden states. Returns the measurements per head and ep.
+    ``model_class`` names the transformers class to compare with (see
+    :func:`make_random_encoder`); ``end_token_id`` and ``pad_token_id`` place
+    special tokens in the batch (see :func:`right_padded_batch`).
     """
     import onnxruntime as ort
 
     workdir = Path(workdir)
     results = []
     for head in heads:
-        torch_model = make_random_encoder(hf_config, head, seed)
+        torch_model = make_random_encoder(hf_config, head, seed, model_class)
         source = workdir / f"hf-{head}"
         torch_model.save_pretrained(source)
         for ep in eps:
@@ -150,9 +198,11 @@ def check_encoder_parity(
             session = ort.InferenceSession(
                 str(out / "model.onnx"), providers=["CPUExecutionProvider"]
             )
-            result = EncoderParity(
-                head, ep, compare_encoder(torch_model, session, head, lengths, seed)
+            special = dict(end_token_id=end_token_id, pad_token_id=pad_token_id)
+            diffs = compare_encoder(
+                torch_model, session, head, lengths, seed, special_tokens=special
             )
+            result = EncoderParity(head, ep, diffs)
             result.assert_close(atol)
             results.append(result)
     return results

@@ -14,17 +14,35 @@ from mobius.testing._parity import PARITY_ATOL, build_with_cli, perturb_paramete
 _MIN_IMAGE_SPREAD = 1e-3
 
 #: transformers output fields and the graph outputs they are compared with.
-_COMPARED = {"last_hidden_state": "last_hidden_state", "pooler_output": "pooler_output"}
+_COMPARED = {
+    "last_hidden_state": "last_hidden_state",
+    "pooler_output": "pooler_output",
+    "image_embeds": "image_embeds",
+}
 
 
-def make_random_vision_model(hf_config, head: str, seed: int = 0):
-    """A float32 transformers vision model for ``head`` (``AutoModel`` for ``none``), perturbed, eval."""
+def make_random_vision_model(hf_config, head: str, seed: int = 0, model_class: str | None = None):
+    """A float32 transformers vision model for ``head``, perturbed, eval.
+
+    ``AutoModel`` for ``none``, ``AutoModelForImageClassification`` for a classifier, or the
+    transformers class named ``model_class`` (``CLIPVisionModelWithProjection``).
+    """
     import torch
-    from transformers import AutoModel, AutoModelForImageClassification
+    import transformers
 
     torch.manual_seed(seed)
-    auto = AutoModelForImageClassification if head == "image-classification" else AutoModel
-    model = auto.from_config(hf_config, dtype=torch.float32, attn_implementation="eager")
+    if model_class is not None:
+        auto = getattr(transformers, model_class)
+        hf_config.architectures = [model_class]
+    elif head == "image-classification":
+        auto = transformers.AutoModelForImageClassification
+    else:
+        auto = transformers.AutoModel
+    kwargs = dict(dtype=torch.float32, attn_implementation="eager")
+    if hasattr(auto, "from_config"):
+        model = auto.from_config(hf_config, **kwargs)
+    else:
+        model = auto._from_config(hf_config, **kwargs)
     perturb_parameters(model, seed)
     return model.eval()
 
@@ -93,12 +111,14 @@ def check_vision_parity(
     seed: int = 0,
     atol: float = PARITY_ATOL,
     eps: tuple[str, ...] = ("default", "cpu"),
+    model_class: str | None = None,
 ) -> list[VisionParity]:
     """Build a perturbed tiny vision model per head with the CLI and check it against PyTorch.
 
     ``none`` compares ``last_hidden_state`` (and ``pooler_output`` where the model
     has one) with ``AutoModel``; ``image-classification`` compares ``logits`` with
-    ``AutoModelForImageClassification``, on a batch of random pixels.
+    ``AutoModelForImageClassification``, on a batch of random pixels. ``model_class``
+    names the transformers class to compare with instead (a projection variant).
     """
     import onnxruntime as ort
 
@@ -106,7 +126,7 @@ def check_vision_parity(
     pixels = random_pixels(hf_config, batch, seed)
     results = []
     for head in heads:
-        torch_model = make_random_vision_model(hf_config, head, seed)
+        torch_model = make_random_vision_model(hf_config, head, seed, model_class)
         source = workdir / f"hf-{head}"
         torch_model.save_pretrained(source)
         for ep in eps:

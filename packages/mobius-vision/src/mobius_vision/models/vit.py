@@ -75,16 +75,20 @@ class ViTPatchEmbeddings(nn.Module):
 class PatchConv(nn.Module):
     """``Conv2d(kernel=stride=patch)`` flattened to ``[batch, patches, hidden]``."""
 
-    def __init__(self, in_channels: int, out_channels: int, patch: int) -> None:
+    def __init__(self, in_channels: int, out_channels: int, patch: int, bias: bool = True) -> None:
         super().__init__()
         self.weight = nn.Parameter([out_channels, in_channels, patch, patch])
-        self.bias = nn.Parameter([out_channels])
+        self.bias = nn.Parameter([out_channels]) if bias else None
         self.patch = patch
 
     def forward(self, op, pixel_values):
         p = self.patch
         x = op.Conv(pixel_values, self.weight, self.bias, kernel_shape=[p, p], strides=[p, p])
-        x = op.Reshape(x, op.Constant(value_ints=[0, 0, -1]))  # [batch, hidden, patches]
+        # Sizes from the shape, not -1: a batch of no images (a VL decode step) stays valid.
+        patches = op.ReduceProd(op.Shape(x, start=2), keepdims=1)
+        x = op.Reshape(
+            x, op.Concat(op.Shape(x, start=0, end=2), patches, axis=0)
+        )  # [batch, hidden, patches]
         return op.Transpose(x, perm=[0, 2, 1])
 
 

@@ -1,0 +1,252 @@
+"""Vision–language parity: prefill with images and cached decode, ONNX Runtime against PyTorch.
+
+The prompts go through the family's real transformers processor (built from a
+config by the case, over :func:`tiny_tokenizer`), so the image placeholders sit
+where the processor puts them; the images are random pixels at a size the
+processor resizes from.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from mobius.testing._parity import (
+    PARITY_ATOL,
+    CausalLMParity,
+    OnnxCausalLM,
+    build_with_cli,
+    perturb_parameters,
+)
+
+PROMPTS = ("USER: <image>\nw5 w7 w9 ASSISTANT:", "USER: w3 <image>\nw2 ASSISTANT: w4")
+
+
+def tiny_tokenizer(
+    vocab_size: int, special_tokens: dict[str, int], named_tokens: dict[str, str] | None = None
+):
+    """A word-level fast tokenizer: ``w0 .. w{n}`` plus ``special_tokens`` at their ids.
+
+    ``<unk>`` and ``<pad>`` take the first two free ids; padding is on the left, as
+    generation pads. ``named_tokens`` gives special tokens the attribute names a
+    processor reads (``{"boi_token": "<start_of_image>"}``: ``tokenizer.boi_token`` and
+    ``tokenizer.boi_token_id``).
+    """
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    taken = set(special_tokens.values())
+    free = [i for i in range(vocab_size) if i not in taken]
+    vocab = {f"w{i}": i for i in free[2:]}
+    specials = {"<unk>": free[0], "<pad>": free[1], **special_tokens}
+    vocab.update(specials)
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        unk_token="<unk>",
+        pad_token="<pad>",
+        padding_side="left",
+        extra_special_tokens=dict(named_tokens or {}),
+    )
+    fast.add_special_tokens({"additional_special_tokens": list(special_tokens)})
+    return fast
+
+
+def random_images(count: int, size: tuple[int, int], seed: int) -> list[np.ndarray]:
+    """``count`` random RGB images ``[height, width, 3]`` uint8."""
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 256, (*size, 3), dtype=np.uint8) for _ in range(count)]
+
+
+def make_random_vl_model(hf_config, seed: int = 0):
+    """A float32 transformers image-text-to-text model, every parameter perturbed, eval."""
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    torch.manual_seed(seed)
+    model = AutoModelForImageTextToText.from_config(
+        hf_config, dtype=torch.float32, attn_implementation="eager"
+    )
+    perturb_parameters(model, seed)
+    return model.eval()
+
+
+class OnnxVisionLanguage:
+    """A built VL package (``--form single`` or ``split``) driven step by step."""
+
+    def __init__(self, package: Path) -> None:
+        import onnxruntime as ort
+
+        self.single = (package / "model.onnx").exists()
+        decoder = package / ("model.onnx" if self.single else "decoder/model.onnx")
+        self.decoder = OnnxCausalLM(decoder)
+        if not self.single:
+            load = lambda p: ort.InferenceSession(str(p), providers=["CPUExecutionProvider"])  # noqa: E731
+            self.vision = load(package / "vision/model.onnx")
+            self.embedding = load(package / "embedding/model.onnx")
+        inputs = self.decoder.session.get_inputs()
+        text = ("input_ids", "attention_mask", "position_ids", "token_type_ids")
+        self.vision_names = [  # pixel_values and any other vision input (image_sizes...)
+            i.name
+            for i in inputs
+            if i.name not in text and not i.name.startswith("past_key_values.")
+        ]
+        self.decoder_inputs = {i.name for i in inputs}
+
+    def empty_cache(self, batch: int) -> dict[str, np.ndarray]:
+        return self.decoder.empty_cache(batch)
+
+    def __call__(
+        self, input_ids, vision: dict[str, np.ndarray] | None, mask, positions, cache, types=None
+    ):
+        """Logits and the next cache; ``vision`` holds the processor's image inputs, or None.
+
+        ``types`` is the processor's ``token_type_ids``, for decoders that take them
+        (zeros on decode steps).
+        """
+        if self.single:
+            if vision is None:  # no images on a decode step: empty image inputs
+                vision = {n: self._no_images(n) for n in self.vision_names}
+            return self._run_decoder({"input_ids": input_ids, **vision}, mask, positions, cache)
+        if vision is not None:
+            names = [i.name for i in self.vision.get_inputs()]
+            features = self.vision.run(None, {n: vision[n] for n in names})[0]
+        else:
+            width = self.embedding.get_inputs()[1].shape[1]
+            features = np.zeros((0, width), np.float32)
+        embeds = self.embedding.run(None, {"input_ids": input_ids, "image_features": features})[0]
+        feeds = {"inputs_embeds": embeds}
+        if "token_type_ids" in self.decoder_inputs:
+            feeds["token_type_ids"] = np.zeros_like(input_ids) if types is None else types
+        return self._run_decoder(feeds, mask, positions, cache)
+
+    def _no_images(self, name: str) -> np.ndarray:
+        info = next(i for i in self.decoder.session.get_inputs() if i.name == name)
+        dtype = np.int64 if info.type == "tensor(int64)" else np.float32
+        return np.zeros([0 if isinstance(d, str) else d for d in info.shape], dtype)
+
+    def _run_decoder(self, feeds, mask, positions, cache):
+        session = self.decoder.session
+        feeds = dict(feeds, attention_mask=mask, position_ids=positions, **cache)
+        outputs = dict(zip(self.decoder.output_names, session.run(None, feeds), strict=True))
+        present = {
+            name.replace("present.", "past_key_values."): value
+            for name, value in outputs.items()
+            if name.startswith("present.")
+        }
+        return outputs["logits"], present
+
+
+def compare_vision_language(
+    torch_model,
+    onnx_model: OnnxVisionLanguage,
+    inputs: dict[str, Any],
+    decode_steps: int = 8,
+    first_position: int = 0,
+) -> CausalLMParity:
+    """Prefill with the processor's ``inputs``, then greedy decode steps through both caches."""
+    import torch
+    from transformers import DynamicCache
+
+    input_ids = inputs["input_ids"].astype(np.int64)
+    mask = inputs["attention_mask"].astype(np.int64)
+    types = inputs.get("token_type_ids")
+    text_inputs = ("input_ids", "attention_mask", "token_type_ids", "labels")
+    vision = {k: v for k, v in inputs.items() if k not in text_inputs}
+    # transformers reads token_type_ids at prefill where the model takes them (Gemma 3's images)
+    takes_types = "token_type_ids" in inspect.signature(torch_model.forward).parameters
+    positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0) + first_position
+    real = mask.astype(bool)
+    cache = DynamicCache(config=torch_model.config)
+    onnx_cache = onnx_model.empty_cache(len(input_ids))
+    result = CausalLMParity()
+    for step in range(decode_steps + 1):
+        feeds = dict(
+            input_ids=torch.from_numpy(input_ids),
+            attention_mask=torch.from_numpy(mask),
+            position_ids=torch.from_numpy(positions),
+            past_key_values=cache,
+            use_cache=True,
+        )
+        if step == 0:
+            feeds.update({k: torch.from_numpy(v) for k, v in vision.items()})
+            if takes_types and types is not None:
+                feeds["token_type_ids"] = torch.from_numpy(types)
+        with torch.no_grad():
+            torch_logits = torch_model(**feeds).logits.float().numpy()
+        onnx_logits, onnx_cache = onnx_model(
+            input_ids,
+            vision if step == 0 else None,
+            mask,
+            positions,
+            onnx_cache,
+            types if step == 0 and takes_types else None,
+        )
+        if step == 0:  # padded positions carry no meaning: compare real tokens only
+            result.prefill_diff = float(np.abs(torch_logits - onnx_logits)[real].max())
+        else:
+            result.decode_diffs.append(float(np.abs(torch_logits - onnx_logits).max()))
+        torch_next = torch_logits[:, -1].argmax(-1)
+        result.torch_tokens.append(torch_next.tolist())
+        result.onnx_tokens.append(onnx_logits[:, -1].argmax(-1).tolist())
+        input_ids = torch_next[:, None].astype(np.int64)
+        positions = positions[:, -1:] + 1
+        mask = np.concatenate([mask, np.ones_like(input_ids)], axis=1)
+    return result
+
+
+def check_vision_language_parity(
+    hf_config,
+    processor,
+    workdir: Path,
+    *,
+    prompts: tuple[str, ...] = PROMPTS,
+    image_size: tuple[int, int] = (37, 45),
+    image_sizes: tuple[tuple[int, int], ...] | None = None,
+    decode_steps: int = 8,
+    seed: int = 0,
+    atol: float = PARITY_ATOL,
+    forms: tuple[str, ...] = ("split", "single"),
+    eps: tuple[str, ...] = ("default", "cpu"),
+    images_per_prompt: bool = False,
+    first_position: int = 0,
+) -> list[CausalLMParity]:
+    """Build a perturbed tiny VL model with the CLI per form and ep, and check it against PyTorch.
+
+    ``processor`` is the family's transformers processor; each prompt holds one
+    image placeholder and gets one random image of ``image_size`` (``images_per_prompt``:
+    passed as one list per prompt, for processors that want them so). Positions count
+    from ``first_position``, as the family's ``generate`` counts them.
+    """
+    workdir = Path(workdir)
+    torch_model = make_random_vl_model(hf_config, seed)
+    torch_model.save_pretrained(workdir / "hf")
+    if image_sizes is None:
+        images = random_images(len(prompts), image_size, seed)
+    else:  # one size per prompt (images of different shapes in one batch)
+        images = [random_images(1, size, seed + i)[0] for i, size in enumerate(image_sizes)]
+    if images_per_prompt:
+        images = [[image] for image in images]
+    inputs = dict(processor(text=list(prompts), images=images, return_tensors="np", padding=True))
+    inputs = {k: v.astype(np.float32) if v.dtype == np.float64 else v for k, v in inputs.items()}
+    results = []
+    for form in forms:
+        for ep in eps:
+            out = build_with_cli(
+                workdir / "hf", workdir / f"{form}-{ep}", "--ep", ep, "--form", form
+            )
+            if ep == "default":
+                for path in sorted(out.rglob("*.onnx")):
+                    onnx.checker.check_model(str(path), full_check=True)
+            result = compare_vision_language(
+                torch_model, OnnxVisionLanguage(out), inputs, decode_steps, first_position
+            )
+            result.ep = f"{ep} --form {form}"
+            result.assert_close(atol)
+            results.append(result)
+    return results

@@ -1,0 +1,152 @@
+"""What every vision–language family shares: a tower and a decoder found through the registry.
+
+A VL model is composed, never copied: its vision tower is the ``tower_class`` of
+whatever mobius registers for ``vision_config.model_type`` (CLIP's, SigLIP's...),
+and its text decoder is the causal LM mobius-text registers for
+``text_config.model_type``, built from the same config class a text-only build
+uses. The family adds the projector and says which tower states it reads.
+"""
+
+from __future__ import annotations
+
+from onnxscript import nn
+
+from mobius._registry import registry
+from mobius.components import embeddings_given, merge_image_features, module_scope
+from mobius.errors import ConfigError
+from mobius.tasks._causal_lm import cache_layout
+
+
+def vision_tower(config) -> nn.Module:
+    """The vision tower mobius registers for ``config.model_type``."""
+    top = registry.get(config.model_type).module_class()
+    tower = getattr(top, "tower_class", None)
+    if tower is None:
+        raise ConfigError(f"{config.model_type} is not a vision tower mobius can compose")
+    return tower(config)
+
+
+def text_decoder(config) -> nn.Module:
+    """The causal LM mobius registers for ``config.model_type``."""
+    entry = registry.get(config.model_type)
+    if entry.task != "causal-lm":
+        raise ConfigError(f"{config.model_type} is a {entry.task} model, not a text decoder")
+    return entry.module_class()(config)
+
+
+def layer_index(layer: int, num_layers: int) -> int:
+    """``hidden_states[layer]`` as a non-negative index (``hidden_states`` has ``num_layers + 1``)."""
+    return layer if layer >= 0 else num_layers + 1 + layer
+
+
+def flatten_images(op, features):
+    """``[num_images, tokens, hidden]`` to ``[num_images * tokens, hidden]``.
+
+    Sizes come from the shape (not ``-1``) so that no images (a single-graph decode
+    step) give an empty result rather than an error.
+    """
+    rows = op.ReduceProd(op.Shape(features, start=0, end=2), keepdims=1)
+    return op.Reshape(features, op.Concat(rows, op.Shape(features, start=2), axis=0))
+
+
+class VisionLanguageModel(nn.Module):
+    """``vision_tower``, ``multi_modal_projector`` and ``language_model``, composed.
+
+    Subclasses set ``config_class``, build the projector in :meth:`make_projector`,
+    and compute ``image_features`` (``[image_tokens, text_hidden]``).
+    """
+
+    task = "vision-language"
+
+    def __init__(self, config) -> None:
+        super().__init__()
+        self.config = config
+        self.vision_tower = vision_tower(config.vision)
+        self.multi_modal_projector = self.make_projector(config)
+        self.language_model = text_decoder(config.text)
+
+    def make_projector(self, config) -> nn.Module:
+        raise NotImplementedError
+
+    def vision_inputs(self, dtype) -> list[tuple]:
+        """The vision graph's inputs: ``(name, dtype, shape)``."""
+        height, width = self.config.vision.image_size
+        channels = self.config.vision.num_channels
+        return [("pixel_values", dtype, ["num_images", channels, height, width])]
+
+    def vision_modules(self) -> list[nn.Module]:
+        """The submodules :meth:`image_features` reads."""
+        return [self.vision_tower, self.multi_modal_projector]
+
+    def tower_states(self, op, pixel_values, num_layers: int | None = None) -> list:
+        """The tower's ``hidden_states``, under the tower's own parameter names."""
+        with module_scope(op, self.vision_tower):
+            return self.vision_tower.hidden_states(op, pixel_values, num_layers)
+
+    def embed(self, op, input_ids, image_features):
+        """Token embeddings with the image placeholders replaced by ``image_features``."""
+        decoder = self.language_model
+        with module_scope(op, decoder, decoder.model):
+            embeds = decoder.model.embed_tokens(op, input_ids)  # [batch, sequence, hidden]
+        return merge_image_features(
+            op, embeds, input_ids, image_features, self.config.image_token_id
+        )
+
+    def decoder_inputs(self) -> list[tuple]:
+        """The decoder graph's inputs beyond the causal-LM ones: ``(name, dtype, shape)``."""
+        return []
+
+    def decoder_inputs_from_ids(self, op, input_ids) -> list:
+        """The values of :meth:`decoder_inputs` in the single graph, which has ``input_ids``."""
+        return []
+
+    def decode(self, op, inputs_embeds, attention_mask, position_ids, past_key_values):
+        """The text decoder's logits and cache, from embeddings."""
+        with embeddings_given(op, self.language_model):
+            return self.language_model(
+                op, inputs_embeds, attention_mask, position_ids, past_key_values
+            )
+
+    def cache_layout(self):
+        return cache_layout(self.language_model)
+
+    def unused_tower_weights(self) -> list[str]:
+        """Tower tensors :meth:`image_features` does not read (layers past the chosen one...)."""
+        return []
+
+    @property
+    def ignored_weights(self) -> tuple[str, ...]:
+        decoder = getattr(self.language_model, "ignored_weights", ())
+        return (
+            *self.unused_tower_weights(),
+            *(f"language_model.{pattern}" for pattern in decoder),
+        )
+
+    def checkpoint_renames(self) -> dict[str, str]:
+        """Checkpoint key prefixes and the module paths they map to, longest first."""
+        return {
+            "model.vision_tower.": "vision_tower.",
+            "vision_tower.vision_model.": "vision_tower.",
+            "model.multi_modal_projector.": "multi_modal_projector.",
+            "model.language_model.": "language_model.model.",
+            "lm_head.": "language_model.lm_head.",
+        }
+
+    def preprocess_weights(self, weights: dict) -> dict:
+        """Every checkpoint layout (hub, transformers 4.5x, 5) to the module tree; the decoder's own
+        exceptions (a tied head's copy) as its text-only build makes them."""
+        renames = self.checkpoint_renames()
+        renamed = {}
+        for key, value in weights.items():
+            for old, new in renames.items():
+                if key.startswith(old):
+                    key = new + key[len(old) :]
+                    break
+            renamed[key] = value
+        prefix = "language_model."
+        text = {k[len(prefix) :]: v for k, v in renamed.items() if k.startswith(prefix)}
+        preprocess = getattr(self.language_model, "preprocess_weights", None)
+        if preprocess is not None:
+            text = preprocess(text)
+        rest = {k: v for k, v in renamed.items() if not k.startswith(prefix)}
+        return {**rest, **{prefix + k: v for k, v in text.items()}}

@@ -1,0 +1,220 @@
+"""CLIP's vision tower: a ViT with a bias-free patch conv, a LayerNorm before the encoder, and
+``post_layernorm`` on the class token as the pooled output.
+
+Checkpoints name the tower ``vision_model.*`` (``CLIPVisionModelWithProjection`` and the hub's
+``CLIPVisionModel`` files), or leave the prefix out (``CLIPVisionModel`` as transformers 5
+saves it); both are read. ``visual_projection`` gives ``image_embeds`` where the checkpoint
+has one. Vision–language models take :class:`CLIPVisionTransformer` as their tower and pick
+one of its :meth:`~CLIPVisionTransformer.hidden_states`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from onnxscript import nn
+
+from mobius._config import VisionConfig
+from mobius.components import LayerNorm, Linear, bidirectional_attention, get_activation
+from mobius.errors import ConfigError
+from mobius_vision.models.vit import PatchConv
+
+
+@dataclass
+class CLIPVisionConfig(VisionConfig):
+    hidden_size: int = 768
+    intermediate_size: int = 3072
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    patch_size: int = 32
+    hidden_act: str = "quick_gelu"
+    layer_norm_eps: float = 1e-5
+    projection_dim: int = 0  # 0: no visual_projection in the checkpoint
+
+    @classmethod
+    def hf_fields(cls, hf_config: Any) -> dict[str, Any]:
+        fields = super().hf_fields(hf_config)
+        with_projection = any(a.endswith("WithProjection") for a in fields["architectures"])
+        return dict(
+            fields,
+            hidden_size=hf_config.hidden_size,
+            intermediate_size=hf_config.intermediate_size,
+            num_hidden_layers=hf_config.num_hidden_layers,
+            num_attention_heads=hf_config.num_attention_heads,
+            patch_size=hf_config.patch_size,
+            hidden_act=hf_config.hidden_act,
+            layer_norm_eps=hf_config.layer_norm_eps,
+            projection_dim=hf_config.projection_dim if with_projection else 0,
+        )
+
+    @property
+    def num_positions(self) -> int:
+        height, width = self.image_size
+        return (height // self.patch_size) * (width // self.patch_size) + 1
+
+
+class CLIPVisionEmbeddings(nn.Module):
+    """``[class, patches] + position_embedding``."""
+
+    def __init__(self, config: CLIPVisionConfig) -> None:
+        super().__init__()
+        d = config.hidden_size
+        self.class_embedding = nn.Parameter([d])
+        self.patch_embedding = PatchConv(config.num_channels, d, config.patch_size, bias=False)
+        self.position_embedding = PositionTable(config.num_positions, d)
+
+    def forward(self, op, pixel_values):
+        patches = self.patch_embedding(op, pixel_values)  # [batch, patches, hidden]
+        batch = op.Shape(pixel_values, start=0, end=1)
+        shape = op.Concat(batch, op.Constant(value_ints=[1, 1]), axis=0)  # [batch, 1, 1]
+        cls = op.Expand(op.Reshape(self.class_embedding, op.Constant(value_ints=[1, 1, -1])), shape)
+        x = op.Concat(cls, patches, axis=1)  # [batch, positions, hidden]
+        return op.Add(x, self.position_embedding(op))
+
+
+class PositionTable(nn.Module):
+    """A learned ``weight [positions, hidden]`` added whole (an ``nn.Embedding`` read in order)."""
+
+    def __init__(self, positions: int, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter([positions, dim])
+
+    def forward(self, op):
+        return op.Identity(self.weight)
+
+
+class CLIPAttention(nn.Module):
+    def __init__(self, hidden_size: int, num_heads: int) -> None:
+        super().__init__()
+        self.q_proj = Linear(hidden_size, hidden_size, bias=True)
+        self.k_proj = Linear(hidden_size, hidden_size, bias=True)
+        self.v_proj = Linear(hidden_size, hidden_size, bias=True)
+        self.out_proj = Linear(hidden_size, hidden_size, bias=True)
+        self.num_heads = num_heads
+        self.scale = (hidden_size // num_heads) ** -0.5
+
+    def forward(self, op, x, bias=None):
+        q, k, v = self.q_proj(op, x), self.k_proj(op, x), self.v_proj(op, x)
+        return self.out_proj(
+            op, bidirectional_attention(op, q, k, v, bias, self.num_heads, self.scale)
+        )
+
+
+class CLIPMLP(nn.Module):
+    def __init__(self, hidden_size: int, intermediate_size: int, act: str) -> None:
+        super().__init__()
+        self.fc1 = Linear(hidden_size, intermediate_size, bias=True)
+        self.fc2 = Linear(intermediate_size, hidden_size, bias=True)
+        self.act = get_activation(act)
+
+    def forward(self, op, x):
+        return self.fc2(op, self.act(op, self.fc1(op, x)))
+
+
+class CLIPEncoderLayer(nn.Module):
+    """Pre-norm: ``x + attn(norm1(x))``, ``x + mlp(norm2(x))``; ``bias`` masks attention (text)."""
+
+    def __init__(self, hidden_size, intermediate_size, num_heads, act, eps) -> None:
+        super().__init__()
+        self.self_attn = CLIPAttention(hidden_size, num_heads)
+        self.layer_norm1 = LayerNorm(hidden_size, eps)
+        self.mlp = CLIPMLP(hidden_size, intermediate_size, act)
+        self.layer_norm2 = LayerNorm(hidden_size, eps)
+
+    def forward(self, op, x, bias=None):
+        x = op.Add(x, self.self_attn(op, self.layer_norm1(op, x), bias))
+        return op.Add(x, self.mlp(op, self.layer_norm2(op, x)))
+
+
+class CLIPEncoder(nn.Module):
+    def __init__(self, config) -> None:
+        super().__init__()
+        c = config
+        self.layers = nn.ModuleList(
+            [
+                CLIPEncoderLayer(
+                    c.hidden_size,
+                    c.intermediate_size,
+                    c.num_attention_heads,
+                    c.hidden_act,
+                    c.layer_norm_eps,
+                )
+                for _ in range(c.num_hidden_layers)
+            ]
+        )
+
+    def forward(self, op, x, bias=None, num_layers: int | None = None) -> list:
+        """``[x, layer_1(x), ...]``: the input and each layer's output (the first ``num_layers``)."""
+        states = [x]
+        for layer in self.layers[:num_layers]:
+            states.append(layer(op, states[-1], bias))
+        return states
+
+
+class CLIPVisionTransformer(nn.Module):
+    """The tower (HF ``CLIPVisionModel``): embeddings, ``pre_layrnorm``, encoder, ``post_layernorm``."""
+
+    def __init__(self, config: CLIPVisionConfig) -> None:
+        super().__init__()
+        self.embeddings = CLIPVisionEmbeddings(config)
+        self.pre_layrnorm = LayerNorm(config.hidden_size, config.layer_norm_eps)
+        self.encoder = CLIPEncoder(config)
+        self.post_layernorm = LayerNorm(config.hidden_size, config.layer_norm_eps)
+
+    def hidden_states(self, op, pixel_values, num_layers: int | None = None) -> list:
+        """transformers' ``hidden_states``: the normed embeddings, then each layer's output.
+
+        ``num_layers`` stops after that many layers (a vision–language model reads an
+        inner layer and need not run the rest).
+        """
+        x = self.pre_layrnorm(op, self.embeddings(op, pixel_values))  # [batch, positions, hidden]
+        return self.encoder(op, x, None, num_layers)
+
+    def forward(self, op, pixel_values):
+        x = self.hidden_states(op, pixel_values)[-1]
+        cls = op.Gather(x, op.Constant(value_int=0), axis=1)  # [batch, hidden]
+        return x, self.post_layernorm(op, cls)
+
+
+class CLIPVisionModel(nn.Module):
+    """``vision_model`` and, for ``CLIPVisionModelWithProjection``, ``visual_projection``."""
+
+    config_class = CLIPVisionConfig
+    task = "image-classification"
+    tower_class = CLIPVisionTransformer
+
+    def __init__(self, config: CLIPVisionConfig) -> None:
+        super().__init__()
+        if config.head != "none":
+            raise ConfigError(
+                f"{config.model_type} has no classifier head; build it with --head none"
+            )
+        self.config = config
+        self.vision_model = self.tower_class(config)
+        d, projection = config.hidden_size, config.projection_dim
+        self.visual_projection = Linear(d, projection, bias=False) if projection else None
+
+    def output_shapes(self) -> dict[str, list]:
+        c = self.config
+        return {
+            "last_hidden_state": ["batch", c.num_positions, c.hidden_size],
+            "pooler_output": ["batch", c.hidden_size],
+            "image_embeds": ["batch", c.projection_dim],
+        }
+
+    def forward(self, op, pixel_values):
+        hidden, pooled = self.vision_model(op, pixel_values)
+        if self.visual_projection is not None:
+            return {"last_hidden_state": hidden, "image_embeds": self.visual_projection(op, pooled)}
+        return {"last_hidden_state": hidden, "pooler_output": pooled}
+
+    def preprocess_weights(self, weights: dict) -> dict:
+        """A checkpoint without the ``vision_model.`` prefix gets it."""
+        return {
+            k if k.startswith(("vision_model.", "visual_projection.")) else f"vision_model.{k}": v
+            for k, v in weights.items()
+        }
+
+
+MODEL_TYPES = {"clip_vision_model": CLIPVisionModel}

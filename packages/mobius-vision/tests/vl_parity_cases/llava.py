@@ -1,0 +1,79 @@
+"""LLaVA over each text decoder family it ships with (the composition test), feature layers,
+the ``full`` selection strategy."""
+
+from transformers import AutoConfig, LlavaProcessor
+from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+
+from mobius.testing import tiny_tokenizer
+
+IMAGE_TOKEN_ID = 3
+VISION = dict(
+    model_type="clip_vision_model",
+    hidden_size=16,
+    intermediate_size=32,
+    num_hidden_layers=3,
+    num_attention_heads=2,
+    image_size=16,
+    patch_size=4,
+)
+TEXT = dict(
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=96,
+    max_position_embeddings=256,
+)
+TEXT_CONFIGS = {
+    "llama": dict(TEXT, model_type="llama"),
+    "qwen2": dict(TEXT, model_type="qwen2"),
+    "mistral": dict(TEXT, model_type="mistral", sliding_window=None),
+    "gemma": dict(TEXT, model_type="gemma", head_dim=8),
+}
+
+
+def llava_config(text: dict, **overrides):
+    def make():
+        return AutoConfig.for_model(
+            "llava",
+            vision_config=dict(VISION),
+            text_config=dict(text),
+            image_token_id=IMAGE_TOKEN_ID,
+            **overrides,
+        )
+
+    return make
+
+
+def llava_processor(config):
+    vision = config.vision_config
+    size = vision.image_size
+    return LlavaProcessor(
+        image_processor=CLIPImageProcessorPil(
+            size={"shortest_edge": size}, crop_size={"height": size, "width": size}
+        ),
+        tokenizer=tiny_tokenizer(config.text_config.vocab_size, {"<image>": IMAGE_TOKEN_ID}),
+        patch_size=vision.patch_size,
+        vision_feature_select_strategy=config.vision_feature_select_strategy,
+        num_additional_image_tokens=1,
+    )
+
+
+CASES = {
+    **{
+        f"llava-{name}": ("llava", llava_config(text), llava_processor)
+        for name, text in TEXT_CONFIGS.items()
+    },
+    "llava-layers-0-and-last-full-silu": (
+        "llava",
+        llava_config(
+            TEXT_CONFIGS["llama"],
+            vision_feature_layer=[0, -1],
+            vision_feature_select_strategy="full",
+            projector_hidden_act="silu",
+            multimodal_projector_bias=False,
+        ),
+        llava_processor,
+    ),
+}
