@@ -1,19 +1,39 @@
 """mobius-audio: audio models: speech-to-text and audio encoders.
 
 Importing the package registers its architectures with ``mobius.registry``;
-the ``mobius.plugins`` entry point does the same without an import. No model
-type is registered until it passes parity against its reference implementation.
+the ``mobius.plugins`` entry point does the same without an import. Each model
+file in ``mobius_audio.models`` declares the HF ``model_type`` keys it builds in
+a ``MODEL_TYPES`` table, next to the classes themselves.
 """
+
+from __future__ import annotations
+
+from mobius.discovery import discover_model_types, register_model_types
 
 __version__ = "0.1.0"
 
 PACKAGE = "mobius-audio"
 
-# key -> (module class "module:Class", task). Empty until a model is verified.
-MODELS: dict[str, tuple[str, str]] = {}
+# Model files that failed to import: file name -> error. Their types are not registered.
+LOAD_ERRORS: dict[str, str] = {}
+
+
+def model_types() -> dict[str, type]:
+    """Every ``model_type`` this package builds, mapped to its module class."""
+    from mobius_audio import models
+
+    return discover_model_types(models, LOAD_ERRORS)
 
 
 def register(registry) -> None:
     """Add mobius-audio's architectures to ``registry``; calling it again changes nothing."""
-    for key, (module, task) in MODELS.items():
-        registry.register(key, module, task=task, package=PACKAGE)
+    register_model_types(registry, PACKAGE, model_types(), LOAD_ERRORS, "mobius_audio:verified.json")
+
+
+def _register_default() -> None:
+    from mobius import registry
+
+    register(registry)
+
+
+_register_default()

@@ -7,9 +7,10 @@ HF configs name the same idea many ways (``n_head``, ``num_attention_heads``;
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 
 @dataclass
@@ -258,6 +259,9 @@ class VisionConfig:
         )
 
 
+#: Text-config fields a causal LM's own output head applies, and the values that turn them off.
+TEXT_HEAD_FIELDS = {"logit_scale": 1.0, "final_logit_softcapping": None, "logits_scaling": 1.0}
+
 #: The package layouts of a vision–language build (``--form``).
 VISION_LANGUAGE_FORMS = ("split", "single")
 
@@ -294,10 +298,26 @@ class VisionLanguageConfig:
             image_token_id=int(_first(hf_config, "image_token_id", "image_token_index")),
         )
 
+    #: Output-head fields of :data:`TEXT_HEAD_FIELDS` that the family's transformers class
+    #: applies itself (Gemma 3 and PaliGemma soft-cap their logits).
+    text_head_applied: ClassVar[tuple[str, ...]] = ()
+
     @classmethod
     def text_hf_config(cls, hf_config: Any) -> Any:
-        """The transformers config the text decoder is built from (a family may adjust it)."""
-        return hf_config.text_config
+        """The transformers config the text decoder is built from.
+
+        transformers' VL classes put a bare ``lm_head`` on the text model, tied or
+        not by the top-level ``tie_word_embeddings``, so the scaling and capping a
+        text-only causal LM applies in its head are turned off, except those in
+        :attr:`text_head_applied`.
+        """
+        text = copy.deepcopy(hf_config.text_config)
+        if getattr(hf_config, "tie_word_embeddings", None) is not None:
+            text.tie_word_embeddings = hf_config.tie_word_embeddings  # the VL class ties by its own
+        for name, neutral in TEXT_HEAD_FIELDS.items():
+            if name not in cls.text_head_applied and getattr(text, name, None) is not None:
+                setattr(text, name, neutral)
+        return text
 
     @property
     def vocab_size(self) -> int:

@@ -155,7 +155,7 @@ def _token_ids(config: Any, generation: dict, source: dict) -> dict[str, Any]:
 
 
 def genai_config(package, *, ep: str = "cpu") -> dict:
-    """The ``genai_config.json`` content for a built causal-LM ``package``.
+    """The ``genai_config.json`` content for a built causal-LM or vision–language ``package``.
 
     Read from the package's graph (input and output names, cache geometry, whether
     attention is ``GroupQueryAttention``), its mobius config (sizes, context
@@ -163,9 +163,16 @@ def genai_config(package, *, ep: str = "cpu") -> dict:
     ``config.json`` (token ids, search defaults). ``ep`` picks the generator's
     execution provider (``"cuda"`` asks for CUDA, anything else runs on CPU).
 
+    A vision–language package qualifies in its split form, for the families the
+    generator has a class for (:data:`GENAI_VISION_LANGUAGE_TYPES`): the decoder
+    takes ``inputs_embeds``, and ``embedding`` and ``vision`` sections name the
+    other two graphs.
+
     Raises :class:`GenAIUnsupportedError` for a package onnxruntime-genai cannot run:
     not a causal LM, or a layer without a key/value cache (state-space layers).
     """
+    if package.task == "vision-language":
+        return _vision_language_config(package, ep)
     if package.task != "causal-lm" or set(package.models) != {"model"}:
         raise GenAIUnsupportedError(
             f"--runtime ort-genai supports causal LMs only (this build is a {package.task!r} "
@@ -173,21 +180,76 @@ def genai_config(package, *, ep: str = "cpu") -> dict:
         )
     model = package.models["model"]
     config = package.config
+    model_type = getattr(config, "model_type", None) or _read_json(
+        package.source_dir, "config.json"
+    ).get("model_type", "")
+    genai_type = model_type if model_type in GENAI_DECODER_TYPES else FALLBACK_TYPE
+    return _decoder_config(package, model, config, "model.onnx", "input_ids", genai_type, ep)
+
+
+# Vision–language model types the generator has a class for, whose decoders take only the
+# causal-LM inputs (Gemma 3's also takes token_type_ids, which the generator does not feed).
+GENAI_VISION_LANGUAGE_TYPES = frozenset({"mistral3"})
+
+
+def _vision_language_config(package, ep: str) -> dict:
+    config = package.config
+    if set(package.models) != {"vision/model", "embedding/model", "decoder/model"}:
+        raise GenAIUnsupportedError(
+            "onnxruntime-genai loads vision–language models in the split form (--form split)"
+        )
+    if config.model_type not in GENAI_VISION_LANGUAGE_TYPES:
+        raise GenAIUnsupportedError(
+            f"onnxruntime-genai has no vision–language class for {config.model_type!r} "
+            f"(it has: {', '.join(sorted(GENAI_VISION_LANGUAGE_TYPES))})"
+        )
+    decoder = package.models["decoder/model"]
+    result = _decoder_config(
+        package, decoder, config.text, "decoder/model.onnx", "inputs_embeds", config.model_type, ep
+    )
+    vision_inputs = [value.name for value in package.models["vision/model"].graph.inputs]
+    vision = {
+        "filename": "vision/model.onnx",
+        "inputs": {name: name for name in vision_inputs},
+        "outputs": {"image_features": "image_features"},
+    }
+    for name in ("patch_size", "spatial_merge_size"):
+        value = getattr(config.vision, name, None) or getattr(config, name, None)
+        if value is not None:
+            vision[name] = value
+    result["model"].update(
+        image_token_id=config.image_token_id,
+        vocab_size=config.text.vocab_size,
+        embedding={
+            "filename": "embedding/model.onnx",
+            "inputs": {"input_ids": "input_ids", "image_features": "image_features"},
+            "outputs": {"inputs_embeds": "inputs_embeds"},
+        },
+        vision=vision,
+    )
+    return result
+
+
+def _decoder_config(package, model, config, filename, tokens_input, genai_type, ep) -> dict:
+    """The config of a generator whose decoder graph is ``model`` (tokens as ``tokens_input``)."""
     layers, kv_heads, head_size = _cache_geometry(model)
     inputs = {value.name for value in model.graph.inputs}
     outputs = {value.name for value in model.graph.outputs}
-    for needed in ("input_ids", "attention_mask"):
+    for needed in (tokens_input, "attention_mask"):
         if needed not in inputs:
             raise GenAIUnsupportedError(f"the graph has no {needed!r} input")
     if "logits" not in outputs:
         raise GenAIUnsupportedError("the graph has no 'logits' output")
+    known = {tokens_input, "attention_mask", "position_ids"}
+    extra = sorted(n for n in inputs - known if not _CACHE_INPUT.fullmatch(n))
+    if extra:
+        raise GenAIUnsupportedError(f"the generator does not feed the graph's inputs {extra}")
 
     source = _read_json(package.source_dir, "config.json")
     generation = _read_json(package.source_dir, "generation_config.json")
-    model_type = getattr(config, "model_type", None) or source.get("model_type", "")
     context_length = getattr(config, "max_position_embeddings", None) or 2048
 
-    graph_inputs = {"input_ids": "input_ids", "attention_mask": "attention_mask"}
+    graph_inputs = {tokens_input: tokens_input, "attention_mask": "attention_mask"}
     if "position_ids" in inputs:
         graph_inputs["position_ids"] = "position_ids"
     graph_inputs["past_key_names"] = "past_key_values.%d.key"
@@ -211,7 +273,7 @@ def genai_config(package, *, ep: str = "cpu") -> dict:
             "context_length": context_length,
             "decoder": {
                 "session_options": {"log_id": "onnxruntime-genai", "provider_options": providers},
-                "filename": "model.onnx",
+                "filename": filename,
                 "head_size": head_size,
                 "hidden_size": getattr(config, "hidden_size", None) or source.get("hidden_size"),
                 "inputs": graph_inputs,
@@ -224,7 +286,7 @@ def genai_config(package, *, ep: str = "cpu") -> dict:
                 "num_hidden_layers": layers,
                 "num_key_value_heads": kv_heads,
             },
-            "type": model_type if model_type in GENAI_DECODER_TYPES else FALLBACK_TYPE,
+            "type": genai_type,
             "vocab_size": getattr(config, "vocab_size", None) or source.get("vocab_size"),
         },
         "search": dict(sorted(search.items())),

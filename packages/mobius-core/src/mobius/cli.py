@@ -57,7 +57,8 @@ def _build(args: argparse.Namespace) -> int:
     genai = None
     # --no-weights packages cannot run, so "auto" writes no generator config for them;
     # nor for tasks the generator does not run (encoders).
-    auto = args.runtime == "auto" and not args.no_weights and package.task == "causal-lm"
+    generated = ("causal-lm", "vision-language")
+    auto = args.runtime == "auto" and not args.no_weights and package.task in generated
     if args.runtime == "ort-genai" or auto:
         from mobius._genai import FILENAME, GenAIUnsupportedError, genai_config
 

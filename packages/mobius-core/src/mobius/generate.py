@@ -645,9 +645,25 @@ def open_generator(package_dir: str | os.PathLike, **options) -> _Generator:
     """The generator a package's layout calls for: :class:`Seq2SeqGenerator` when it has
     ``encoder/`` and ``decoder/`` graphs, else :class:`TextGenerator`."""
     package = Path(package_dir)
+    if (package / "vision" / "model.onnx").is_file() or _takes_pixels(package / "model.onnx"):
+        raise MobiusError(
+            f"{package} is a vision–language package: mobius generate runs text and "
+            "encoder–decoder packages only (run its vision/, embedding/ and decoder/ graphs "
+            "in ONNX Runtime, or a genai_config.json package in onnxruntime-genai)"
+        )
     if (package / "encoder" / "model.onnx").is_file() or (package / "decoder").is_dir():
         return Seq2SeqGenerator(package, **options)
     return TextGenerator(package, **options)
+
+
+def _takes_pixels(graph: Path) -> bool:
+    """Whether a graph file has a ``pixel_values`` input (a single-graph VL package)."""
+    if not graph.is_file():
+        return False
+    import onnx
+
+    model = onnx.load(str(graph), load_external_data=False)
+    return any(i.name.startswith("pixel_values") for i in model.graph.input)
 
 
 def generate_text(package_dir: str | os.PathLike, prompt: str, **options) -> str:

@@ -30,6 +30,8 @@ TEXT_CONFIGS = {
     "qwen2": dict(TEXT, model_type="qwen2"),
     "mistral": dict(TEXT, model_type="mistral", sliding_window=None),
     "gemma": dict(TEXT, model_type="gemma", head_dim=8),
+    # LLaVA's bare lm_head does not soft-cap, though Gemma 2's own causal LM does.
+    "gemma2": dict(TEXT, model_type="gemma2", head_dim=8, final_logit_softcapping=0.5),
 }
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
-from mobius.components import realize_parameters
+from mobius.components import realize_parameters, scan_body
 from mobius.tasks._base import IR_VERSION, ModelTask, new_graph, set_output, twin_module
 from mobius.tasks._causal_lm import INT64, _present_shape, cache_layout
 
@@ -111,7 +111,7 @@ class VisionLanguageTask(ModelTask):
 
         def branch(trace, name):
             out = ir.Value(name=f"{name}_features", type=ir.TensorType(dtype))
-            return op.builder.subgraph(trace, inputs=[], outputs=[out], name=name)
+            return scan_body(op, trace, inputs=[], outputs=[out], name=name)  # its own names
 
         count = op.Shape(vision[0], start=0, end=1)
         has_images = op.Squeeze(op.Greater(count, op.Constant(value_ints=[0])), [0])

@@ -18,6 +18,7 @@ _COMPARED = {
     "last_hidden_state": "last_hidden_state",
     "pooler_output": "pooler_output",
     "image_embeds": "image_embeds",
+    "cls_token_value": "cls_token_value",  # CvT's class token
 }
 
 

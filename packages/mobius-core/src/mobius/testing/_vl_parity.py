@@ -148,28 +148,41 @@ def compare_vision_language(
     inputs: dict[str, Any],
     decode_steps: int = 8,
     first_position: int = 0,
+    rope_positions=None,
 ) -> CausalLMParity:
-    """Prefill with the processor's ``inputs``, then greedy decode steps through both caches."""
+    """Prefill with the processor's ``inputs``, then greedy decode steps through both caches.
+
+    ``rope_positions(torch_model, inputs) -> (positions [3, batch, sequence], deltas [batch, 1])``
+    gives families with 3-D rotary positions (Qwen2-VL's M-RoPE) the prefill positions
+    their model computes; decode steps then feed the text position plus ``deltas`` on all
+    three streams, as their ``generate`` does.
+    """
     import torch
     from transformers import DynamicCache
 
     input_ids = inputs["input_ids"].astype(np.int64)
     mask = inputs["attention_mask"].astype(np.int64)
     types = inputs.get("token_type_ids")
-    text_inputs = ("input_ids", "attention_mask", "token_type_ids", "labels")
+    text_inputs = ("input_ids", "attention_mask", "token_type_ids", "labels", "mm_token_type_ids")
     vision = {k: v for k, v in inputs.items() if k not in text_inputs}
     # transformers reads token_type_ids at prefill where the model takes them (Gemma 3's images)
     takes_types = "token_type_ids" in inspect.signature(torch_model.forward).parameters
     positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0) + first_position
     real = mask.astype(bool)
+    deltas = None
+    if rope_positions is not None:
+        rope, deltas = (np.asarray(a, np.int64) for a in rope_positions(torch_model, inputs))
     cache = DynamicCache(config=torch_model.config)
     onnx_cache = onnx_model.empty_cache(len(input_ids))
     result = CausalLMParity()
     for step in range(decode_steps + 1):
+        fed_positions = positions
+        if deltas is not None:  # 3-D rotary positions
+            fed_positions = rope if step == 0 else np.stack([positions + deltas] * 3)
         feeds = dict(
             input_ids=torch.from_numpy(input_ids),
             attention_mask=torch.from_numpy(mask),
-            position_ids=torch.from_numpy(positions),
+            position_ids=torch.from_numpy(fed_positions),
             past_key_values=cache,
             use_cache=True,
         )
@@ -183,7 +196,7 @@ def compare_vision_language(
             input_ids,
             vision if step == 0 else None,
             mask,
-            positions,
+            fed_positions,
             onnx_cache,
             types if step == 0 and takes_types else None,
         )
@@ -215,21 +228,29 @@ def check_vision_language_parity(
     eps: tuple[str, ...] = ("default", "cpu"),
     images_per_prompt: bool = False,
     first_position: int = 0,
+    image_counts: tuple[int, ...] | None = None,
+    rope_positions=None,
 ) -> list[CausalLMParity]:
     """Build a perturbed tiny VL model with the CLI per form and ep, and check it against PyTorch.
 
     ``processor`` is the family's transformers processor; each prompt holds one
     image placeholder and gets one random image of ``image_size`` (``images_per_prompt``:
     passed as one list per prompt, for processors that want them so). Positions count
-    from ``first_position``, as the family's ``generate`` counts them.
+    from ``first_position``, as the family's ``generate`` counts them. ``image_counts``
+    gives each prompt that many images instead (its prompt holds as many placeholders),
+    ``image_sizes`` one size per image. ``rope_positions``: see :func:`compare_vision_language`.
     """
     workdir = Path(workdir)
     torch_model = make_random_vl_model(hf_config, seed)
     torch_model.save_pretrained(workdir / "hf")
+    count = len(prompts) if image_counts is None else sum(image_counts)
     if image_sizes is None:
-        images = random_images(len(prompts), image_size, seed)
-    else:  # one size per prompt (images of different shapes in one batch)
+        images = random_images(count, image_size, seed)
+    else:  # one size per image (images of different shapes in one batch)
         images = [random_images(1, size, seed + i)[0] for i, size in enumerate(image_sizes)]
+    if image_counts is not None:  # several images in a prompt: one list of images per prompt
+        ends = np.cumsum(image_counts).tolist()
+        images = [images[end - n : end] for n, end in zip(image_counts, ends, strict=True)]
     if images_per_prompt:
         images = [[image] for image in images]
     inputs = dict(processor(text=list(prompts), images=images, return_tensors="np", padding=True))
@@ -244,7 +265,12 @@ def check_vision_language_parity(
                 for path in sorted(out.rglob("*.onnx")):
                     onnx.checker.check_model(str(path), full_check=True)
             result = compare_vision_language(
-                torch_model, OnnxVisionLanguage(out), inputs, decode_steps, first_position
+                torch_model,
+                OnnxVisionLanguage(out),
+                inputs,
+                decode_steps,
+                first_position,
+                rope_positions,
             )
             result.ep = f"{ep} --form {form}"
             result.assert_close(atol)

@@ -16,8 +16,10 @@ from typing import Any
 from onnxscript import nn
 
 from mobius._config import VisionConfig
-from mobius.components import LayerNorm, Linear, bidirectional_attention, get_activation
+from mobius.components import LayerNorm, Linear
 from mobius.errors import ConfigError
+from mobius_text.models import clip_text
+from mobius_text.models.clip_text import CLIPMLP  # noqa: F401  (the towers built on CLIP import it here)
 from mobius_vision.models.vit import PatchConv
 
 
@@ -84,72 +86,19 @@ class PositionTable(nn.Module):
         return op.Identity(self.weight)
 
 
-class CLIPAttention(nn.Module):
-    def __init__(self, hidden_size: int, num_heads: int) -> None:
-        super().__init__()
-        self.q_proj = Linear(hidden_size, hidden_size, bias=True)
-        self.k_proj = Linear(hidden_size, hidden_size, bias=True)
-        self.v_proj = Linear(hidden_size, hidden_size, bias=True)
-        self.out_proj = Linear(hidden_size, hidden_size, bias=True)
-        self.num_heads = num_heads
-        self.scale = (hidden_size // num_heads) ** -0.5
+class CLIPEncoder(clip_text.CLIPEncoder):
+    """The encoder of a CLIP-like vision config: the text tower's layers, read from the config."""
 
-    def forward(self, op, x, bias=None):
-        q, k, v = self.q_proj(op, x), self.k_proj(op, x), self.v_proj(op, x)
-        return self.out_proj(
-            op, bidirectional_attention(op, q, k, v, bias, self.num_heads, self.scale)
-        )
-
-
-class CLIPMLP(nn.Module):
-    def __init__(self, hidden_size: int, intermediate_size: int, act: str) -> None:
-        super().__init__()
-        self.fc1 = Linear(hidden_size, intermediate_size, bias=True)
-        self.fc2 = Linear(intermediate_size, hidden_size, bias=True)
-        self.act = get_activation(act)
-
-    def forward(self, op, x):
-        return self.fc2(op, self.act(op, self.fc1(op, x)))
-
-
-class CLIPEncoderLayer(nn.Module):
-    """Pre-norm: ``x + attn(norm1(x))``, ``x + mlp(norm2(x))``; ``bias`` masks attention (text)."""
-
-    def __init__(self, hidden_size, intermediate_size, num_heads, act, eps) -> None:
-        super().__init__()
-        self.self_attn = CLIPAttention(hidden_size, num_heads)
-        self.layer_norm1 = LayerNorm(hidden_size, eps)
-        self.mlp = CLIPMLP(hidden_size, intermediate_size, act)
-        self.layer_norm2 = LayerNorm(hidden_size, eps)
-
-    def forward(self, op, x, bias=None):
-        x = op.Add(x, self.self_attn(op, self.layer_norm1(op, x), bias))
-        return op.Add(x, self.mlp(op, self.layer_norm2(op, x)))
-
-
-class CLIPEncoder(nn.Module):
     def __init__(self, config) -> None:
-        super().__init__()
         c = config
-        self.layers = nn.ModuleList(
-            [
-                CLIPEncoderLayer(
-                    c.hidden_size,
-                    c.intermediate_size,
-                    c.num_attention_heads,
-                    c.hidden_act,
-                    c.layer_norm_eps,
-                )
-                for _ in range(c.num_hidden_layers)
-            ]
+        super().__init__(
+            c.num_hidden_layers,
+            c.hidden_size,
+            c.num_attention_heads,
+            c.intermediate_size,
+            c.hidden_act,
+            c.layer_norm_eps,
         )
-
-    def forward(self, op, x, bias=None, num_layers: int | None = None) -> list:
-        """``[x, layer_1(x), ...]``: the input and each layer's output (the first ``num_layers``)."""
-        states = [x]
-        for layer in self.layers[:num_layers]:
-            states.append(layer(op, states[-1], bias))
-        return states
 
 
 class CLIPVisionTransformer(nn.Module):
@@ -208,6 +157,9 @@ class CLIPVisionModel(nn.Module):
         if self.visual_projection is not None:
             return {"last_hidden_state": hidden, "image_embeds": self.visual_projection(op, pooled)}
         return {"last_hidden_state": hidden, "pooler_output": pooled}
+
+    #: A buffer older checkpoints saved; the graph numbers the positions itself.
+    ignored_weights = ("vision_model.embeddings.position_ids",)
 
     def preprocess_weights(self, weights: dict) -> dict:
         """A checkpoint without the ``vision_model.`` prefix gets it."""

@@ -28,6 +28,7 @@ from mobius_vision.models._vl import VisionLanguageModel, flatten_images
 @dataclass
 class Gemma3Config(VisionLanguageConfig):
     mm_tokens_per_image: int = 256
+    text_head_applied = ("final_logit_softcapping",)
 
     @classmethod
     def hf_fields(cls, hf_config: Any) -> dict[str, Any]:

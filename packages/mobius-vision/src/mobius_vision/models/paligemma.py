@@ -12,7 +12,6 @@ prefix stays visible (transformers ORs the prefix into the windowed mask). Posit
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +26,7 @@ from mobius_vision.models._vl import VisionLanguageModel, flatten_images
 @dataclass
 class PaliGemmaConfig(VisionLanguageConfig):
     projection_dim: int = 2048
+    text_head_applied = ("final_logit_softcapping",)
 
     @classmethod
     def hf_fields(cls, hf_config: Any) -> dict[str, Any]:
@@ -37,7 +37,7 @@ class PaliGemmaConfig(VisionLanguageConfig):
     def text_hf_config(cls, hf_config: Any) -> Any:
         """PaliGemma marks its text config bidirectional, but hands the decoder its own
         causal-plus-prefix mask: the decoder is the causal one (see ``decode``)."""
-        text = copy.deepcopy(hf_config.text_config)
+        text = super().text_hf_config(hf_config)
         text.use_bidirectional_attention = False
         return text
 

@@ -1,0 +1,64 @@
+"""DeepSeek-VL: a SigLIP tower's ``last_hidden_state``, a two-layer GELU aligner, a Llama decoder.
+
+Every patch token of ``last_hidden_state`` (after ``post_layernorm``) is one image
+token, mapped by the aligner ``linear1 -> gelu (exact) -> linear2`` to the text
+width. The tower's pooling ``head`` is computed by transformers but never read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from onnxscript import nn
+
+from mobius._config import VisionLanguageConfig
+from mobius.components import Linear, get_activation, module_scope
+from mobius_vision.models._vl import VisionLanguageModel, flatten_images
+
+
+@dataclass
+class DeepseekVLConfig(VisionLanguageConfig):
+    pass
+
+
+class DeepseekVLAligner(nn.Module):
+    """``linear1 -> gelu -> linear2`` (``nn.GELU()``: the exact erf form)."""
+
+    def __init__(self, in_features: int, hidden: int) -> None:
+        super().__init__()
+        self.linear1 = Linear(in_features, hidden, bias=True)
+        self.activation = get_activation("gelu")
+        self.linear2 = Linear(hidden, hidden, bias=True)
+
+    def forward(self, op, x):
+        return self.linear2(op, self.activation(op, self.linear1(op, x)))
+
+
+class DeepseekVLForConditionalGeneration(VisionLanguageModel):
+    """The SigLIP tower, :class:`DeepseekVLAligner` and the Llama (or other) decoder."""
+
+    config_class = DeepseekVLConfig
+
+    def make_projector(self, config: DeepseekVLConfig) -> nn.Module:
+        return DeepseekVLAligner(config.vision.hidden_size, config.text.hidden_size)
+
+    def image_features(self, op, pixel_values):
+        tower = self.vision_tower
+        with module_scope(op, tower):
+            x = tower.post_layernorm(op, tower.hidden_states(op, pixel_values)[-1])
+        x = self.multi_modal_projector(op, x)  # [images, patches, text_hidden]
+        return flatten_images(op, x)
+
+    def unused_tower_weights(self) -> list[str]:
+        return ["vision_tower.head.*"]  # pooler_output is replaced by the aligner's output
+
+    def checkpoint_renames(self) -> dict[str, str]:
+        return {
+            "model.vision_model.vision_model.": "vision_tower.",  # a nested SiglipVisionModel
+            "model.vision_model.": "vision_tower.",
+            "model.aligner.": "multi_modal_projector.",
+            **super().checkpoint_renames(),
+        }
+
+
+MODEL_TYPES = {"deepseek_vl": DeepseekVLForConditionalGeneration}

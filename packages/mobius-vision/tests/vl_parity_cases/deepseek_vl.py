@@ -1,0 +1,69 @@
+"""DeepSeek-VL over Llama: a SigLIP tower with its (unread) pooling head; a 20x20 image of
+25 patches, no head, three layers, an untied output head."""
+
+from transformers import AutoConfig, DeepseekVLProcessor
+from transformers.models.deepseek_vl.image_processing_pil_deepseek_vl import (
+    DeepseekVLImageProcessorPil,
+)
+
+from mobius.testing import tiny_tokenizer
+
+IMAGE_TOKEN_ID = 3
+SIGLIP = dict(
+    model_type="siglip_vision_model",
+    hidden_size=16,
+    intermediate_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    image_size=16,
+    patch_size=4,
+)
+LLAMA = dict(
+    model_type="llama",
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=96,
+    max_position_embeddings=256,
+)
+
+
+def deepseek_vl_config(vision=SIGLIP, text=LLAMA, **overrides):
+    def make():
+        return AutoConfig.for_model(
+            "deepseek_vl",
+            vision_config=dict(vision),
+            text_config=dict(text),
+            image_token_id=IMAGE_TOKEN_ID,
+            **overrides,
+        )
+
+    return make
+
+
+def deepseek_vl_processor(config):
+    vision = config.vision_config
+    size = vision.image_size
+    tokenizer = tiny_tokenizer(
+        config.text_config.vocab_size, {"<image>": IMAGE_TOKEN_ID}, {"image_token": "<image>"}
+    )
+    return DeepseekVLProcessor(
+        image_processor=DeepseekVLImageProcessorPil(size={"height": size, "width": size}),
+        tokenizer=tokenizer,
+        num_image_tokens=(size // vision.patch_size) ** 2,
+    )
+
+
+CASES = {
+    "deepseek_vl-llama": ("deepseek_vl", deepseek_vl_config(), deepseek_vl_processor),
+    "deepseek_vl-llama-20px-no-head-untied": (
+        "deepseek_vl",
+        deepseek_vl_config(
+            dict(SIGLIP, image_size=20, num_hidden_layers=3, vision_use_head=False),
+            tie_word_embeddings=False,
+        ),
+        deepseek_vl_processor,
+    ),
+}

@@ -1,0 +1,80 @@
+"""LLaVA-NeXT-Video's image path: a wide and a tall image over Llama, with the conv video
+resampler (weights the image graphs leave unused)."""
+
+from transformers import AutoConfig, LlavaNextVideoProcessor
+from transformers.models.llava_next.image_processing_pil_llava_next import (
+    LlavaNextImageProcessorPil,
+)
+
+from mobius.testing import tiny_tokenizer
+
+IMAGE_TOKEN_ID, VIDEO_TOKEN_ID = 3, 4
+VISION = dict(
+    model_type="clip_vision_model",
+    hidden_size=16,
+    intermediate_size=32,
+    num_hidden_layers=3,
+    num_attention_heads=2,
+    image_size=16,
+    patch_size=4,
+)
+TEXT = dict(
+    model_type="llama",
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=96,
+    max_position_embeddings=512,
+)
+PINPOINTS = [[16, 32], [32, 16], [32, 32], [48, 16], [16, 48]]
+
+
+class ImageLlavaNextVideoProcessor(LlavaNextVideoProcessor):
+    """LlavaNextVideoProcessor without its video processor: transformers' video processors need
+    torchvision, which is not installed. Images go through LlavaNextVideoProcessor's own code."""
+
+    def check_argument_for_proper_class(self, argument_name, argument):
+        if argument_name == "video_processor" and argument is None:
+            return None
+        return super().check_argument_for_proper_class(argument_name, argument)
+
+
+def llava_next_video_config():
+    return AutoConfig.for_model(
+        "llava_next_video",
+        vision_config=dict(VISION),
+        text_config=dict(TEXT),
+        image_token_index=IMAGE_TOKEN_ID,
+        video_token_index=VIDEO_TOKEN_ID,
+        image_grid_pinpoints=PINPOINTS,
+        spatial_pool_mode="conv",
+    )
+
+
+def llava_next_video_processor(config):
+    vision = config.vision_config
+    size = vision.image_size
+    special = {"<image>": IMAGE_TOKEN_ID, "<video>": VIDEO_TOKEN_ID}
+    return ImageLlavaNextVideoProcessor(
+        image_processor=LlavaNextImageProcessorPil(
+            size={"shortest_edge": size},
+            crop_size={"height": size, "width": size},
+            image_grid_pinpoints=config.image_grid_pinpoints,
+        ),
+        tokenizer=tiny_tokenizer(config.text_config.vocab_size, special),
+        patch_size=vision.patch_size,
+        vision_feature_select_strategy=config.vision_feature_select_strategy,
+        num_additional_image_tokens=1,
+    )
+
+
+CASES = {
+    "llava_next_video-llama-wide-tall-images": (
+        "llava_next_video",
+        llava_next_video_config,
+        llava_next_video_processor,
+        dict(image_sizes=((24, 41), (47, 22))),
+    ),
+}
