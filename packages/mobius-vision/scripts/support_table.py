@@ -61,6 +61,16 @@ KITS = (
         "one random image each through the family's real processor and on 8 greedy decode steps "
         "through the cache, equal greedy tokens, --form split and single, --ep default and cpu",
     ),
+    (
+        "cross-attention-vision-language",
+        "test_mllama_parity.py",
+        "test_mllama_parity",
+        "test_mllama_parity:CASES",
+        "Cross-attention vision–language models",
+        "fp32, max abs difference ≤ 1e-4 on the prefill logits of two left-padded prompts with "
+        "one random image each through the real processor (tanh gates opened) and on 8 greedy "
+        "decode steps through the cache, equal greedy tokens, --ep default and cpu",
+    ),
 )
 
 
@@ -100,6 +110,14 @@ def statuses(junit_xml: Path | None) -> dict[str, list[tuple[str, str, str]]]:
     registered = {k: cls.task for k, cls in mobius_vision.model_types().items()}
     passed = parity_results([TESTS / kit[1] for kit in KITS], junit_xml)
     shipped = transformers_types()
+    for task, *_ in KITS:  # a contract of mobius's own: its types move out of the HF tables
+        if task not in shipped:
+            shipped[task] = {
+                key: types.pop(key)
+                for key, built_as in registered.items()
+                for types in shipped.values()
+                if built_as == task and key in types
+            }
     for key, task in registered.items():  # towers no task table lists (CLIP's vision tower)
         if not any(key in types for types in shipped.values()):
             name = MODEL_MAPPING_NAMES.get(key, "?")

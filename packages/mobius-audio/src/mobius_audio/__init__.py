@@ -27,7 +27,9 @@ def model_types() -> dict[str, type]:
 
 def register(registry) -> None:
     """Add mobius-audio's architectures to ``registry``; calling it again changes nothing."""
-    register_model_types(registry, PACKAGE, model_types(), LOAD_ERRORS, "mobius_audio:verified.json")
+    register_model_types(
+        registry, PACKAGE, model_types(), LOAD_ERRORS, "mobius_audio:verified.json"
+    )
 
 
 def _register_default() -> None:

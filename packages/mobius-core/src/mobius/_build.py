@@ -446,7 +446,7 @@ def build(
             f"--head, --pooling and --normalize apply to encoder models; {entry.key} is a "
             f"{entry.task} model"
         )
-    elif entry.task == "vision-language":
+    elif entry.task in ("vision-language", "cross-attention-vision-language"):
         heads = dict(form=form)
     config, module = make_module(entry, hf_config, model_dir, heads)
     if not load_weights:

@@ -12,6 +12,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from mobius.errors import ConfigError
+
 
 @dataclass
 class RopeConfig:
@@ -241,6 +243,13 @@ class VisionConfig:
     head: str = "none"
     #: The checkpoint's architecture class names (which heads its weights have).
     architectures: tuple[str, ...] = ()
+
+    def require_no_head(self) -> None:
+        """Refuse a classifier head, for the towers transformers ships without one."""
+        if self.head != "none":
+            raise ConfigError(
+                f"{self.model_type} has no classifier head; build it with --head none"
+            )
 
     @classmethod
     def from_hf(cls, hf_config: Any) -> VisionConfig:

@@ -43,6 +43,7 @@ AUX_FILES = (
     "chat_template.jinja",
     "chat_template.json",
     "preprocessor_config.json",
+    "normalizer.json",  # Whisper's English text normaliser (read by its tokenizer)
 )
 
 

@@ -76,9 +76,14 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    from mobius._speech import SpeechToTextGenerator
     from mobius.generate import open_generator
 
     generator = open_generator(args.output, threads=args.threads)
+    if args.prompt.lower().endswith(".wav") and not isinstance(generator, SpeechToTextGenerator):
+        raise MobiusError(
+            f"{args.output} is not a speech-to-text package: it cannot transcribe {args.prompt}"
+        )
     sampling = generator.sampling_defaults()
     explicit = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
     do_sample = args.do_sample or any(v is not None for v in explicit.values())
@@ -283,14 +288,18 @@ def make_parser() -> argparse.ArgumentParser:
 
     generate = commands.add_parser(
         "generate",
-        help="generate text from a built causal-LM or seq2seq package with ONNX Runtime",
+        help="generate text from a built causal-LM, seq2seq or speech-to-text package with ONNX Runtime",
         description=(
             "Run the package in OUTPUT_DIR (written by 'mobius build') on PROMPT with ONNX\n"
             "Runtime and stream the text to stdout as it is generated. The prompt goes\n"
             "through the tokenizer's chat template when it has one. A causal LM continues\n"
             "the prompt; a seq2seq package (encoder/ and decoder/: T5, BART, Marian...)\n"
             "encodes it once and decodes from the decoder start token, with the config's\n"
-            "forced_bos_token_id (a target language) and forced_eos_token_id.\n\n"
+            "forced_bos_token_id (a target language) and forced_eos_token_id. A speech-to-text\n"
+            "package (Whisper) takes a WAV file for PROMPT: its own feature extractor makes the\n"
+            "log-mel features (a WAV at another rate is resampled linearly) and the decoder\n"
+            "starts from the prompt transformers' Whisper generate uses (start, language,\n"
+            "task, no-timestamps tokens).\n\n"
             "Decoding is greedy (reproducible) unless --do-sample, --temperature, --top-k or\n"
             "--top-p is given; sampling parameters not given come from the package's\n"
             "generation_config.json (else temperature 1, top-k 50, top-p 1). Generation stops\n"
@@ -304,12 +313,15 @@ def make_parser() -> argparse.ArgumentParser:
   mobius generate out/ "Write a haiku about rain." --do-sample --seed 0
   mobius generate out/ "Hi!" --system "You answer in French." --temperature 0.7 --top-p 0.9
   mobius generate t5-out/ "translate English to German: The house is wonderful."
+  mobius generate whisper-out/ speech.wav
 """,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[common],
     )
     generate.add_argument("output", metavar="OUTPUT_DIR", help="package written by mobius build")
-    generate.add_argument("prompt", metavar="PROMPT", help="the prompt text")
+    generate.add_argument(
+        "prompt", metavar="PROMPT", help="the prompt text (a WAV file for speech-to-text)"
+    )
     generate.add_argument(
         "--max-new-tokens",
         type=int,

@@ -642,7 +642,8 @@ class Seq2SeqGenerator(_Generator):
 
 
 def open_generator(package_dir: str | os.PathLike, **options) -> _Generator:
-    """The generator a package's layout calls for: :class:`Seq2SeqGenerator` when it has
+    """The generator a package's layout calls for: ``SpeechToTextGenerator`` (:mod:`mobius._speech`)
+    when its encoder takes ``input_features``, :class:`Seq2SeqGenerator` when it has
     ``encoder/`` and ``decoder/`` graphs, else :class:`TextGenerator`."""
     package = Path(package_dir)
     if (package / "vision" / "model.onnx").is_file() or _takes_pixels(package / "model.onnx"):
@@ -651,6 +652,10 @@ def open_generator(package_dir: str | os.PathLike, **options) -> _Generator:
             "encoder–decoder packages only (run its vision/, embedding/ and decoder/ graphs "
             "in ONNX Runtime, or a genai_config.json package in onnxruntime-genai)"
         )
+    from mobius._speech import SpeechToTextGenerator, is_speech_package
+
+    if is_speech_package(package):  # an encoder over input_features: transcribes a WAV file
+        return SpeechToTextGenerator(package, **options)
     if (package / "encoder" / "model.onnx").is_file() or (package / "decoder").is_dir():
         return Seq2SeqGenerator(package, **options)
     return TextGenerator(package, **options)

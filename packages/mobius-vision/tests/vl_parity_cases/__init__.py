@@ -2,7 +2,8 @@
 
 Each module defines ``CASES``: case name -> (model_type, make_config, make_processor),
 where ``make_config()`` returns the transformers config and ``make_processor(config)``
-the family's real processor over a tiny tokenizer. ``all_cases()`` merges them.
+the family's real processor over a tiny tokenizer. ``all_cases()`` merges them;
+``_tiny`` holds the towers and decoders most families share.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import pkgutil
 def all_cases() -> dict[str, tuple]:
     cases: dict[str, tuple] = {}
     for info in pkgutil.iter_modules(__path__):
+        if info.name.startswith("_"):  # shared pieces, not a family
+            continue
         module = importlib.import_module(f"{__name__}.{info.name}")
         for name, case in module.CASES.items():
             if name in cases:

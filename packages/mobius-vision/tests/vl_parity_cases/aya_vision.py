@@ -11,6 +11,8 @@ from transformers.models.got_ocr2.image_processing_pil_got_ocr2 import GotOcr2Im
 
 from mobius.testing import tiny_tokenizer
 
+from ._tiny import SIGLIP
+
 IMAGE_TOKEN_ID = 3  # <|IMG_PATCH|>, each image token
 SPECIAL_TOKENS = {
     "<|IMG_PATCH|>": IMAGE_TOKEN_ID,
@@ -21,15 +23,6 @@ SPECIAL_TOKENS = {
     "TILE_GLOBAL": 8,
     **{f"TILE_{i}": 8 + i for i in range(1, 5)},  # before each tile but the thumbnail
 }
-SIGLIP = dict(
-    model_type="siglip_vision_model",
-    hidden_size=16,
-    intermediate_size=32,
-    num_hidden_layers=3,
-    num_attention_heads=2,
-    image_size=16,
-    patch_size=4,
-)
 COHERE2 = dict(
     model_type="cohere2",
     hidden_size=32,

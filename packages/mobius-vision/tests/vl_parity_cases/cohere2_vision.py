@@ -17,6 +17,8 @@ from transformers.models.got_ocr2.image_processing_pil_got_ocr2 import GotOcr2Im
 
 from mobius.testing import tiny_tokenizer
 
+from . import _tiny
+
 IMAGE_TOKEN_ID = 3
 # The processor writes the tokenizer's image_token once per image token; Command A Vision's
 # is "<|IMG_PATCH|>", here "<image>" so that the kit's prompts hold the placeholder.
@@ -26,15 +28,7 @@ TOKENS = {
     "eoi_token": ("<|END_OF_IMG|>", 5),
     "img_line_break_token": ("<|IMG_LINE_BREAK|>", 6),
 }
-SIGLIP = dict(
-    model_type="siglip_vision_model",
-    hidden_size=16,
-    intermediate_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    image_size=16,
-    patch_size=4,
-)
+SIGLIP = dict(_tiny.SIGLIP, num_hidden_layers=2)
 COHERE2 = dict(
     model_type="cohere2",
     hidden_size=32,

@@ -8,26 +8,11 @@ from transformers.models.deepseek_vl.image_processing_pil_deepseek_vl import (
 
 from mobius.testing import tiny_tokenizer
 
+from . import _tiny
+from ._tiny import LLAMA
+
 IMAGE_TOKEN_ID = 3
-SIGLIP = dict(
-    model_type="siglip_vision_model",
-    hidden_size=16,
-    intermediate_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    image_size=16,
-    patch_size=4,
-)
-LLAMA = dict(
-    model_type="llama",
-    hidden_size=32,
-    intermediate_size=48,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    vocab_size=96,
-    max_position_embeddings=256,
-)
+SIGLIP = dict(_tiny.SIGLIP, num_hidden_layers=2)
 
 
 def deepseek_vl_config(vision=SIGLIP, text=LLAMA, **overrides):

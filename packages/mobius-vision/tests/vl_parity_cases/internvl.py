@@ -7,6 +7,8 @@ from transformers.models.got_ocr2.image_processing_pil_got_ocr2 import GotOcr2Im
 
 from mobius.testing import tiny_tokenizer
 
+from ._tiny import TEXT
+
 IMAGE_TOKEN_ID = 3  # the context token every image token position holds
 SPECIAL_TOKENS = {"<image>": IMAGE_TOKEN_ID, "<img>": 92, "</img>": 93, "<video>": 94}
 VISION = dict(
@@ -17,15 +19,6 @@ VISION = dict(
     num_attention_heads=2,
     image_size=24,
     patch_size=4,
-)
-TEXT = dict(
-    hidden_size=32,
-    intermediate_size=48,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    vocab_size=96,
-    max_position_embeddings=256,
 )
 
 

@@ -6,25 +6,10 @@ from transformers.models.clip.image_processing_pil_clip import CLIPImageProcesso
 
 from mobius.testing import tiny_tokenizer
 
+from ._tiny import CLIP, TEXT
+
 IMAGE_TOKEN_ID = 3
-VISION = dict(
-    model_type="clip_vision_model",
-    hidden_size=16,
-    intermediate_size=32,
-    num_hidden_layers=3,
-    num_attention_heads=2,
-    image_size=16,
-    patch_size=4,
-)
-TEXT = dict(
-    hidden_size=32,
-    intermediate_size=48,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    vocab_size=96,
-    max_position_embeddings=256,
-)
+VISION = CLIP
 TEXT_CONFIGS = {
     "llama": dict(TEXT, model_type="llama"),
     "qwen2": dict(TEXT, model_type="qwen2"),

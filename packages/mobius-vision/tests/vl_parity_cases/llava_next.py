@@ -9,26 +9,13 @@ from transformers.models.llava_next.image_processing_pil_llava_next import (
 
 from mobius.testing import tiny_tokenizer
 
+from . import _tiny
+from ._tiny import TOWER
+
 IMAGE_TOKEN_ID = 3
-TOWER = dict(
-    hidden_size=16,
-    intermediate_size=32,
-    num_hidden_layers=3,
-    num_attention_heads=2,
-    image_size=16,
-    patch_size=4,
-)
 CLIP = dict(TOWER, model_type="clip_vision_model")
 SIGLIP = dict(TOWER, model_type="siglip_vision_model", vision_use_head=False)
-TEXT = dict(
-    hidden_size=32,
-    intermediate_size=48,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    vocab_size=96,
-    max_position_embeddings=512,
-)
+TEXT = dict(_tiny.TEXT, max_position_embeddings=512)
 # The default pinpoints' shapes (1x2, 2x1, 2x2, 3x1, 1x3 tiles) at the tiny tile size.
 PINPOINTS = [[16, 32], [32, 16], [32, 32], [48, 16], [16, 48]]
 WIDE_AND_TALL = dict(image_sizes=((20, 45), (45, 20)))

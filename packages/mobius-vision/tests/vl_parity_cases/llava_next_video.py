@@ -8,26 +8,11 @@ from transformers.models.llava_next.image_processing_pil_llava_next import (
 
 from mobius.testing import tiny_tokenizer
 
+from ._tiny import CLIP, LLAMA
+
 IMAGE_TOKEN_ID, VIDEO_TOKEN_ID = 3, 4
-VISION = dict(
-    model_type="clip_vision_model",
-    hidden_size=16,
-    intermediate_size=32,
-    num_hidden_layers=3,
-    num_attention_heads=2,
-    image_size=16,
-    patch_size=4,
-)
-TEXT = dict(
-    model_type="llama",
-    hidden_size=32,
-    intermediate_size=48,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    vocab_size=96,
-    max_position_embeddings=512,
-)
+VISION = CLIP
+TEXT = dict(LLAMA, max_position_embeddings=512)
 PINPOINTS = [[16, 32], [32, 16], [32, 32], [48, 16], [16, 48]]
 
 

@@ -10,26 +10,13 @@ from transformers.models.llava_onevision.image_processing_pil_llava_onevision im
 
 from mobius.testing import tiny_tokenizer
 
+from . import _tiny
+from ._tiny import TOWER
+
 IMAGE_TOKEN_ID, VIDEO_TOKEN_ID = 3, 4
-TOWER = dict(
-    hidden_size=16,
-    intermediate_size=32,
-    num_hidden_layers=3,
-    num_attention_heads=2,
-    image_size=16,
-    patch_size=4,
-)
 CLIP = dict(TOWER, model_type="clip_vision_model")
 SIGLIP = dict(TOWER, model_type="siglip_vision_model", vision_use_head=False)
-TEXT = dict(
-    hidden_size=32,
-    intermediate_size=48,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    vocab_size=96,
-    max_position_embeddings=512,
-)
+TEXT = dict(_tiny.TEXT, max_position_embeddings=512)
 # Up to 3x3 tiles, as the default list goes up to 6x6.
 PINPOINTS = [[16 * h, 16 * w] for h in (1, 2, 3) for w in (1, 2, 3)]
 

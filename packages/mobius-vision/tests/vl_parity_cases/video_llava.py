@@ -7,25 +7,10 @@ from transformers.processing_utils import ProcessorMixin
 
 from mobius.testing import tiny_tokenizer
 
+from ._tiny import CLIP, TEXT
+
 IMAGE_TOKEN_ID, VIDEO_TOKEN_ID = 3, 94
-VISION = dict(
-    model_type="clip_vision_model",
-    hidden_size=16,
-    intermediate_size=32,
-    num_hidden_layers=3,
-    num_attention_heads=2,
-    image_size=16,
-    patch_size=4,
-)
-TEXT = dict(
-    hidden_size=32,
-    intermediate_size=48,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    vocab_size=96,
-    max_position_embeddings=256,
-)
+VISION = CLIP
 
 
 class ImageVideoLlavaProcessor(VideoLlavaProcessor):

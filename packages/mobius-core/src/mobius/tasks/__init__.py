@@ -1,20 +1,26 @@
 """Tasks: the input/output contracts of the graphs mobius builds."""
 
+from mobius.tasks._audio_features import AudioFeatureExtractionTask
 from mobius.tasks._base import OPSET, ModelTask
 from mobius.tasks._causal_lm import CausalLMTask
+from mobius.tasks._cross_attention_vl import CrossAttentionVisionLanguageTask
 from mobius.tasks._feature_extraction import FeatureExtractionTask
 from mobius.tasks._image_classification import ImageClassificationTask
 from mobius.tasks._seq2seq import Seq2SeqTask
+from mobius.tasks._speech_to_text import SpeechToTextTask
 from mobius.tasks._vision_language import VisionLanguageTask
 from mobius.tasks._zero_shot import ZeroShotImageClassificationTask
 
 TASKS: dict[str, type[ModelTask]] = {
     task.name: task
     for task in (
+        AudioFeatureExtractionTask,
         CausalLMTask,
+        CrossAttentionVisionLanguageTask,
         FeatureExtractionTask,
         ImageClassificationTask,
         Seq2SeqTask,
+        SpeechToTextTask,
         VisionLanguageTask,
         ZeroShotImageClassificationTask,
     )
@@ -32,11 +38,14 @@ def get_task(name: str) -> ModelTask:
 __all__ = [
     "OPSET",
     "TASKS",
+    "AudioFeatureExtractionTask",
     "CausalLMTask",
+    "CrossAttentionVisionLanguageTask",
     "FeatureExtractionTask",
     "ImageClassificationTask",
     "ModelTask",
     "Seq2SeqTask",
+    "SpeechToTextTask",
     "VisionLanguageTask",
     "ZeroShotImageClassificationTask",
     "get_task",

@@ -20,7 +20,9 @@
 
 The module provides ``encode(op, input_ids, attention_mask) -> (hidden, [(k, v)])``,
 ``decode(op, input_ids, encoder_attention_mask, self_cache, cross_cache) ->
-(logits, [(k, v)])`` and ``cache_shapes() -> (layers, heads, head_dim)``.
+(logits, [(k, v)])`` and ``cache_shapes() -> (layers, heads, head_dim)``. A task over
+another kind of source (:mod:`mobius.tasks._speech_to_text`) overrides
+:meth:`Seq2SeqTask.encoder_inputs` and :meth:`Seq2SeqTask.decoder_source_inputs`.
 """
 
 from __future__ import annotations
@@ -37,15 +39,24 @@ class Seq2SeqTask(ModelTask):
 
     name = "seq2seq"
 
+    def encoder_inputs(self, builder, config, dtype: ir.DataType) -> list[ir.Value]:
+        """The encoder graph's inputs, passed to ``module.encode`` in this order."""
+        return [
+            builder.input("input_ids", INT64, ["batch", "encoder_sequence"]),
+            builder.input("attention_mask", INT64, ["batch", "encoder_sequence"]),
+        ]
+
+    def decoder_source_inputs(self, builder) -> list[ir.Value]:
+        """What the decoder graph reads of the source besides the cross cache (its padding mask)."""
+        return [builder.input("encoder_attention_mask", INT64, ["batch", "encoder_sequence"])]
+
     def build(self, module, config, dtype: ir.DataType) -> dict[str, ir.Model]:
         layers, heads, head_dim = module.cache_shapes()
         cache = ["batch", heads, "encoder_sequence", head_dim]
         hidden_size = config.hidden_size
 
         graph, builder = new_graph("encoder")
-        input_ids = builder.input("input_ids", INT64, ["batch", "encoder_sequence"])
-        attention_mask = builder.input("attention_mask", INT64, ["batch", "encoder_sequence"])
-        hidden, cross = module.encode(builder.op, input_ids, attention_mask)
+        hidden, cross = module.encode(builder.op, *self.encoder_inputs(builder, config, dtype))
         set_output(
             builder, hidden, "last_hidden_state", dtype, ["batch", "encoder_sequence", hidden_size]
         )
@@ -57,7 +68,7 @@ class Seq2SeqTask(ModelTask):
         decoder_module = twin_module(module)
         graph, builder = new_graph("decoder")
         input_ids = builder.input("input_ids", INT64, ["batch", "decoder_sequence"])
-        encoder_mask = builder.input("encoder_attention_mask", INT64, ["batch", "encoder_sequence"])
+        source = self.decoder_source_inputs(builder)
         past = ["batch", heads, "past_decoder_sequence", head_dim]
         self_cache = [
             tuple(
@@ -74,7 +85,7 @@ class Seq2SeqTask(ModelTask):
             for i in range(layers)
         ]
         logits, present = decoder_module.decode(
-            builder.op, input_ids, encoder_mask, self_cache, cross_cache
+            builder.op, input_ids, *source, self_cache, cross_cache
         )
         set_output(
             builder, logits, "logits", dtype, ["batch", "decoder_sequence", config.vocab_size]

@@ -5,11 +5,21 @@ noise, saved with ``save_pretrained``, built through the same path as
 ``mobius build``, and compared in ONNX Runtime against PyTorch at fp32.
 """
 
+from mobius.testing._audio_parity import (
+    AudioParity,
+    check_audio_parity,
+    make_random_audio_model,
+    random_audio_batch,
+)
 from mobius.testing._checkpoints import (
     TINY_LLAMA_CONFIG,
     tiny_llama_shapes,
     tiny_llama_tensors,
     write_tiny_llama,
+)
+from mobius.testing._cross_vl_parity import (
+    OnnxCrossAttentionVL,
+    check_cross_attention_vl_parity,
 )
 from mobius.testing._encoder_parity import (
     EncoderParity,
@@ -36,6 +46,7 @@ from mobius.testing._seq2seq_parity import (
     make_random_seq2seq,
 )
 from mobius.testing._smollm2 import SMOLLM2_GGUF, smollm2_gguf, write_smollm2_checkpoint
+from mobius.testing._speech_parity import OnnxSpeechToText, check_speech_to_text_parity
 from mobius.testing._vision_parity import (
     VisionParity,
     check_vision_parity,
@@ -54,10 +65,18 @@ from mobius.testing._zero_shot_parity import (
 )
 
 __all__ = [
+    "AudioParity",
+    "check_audio_parity",
+    "make_random_audio_model",
+    "random_audio_batch",
+    "OnnxSpeechToText",
+    "check_speech_to_text_parity",
     "ZeroShotParity",
     "check_zero_shot_parity",
     "make_random_dual_encoder",
+    "OnnxCrossAttentionVL",
     "OnnxVisionLanguage",
+    "check_cross_attention_vl_parity",
     "check_vision_language_parity",
     "tiny_tokenizer",
     "VisionParity",

@@ -11,13 +11,16 @@ from mobius.testing._encoder_parity import right_padded_batch
 from mobius.testing._parity import PARITY_ATOL, build_with_cli, perturb_parameters
 
 
-def make_random_seq2seq(hf_config, seed: int = 0):
-    """A float32 transformers seq2seq LM from ``hf_config``, every parameter perturbed, in eval mode."""
+def make_random_seq2seq(hf_config, seed: int = 0, auto_class: str = "AutoModelForSeq2SeqLM"):
+    """A float32 transformers seq2seq LM from ``hf_config``, every parameter perturbed, in eval mode.
+
+    ``auto_class`` names the transformers auto class (``"AutoModelForSpeechSeq2Seq"``).
+    """
     import torch
-    from transformers import AutoModelForSeq2SeqLM
+    import transformers
 
     torch.manual_seed(seed)
-    model = AutoModelForSeq2SeqLM.from_config(
+    model = getattr(transformers, auto_class).from_config(
         hf_config, dtype=torch.float32, attn_implementation="eager"
     )
     perturb_parameters(model, seed)

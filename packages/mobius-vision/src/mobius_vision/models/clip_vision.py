@@ -17,7 +17,6 @@ from onnxscript import nn
 
 from mobius._config import VisionConfig
 from mobius.components import LayerNorm, Linear
-from mobius.errors import ConfigError
 from mobius_text.models import clip_text
 from mobius_text.models.clip_text import CLIPMLP  # noqa: F401  (the towers built on CLIP import it here)
 from mobius_vision.models.vit import PatchConv
@@ -135,10 +134,7 @@ class CLIPVisionModel(nn.Module):
 
     def __init__(self, config: CLIPVisionConfig) -> None:
         super().__init__()
-        if config.head != "none":
-            raise ConfigError(
-                f"{config.model_type} has no classifier head; build it with --head none"
-            )
+        config.require_no_head()
         self.config = config
         self.vision_model = self.tower_class(config)
         d, projection = config.hidden_size, config.projection_dim

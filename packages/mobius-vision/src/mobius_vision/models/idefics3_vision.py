@@ -181,10 +181,7 @@ class Idefics3VisionModel(nn.Module):
 
     def __init__(self, config: Idefics3VisionConfig) -> None:
         super().__init__()
-        if config.head != "none":
-            raise ConfigError(
-                f"{config.model_type} has no classifier head; build it with --head none"
-            )
+        config.require_no_head()
         self.config = config
         self.vision_model = self.tower_class(config)
 

@@ -204,10 +204,7 @@ class InternVLVisionModel(InternVLVisionTransformer):
     tower_class = InternVLVisionTransformer
 
     def __init__(self, config: InternVLVisionConfig) -> None:
-        if config.head != "none":
-            raise ConfigError(
-                f"{config.model_type} has no classifier head; build it with --head none"
-            )
+        config.require_no_head()
         super().__init__(config)
         self.config = config
 

@@ -212,10 +212,7 @@ class PixtralVisionModel(PixtralTower):
     tower_class = PixtralTower
 
     def __init__(self, config: PixtralVisionConfig) -> None:
-        if config.head != "none":
-            raise ConfigError(
-                f"{config.model_type} has no classifier head; build it with --head none"
-            )
+        config.require_no_head()
         super().__init__(config)
         self.config = config
 

@@ -150,10 +150,7 @@ class SiglipVisionModel(nn.Module):
 
     def __init__(self, config: SiglipVisionConfig) -> None:
         super().__init__()
-        if config.head != "none":
-            raise ConfigError(
-                f"{config.model_type} has no classifier head; build it with --head none"
-            )
+        config.require_no_head()
         self.config = config
         self.vision_model = self.tower_class(config)
 

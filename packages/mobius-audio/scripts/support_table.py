@@ -1,0 +1,171 @@
+"""Write SUPPORT.md: every audio model_type transformers ships, and its status.
+
+The status comes from the registry (what mobius-audio registers) and from a
+fresh run of the parity tests: a type is *verified* only when it is registered
+and every parity case of it passes. The verified types also go into
+``src/mobius_audio/verified.json``, which the registry reads.
+
+    uv run python packages/mobius-audio/scripts/support_table.py [--no-run RESULTS.xml]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from mobius.testing._support import parity_results, write_verified
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+TESTS = PACKAGE_DIR / "tests"
+OUTPUT = PACKAGE_DIR / "SUPPORT.md"
+VERIFIED = PACKAGE_DIR / "src" / "mobius_audio" / "verified.json"
+
+#: A parity test: (file, test function, case table, model_type of every case or None
+#: when each case's value starts with its model_type).
+Parity = tuple[str, str, str, str | None]
+
+#: (task, transformers mapping names, parity tests, heading, what the parity covers)
+KITS: tuple[tuple[str, tuple[str, ...], tuple[Parity, ...], str, str], ...] = (
+    (
+        "speech-to-text",
+        ("MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES",),
+        (
+            ("test_whisper_parity.py", "test_whisper_parity", "test_whisper_parity:CASES",
+             "whisper"),
+            ("test_speech2text_parity.py", "test_speech2text_parity",
+             "test_speech2text_parity:CASES", None),
+            ("test_moonshine_parity.py", "test_moonshine_parity", "test_moonshine_parity:CASES",
+             None),
+        ),
+        "Speech-to-text models",
+        "fp32, max abs difference ≤ 1e-4 on the encoder output, the decoder prefill and 8 "
+        "greedy decode steps through both caches, a batch of two clips of different lengths "
+        "through the model's real feature extractor, equal greedy tokens, --ep default and cpu",
+    ),
+    (
+        "audio-feature-extraction",
+        (
+            "MODEL_FOR_CTC_MAPPING_NAMES",
+            "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES",
+            "MODEL_FOR_AUDIO_XVECTOR_MAPPING_NAMES",
+            "MODEL_FOR_AUDIO_FRAME_CLASSIFICATION_MAPPING_NAMES",
+        ),
+        (
+            ("test_audio_encoder_parity.py", "test_audio_encoder_parity",
+             "audio_encoder_cases:all_cases", None),
+        ),
+        "Audio encoders",
+        "fp32, max abs difference ≤ 1e-4 on hidden states and head logits, a batch of two "
+        "waveforms of different lengths through the real feature extractor, with and without "
+        "the attention mask as the family is called, --ep default and cpu",
+    ),
+)  # fmt: skip
+
+
+def transformers_types() -> dict[str, dict[str, str]]:
+    """Task -> {model_type: transformers class} of every audio type transformers ships."""
+    from transformers.models.auto import modeling_auto as auto
+
+    def first(name):
+        return name if isinstance(name, str) else name[0]
+
+    tables: dict[str, dict[str, str]] = {}
+    claimed: set[str] = set()
+    for task, mappings, *_ in KITS:
+        table = tables.setdefault(task, {})
+        for mapping in mappings:
+            for key, name in getattr(auto, mapping).items():
+                if key not in claimed and key not in table:
+                    table[key] = first(name)
+        claimed |= set(table)
+    return tables
+
+
+def _cases(parity: Parity) -> dict[str, str]:
+    """Case name -> model_type of one parity test file's table ({} if the file is absent)."""
+    file, _test, spec, model_type = parity
+    if not (TESTS / file).is_file() and not (TESTS / spec.partition(":")[0]).is_dir():
+        return {}
+    module_name, _, attr = spec.partition(":")
+    found = getattr(importlib.import_module(module_name), attr)
+    table = found() if callable(found) else found
+    return {case: model_type or value[0] for case, value in table.items()}
+
+
+def statuses(junit_xml: Path | None) -> dict[str, list[tuple[str, str, str]]]:
+    """Task -> rows ``(model_type, transformers class, status)``."""
+    import mobius_audio
+
+    sys.path.insert(0, str(TESTS))
+    registered = {k: cls.task for k, cls in mobius_audio.model_types().items()}
+    files = [TESTS / p[0] for kit in KITS for p in kit[2] if (TESTS / p[0]).is_file()]
+    passed = parity_results(files, junit_xml)
+    shipped = transformers_types()
+    tables = {}
+    for task, _mappings, parities, _heading, _covers in KITS:
+        cases_by_type: dict[str, list[tuple[str, str]]] = defaultdict(list)
+        for parity in parities:
+            for case, model_type in _cases(parity).items():
+                cases_by_type[model_type].append((parity[1], case))
+        rows = []
+        for model_type, hf_class in sorted(shipped[task].items()):
+            cases = cases_by_type.get(model_type, [])
+            built_as = registered.get(model_type)
+            if built_as == task:
+                ok = bool(cases) and all(passed[test].get(c, False) for test, c in cases)
+                status = f"verified ({len(cases)} cases)" if ok else "registered, parity FAILING"
+            elif built_as is not None:
+                status = f"built as {built_as}"
+            else:
+                status = "not yet"
+            rows.append((model_type, hf_class, status))
+        tables[task] = rows
+    return tables
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--no-run",
+        type=Path,
+        metavar="RESULTS.xml",
+        help="read parity results from this JUnit XML instead of running the tests",
+    )
+    tables = statuses(parser.parse_args().no_run)
+    import transformers
+
+    rows = [row for task_rows in tables.values() for row in task_rows]
+    verified = sorted({t for t, _, status in rows if status.startswith("verified")})
+    lines = [
+        "# mobius-audio: support",
+        "",
+        f"Generated by `scripts/support_table.py` against transformers {transformers.__version__}:",
+        f"{len(verified)} model types verified by synthetic parity "
+        "(a tiny random model with every parameter perturbed, built through `mobius build`).",
+        "",
+    ]
+    for task, _mappings, _parities, heading, covers in KITS:
+        task_rows = tables[task]
+        count = sum(status.startswith("verified") for _, _, status in task_rows)
+        lines += [
+            f"## {heading}",
+            "",
+            f"{count} of {len(task_rows)} verified ({covers}).",
+            "",
+            "| model_type | transformers class | status |",
+            "|---|---|---|",
+            *(f"| `{t}` | `{c}` | {s} |" for t, c, s in task_rows),
+            "",
+        ]
+    OUTPUT.write_text("\n".join(lines))
+    write_verified(VERIFIED, verified, transformers.__version__)
+    print(f"wrote {OUTPUT} and {VERIFIED.name}: {len(verified)} verified")
+    if any("FAILING" in status for _, _, status in rows):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+"""unispeech: the wav2vec2 variants under its own prefix."""
+
+from audio_encoder_cases.wav2vec2 import HEADS, WAV2VEC2
+
+CASES = {
+    "unispeech-group-norm": (
+        "unispeech",
+        dict(WAV2VEC2, feat_extract_norm="group"),
+        dict(heads=HEADS),
+    ),
+    "unispeech-stable-layer-norm": (
+        "unispeech",
+        dict(
+            WAV2VEC2,
+            feat_extract_norm="layer",
+            do_stable_layer_norm=True,
+            use_weighted_layer_sum=True,
+        ),
+        dict(heads=HEADS),
+    ),
+}

@@ -1,0 +1,323 @@
+"""Transcribe a WAV file with a speech-to-text package (:mod:`mobius.tasks._speech_to_text`).
+
+The WAV is read with the standard library's ``wave`` (8/16/24/32-bit PCM, channels
+averaged to mono) and, when its rate differs from the feature extractor's, resampled
+by linear interpolation. The package's own feature extractor
+(``preprocessor_config.json``, e.g. ``WhisperFeatureExtractor``) makes the log-mel
+features on its numpy path; the encoder runs once and the decoder steps greedily
+(or samples) from the prompt transformers' Whisper ``generate`` would start from:
+``decoder_start_token_id``, the language (from the generation config, else detected
+as the likeliest language token), the task and ``<|notimestamps|>``. ``suppress_tokens``
+are never generated and ``begin_suppress_tokens`` not as the first new token.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import time
+import wave
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from mobius.errors import MobiusError
+from mobius.generate import (
+    _DECODER_CACHE,
+    _ORT_FLOAT_TYPES,
+    GenerationStats,
+    PackageError,
+    TextStream,
+    _as_ids,
+    _Generator,
+    _read_json,
+    sample_next_token,
+)
+
+_PCM = {1: np.uint8, 2: np.int16, 4: np.int32}
+
+
+def read_wav(path: str | os.PathLike) -> tuple[np.ndarray, int]:
+    """``(samples, rate)``: a PCM WAV file as float32 mono in [-1, 1]."""
+    try:
+        with wave.open(str(path), "rb") as wav:
+            rate, width, channels = wav.getframerate(), wav.getsampwidth(), wav.getnchannels()
+            frames = wav.readframes(wav.getnframes())
+    except (OSError, EOFError, wave.Error) as exc:
+        raise MobiusError(f"cannot read {path} as a PCM WAV file: {exc}") from None
+    raw = np.frombuffer(frames, np.uint8)
+    if width == 3:  # 24-bit: widen each little-endian sample to int32
+        raw = raw.reshape(-1, 3)
+        samples = (raw[:, 0].astype(np.int32) | raw[:, 1].astype(np.int32) << 8) | (
+            raw[:, 2].astype(np.int8).astype(np.int32) << 16
+        )
+        scale = float(1 << 23)
+    elif width in _PCM:
+        samples = np.frombuffer(frames, _PCM[width]).astype(np.float64)
+        if width == 1:  # unsigned, centred on 128
+            samples = samples - 128.0
+        scale = float(1 << (8 * width - 1))
+    else:
+        raise MobiusError(f"{path}: {8 * width}-bit samples are not PCM that mobius reads")
+    audio = (np.asarray(samples, np.float64) / scale).reshape(-1, channels).mean(axis=1)
+    return audio.astype(np.float32), rate
+
+
+def resample(audio: np.ndarray, rate: int, target: int) -> np.ndarray:
+    """``audio`` at ``target`` Hz by linear interpolation (no anti-alias filter: a simple resampler)."""
+    if rate == target or audio.size == 0:
+        return audio
+    count = int(round(audio.size * target / rate))
+    times = np.arange(count) * (rate / target)
+    return np.interp(times, np.arange(audio.size), audio).astype(np.float32)
+
+
+def extract_features(feature_extractor, waves, sampling_rate: int) -> np.ndarray:
+    """``input_features`` of ``waves`` (one array or a list) from the extractor's numpy path.
+
+    transformers' Whisper extractor switches to torch whenever torch is importable;
+    mobius runs without torch, so it asks for the numpy path in either case.
+    """
+    module = importlib.import_module(type(feature_extractor).__module__)
+    probe = getattr(module, "is_torch_available", None)
+    if probe is not None:
+        module.is_torch_available = lambda: False
+    try:
+        out = feature_extractor(waves, sampling_rate=sampling_rate, return_tensors="np")
+    finally:
+        if probe is not None:
+            module.is_torch_available = probe
+    return np.asarray(out["input_features"], np.float32)
+
+
+def _language_token(language: str, lang_to_id: dict) -> str:
+    """``"<|de|>"`` for ``"<|de|>"``, ``"de"`` or ``"german"``, as transformers' Whisper reads them."""
+    from transformers.models.whisper.tokenization_whisper import TO_LANGUAGE_CODE
+
+    language = language.lower()
+    if language in lang_to_id:
+        return language
+    return f"<|{TO_LANGUAGE_CODE.get(language, language)}|>"
+
+
+def is_speech_package(package: Path) -> bool:
+    """Whether ``package``'s encoder graph takes ``input_features``."""
+    graph = package / "encoder" / "model.onnx"
+    if not graph.is_file():
+        return False
+    import onnx
+
+    model = onnx.load(str(graph), load_external_data=False)
+    return any(i.name == "input_features" for i in model.graph.input)
+
+
+class SpeechToTextGenerator(_Generator):
+    """A speech-to-text package (``encoder/`` over ``input_features``, ``decoder/``) in ONNX Runtime."""
+
+    def __init__(
+        self,
+        package_dir: str | os.PathLike,
+        *,
+        threads: int | None = None,
+        providers: Sequence[str] | None = None,
+    ) -> None:
+        self.package_dir = Path(package_dir)
+        paths = {part: self.package_dir / part / "model.onnx" for part in ("encoder", "decoder")}
+        for part, path in paths.items():
+            if not path.is_file():
+                raise PackageError(f"no {part}/model.onnx in {self.package_dir}")
+        self.config = _read_json(self.package_dir / "config.json")
+        self.generation_config = _read_json(self.package_dir / "generation_config.json")
+        self.encoder = self._open_session(paths["encoder"], threads, providers)
+        self.decoder = self._open_session(paths["decoder"], threads, providers)
+        self._check_contract()
+        self.stats = GenerationStats()
+        self._tokenizer = None
+        self._feature_extractor = None
+
+    def _check_contract(self) -> None:
+        encoder_inputs = {i.name for i in self.encoder.get_inputs()}
+        self._encoder_outputs = [o.name for o in self.encoder.get_outputs()]
+        decoder_inputs = {i.name: i for i in self.decoder.get_inputs()}
+        self._self_cache = [i for n, i in decoder_inputs.items() if _DECODER_CACHE.fullmatch(n)]
+        cross = {n.replace("present.", "past_key_values.", 1) for n in self._encoder_outputs}
+        cross.discard("last_hidden_state")
+        expected = {"input_ids", *cross, *(i.name for i in self._self_cache)}
+        if encoder_inputs != {"input_features"} or set(decoder_inputs) != expected:
+            raise PackageError(
+                f"{self.package_dir} does not follow the speech-to-text contract: encoder inputs "
+                f"{sorted(encoder_inputs)}, decoder inputs {sorted(decoder_inputs)[:6]}..."
+            )
+        self._features_type = _ORT_FLOAT_TYPES.get(self.encoder.get_inputs()[0].type)
+        if self._features_type is None or any(
+            p.type not in _ORT_FLOAT_TYPES for p in self._self_cache
+        ):
+            raise PackageError("ONNX Runtime's Python API feeds float32 and float16 only")
+        self._present_names = [
+            p.name.replace("past_key_values.", "present.", 1) for p in self._self_cache
+        ]
+
+    @property
+    def feature_extractor(self):
+        """The package's feature extractor (``preprocessor_config.json``), loaded on first use."""
+        if self._feature_extractor is None:
+            if not (self.package_dir / "preprocessor_config.json").is_file():
+                raise PackageError(
+                    f"no preprocessor_config.json in {self.package_dir}: build from a checkpoint "
+                    "that has its feature extractor"
+                )
+            from transformers import AutoFeatureExtractor
+
+            self._feature_extractor = AutoFeatureExtractor.from_pretrained(str(self.package_dir))
+        return self._feature_extractor
+
+    def _setting(self, key: str):
+        value = self.generation_config.get(key)
+        return self.config.get(key) if value is None else value
+
+    def features(self, audio: np.ndarray, rate: int) -> np.ndarray:
+        """``input_features [1, mel, frames]`` of mono ``audio`` sampled at ``rate`` Hz."""
+        extractor = self.feature_extractor
+        target = int(extractor.sampling_rate)
+        audio = resample(np.asarray(audio, np.float32), int(rate), target)
+        limit = getattr(extractor, "n_samples", None)
+        if limit and audio.size > limit:
+            raise MobiusError(
+                f"the audio lasts {audio.size / target:.1f} s; the model's window is "
+                f"{limit / target:.0f} s (split longer audio first)"
+            )
+        return extract_features(extractor, audio, target).astype(self._features_type)
+
+    def _decode(self, ids, cross, cache):
+        feeds = {"input_ids": np.asarray([ids], np.int64), **cross, **cache}
+        logits, *present = self.decoder.run(["logits", *self._present_names], feeds)
+        cache = {p.name: value for p, value in zip(self._self_cache, present, strict=True)}
+        return logits[0, -1].astype(np.float32), cache
+
+    def _empty_cache(self):
+        return {
+            p.name: np.zeros((1, p.shape[1], 0, p.shape[3]), dtype=_ORT_FLOAT_TYPES[p.type])
+            for p in self._self_cache
+        }
+
+    def prompt_ids(self, cross) -> list[int]:
+        """The decoder's first tokens, as transformers' Whisper ``generate`` makes them.
+
+        Start token, then ``forced_decoder_ids`` (when neither ``language`` nor
+        ``task`` is set); the language from ``language`` through ``lang_to_id``, else
+        detected (the likeliest language token after the start token) when
+        ``lang_to_id`` is there; the task; ``no_timestamps_token_id``.
+        """
+        config = self.generation_config
+        start = self._setting("decoder_start_token_id")
+        if start is None:
+            raise PackageError("config.json has no decoder_start_token_id: cannot start decoding")
+        tokens: list[int | None] = [int(start)]
+        language, task = config.get("language"), config.get("task")
+        if language is None and task is None:
+            forced = self._setting("forced_decoder_ids") or []
+            tokens += [token for _, token in sorted(forced)]
+        lang_to_id, task_to_id = config.get("lang_to_id") or {}, config.get("task_to_id") or {}
+        if language is not None:
+            key = _language_token(language, lang_to_id)
+            if key not in lang_to_id:
+                raise MobiusError(f"language {language!r} is not in the generation config")
+            language_id = lang_to_id[key]
+        elif lang_to_id and (len(tokens) < 2 or tokens[1] is None):
+            logits, _ = self._decode([int(start)], cross, self._empty_cache())
+            ids = list(lang_to_id.values())
+            language_id = ids[int(np.argmax(logits[ids]))]
+        else:
+            language_id = None
+        if language_id is not None:
+            tokens[1:2] = [language_id]
+        task_ids = list(task_to_id.values())
+        if task is not None:
+            tokens = [t for t in tokens if t not in task_ids] + [task_to_id[task]]
+        elif language is not None and task_to_id and not any(t in task_ids for t in tokens):
+            tokens.append(task_to_id["transcribe"])
+        no_timestamps = config.get("no_timestamps_token_id")
+        if (
+            no_timestamps is not None
+            and not config.get("return_timestamps")
+            and tokens[-1] != no_timestamps
+        ):
+            tokens.append(no_timestamps)
+        return [int(t) for t in tokens if t is not None]
+
+    def transcribe_ids(
+        self,
+        audio: np.ndarray,
+        rate: int,
+        *,
+        max_new_tokens: int = 128,
+        do_sample: bool = False,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        eos_token_ids: Iterable[int] | None = None,
+    ) -> Iterator[int]:
+        """Yield the transcription's token ids (after the prompt; the end token is not yielded)."""
+        stats = self.stats = GenerationStats()
+        stats.stop_reason = "max_new_tokens"
+        started = time.perf_counter()
+        encoded = self.encoder.run(None, {"input_features": self.features(audio, rate)})
+        cross = {
+            name.replace("present.", "past_key_values.", 1): value
+            for name, value in zip(self._encoder_outputs, encoded, strict=True)
+            if name.startswith("present.")
+        }
+        prompt = self.prompt_ids(cross)
+        stats.prompt_tokens = len(prompt)
+        context = int(self.config.get("max_target_positions") or 0)
+        if context and len(prompt) + max_new_tokens > context:
+            max_new_tokens = context - len(prompt)
+            stats.stop_reason = "context_length"
+        suppress = _as_ids(self._setting("suppress_tokens"))
+        begin_suppress = _as_ids(self._setting("begin_suppress_tokens"))
+        stop = set(self.eos_token_ids if eos_token_ids is None else eos_token_ids)
+        rng = np.random.default_rng(seed)
+        options = dict(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p)
+        cache, ids, first_at = self._empty_cache(), prompt, None
+        for step in range(max_new_tokens):
+            logits, cache = self._decode(ids, cross, cache)
+            logits[suppress] = -np.inf
+            if step == 0:
+                logits[begin_suppress] = -np.inf
+            token = sample_next_token(logits, rng, **options)
+            now = time.perf_counter()
+            if first_at is None:
+                first_at = now
+                stats.time_to_first_token_s = now - started
+            stats.new_tokens += 1
+            stats.decode_time_s = now - first_at
+            if token in stop:
+                stats.stop_reason = "eos"
+                return
+            yield token
+            ids = [token]
+
+    def stream(self, prompt: str, *, chat_template: bool = True, system=None, **options):
+        """Yield the text of the WAV file at ``prompt`` as it is transcribed.
+
+        ``options`` are those of :meth:`transcribe_ids`; a system message has no
+        place in transcription.
+        """
+        if system is not None:
+            raise MobiusError("a speech-to-text package takes no system message")
+        if not Path(prompt).is_file():
+            raise MobiusError(
+                f"{self.package_dir} transcribes audio: give a WAV file, not {prompt!r}"
+            )
+        audio, rate = read_wav(prompt)
+        tokenizer = self.tokenizer
+        text = TextStream(lambda new: tokenizer.decode(new, skip_special_tokens=True))
+        for token in self.transcribe_ids(audio, rate, **options):
+            piece = text.push(token)
+            if piece:
+                yield piece
+        rest = text.flush()
+        if rest:
+            yield rest
