@@ -1,6 +1,6 @@
 """onnxruntime-genai runs a split vision–language package mobius writes, with its genai_config.json.
 
-A tiny random Mistral 3 is built with ``--ep cpu`` (``--runtime auto`` writes the
+A tiny random Mistral 3 and a Qwen2.5-VL are built with ``--ep cpu`` (``--runtime auto`` writes the
 generator config for the families the generator has a class for); the generator's
 greedy tokens for a text prompt equal transformers' ``generate``. Images through the
 generator also need its image processor config, which mobius does not write.
@@ -38,6 +38,29 @@ def test_genai_runs_a_mistral3_package(tmp_path):
         "pixel_values": "pixel_values",
         "image_sizes": "image_sizes",
     }
+    prompt = [1, 6, 7, 9, 10, 12, 8]
+    expected = torch_greedy(torch_model, prompt, 12, eos="suppress")
+    assert genai_greedy(og.Model(str(out)), prompt, 12) == expected
+
+
+def test_genai_runs_a_qwen2_5_vl_package(tmp_path):
+    """Qwen2.5-VL's decoder takes M-RoPE's [3, batch, sequence] positions; the generator makes them."""
+    from vl_parity_cases.qwen2_5_vl import CASES as QWEN
+
+    _, make_config, _processor, *_ = QWEN["qwen2_5_vl-all-windows-gelu-tied"]
+    config = make_config()
+    for part in (config, config.text_config):  # the defaults are the real vocabulary's ids
+        part.bos_token_id, part.eos_token_id, part.pad_token_id = 1, 2, 0
+    torch_model = make_random_vl_model(config)
+    torch_model.save_pretrained(tmp_path / "hf")
+    out = build_with_cli(tmp_path / "hf", tmp_path / "onnx", "--ep", "cpu")
+    genai = json.loads((out / "genai_config.json").read_text())["model"]
+    assert genai["type"] == "qwen2_5_vl"
+    assert genai["vision"]["inputs"] == {
+        "pixel_values": "pixel_values",
+        "image_grid_thw": "image_grid_thw",
+    }
+    assert (genai["vision"]["patch_size"], genai["vision"]["spatial_merge_size"]) == (4, 2)
     prompt = [1, 6, 7, 9, 10, 12, 8]
     expected = torch_greedy(torch_model, prompt, 12, eos="suppress")
     assert genai_greedy(og.Model(str(out)), prompt, 12) == expected

@@ -188,8 +188,9 @@ def genai_config(package, *, ep: str = "cpu") -> dict:
 
 
 # Vision–language model types the generator has a class for, whose decoders take only the
-# causal-LM inputs (Gemma 3's also takes token_type_ids, which the generator does not feed).
-GENAI_VISION_LANGUAGE_TYPES = frozenset({"mistral3"})
+# causal-LM inputs (Gemma 3's also takes token_type_ids, which the generator does not feed);
+# Qwen2.5-VL's position_ids are M-RoPE's [3, batch, sequence], which the generator computes.
+GENAI_VISION_LANGUAGE_TYPES = frozenset({"mistral3", "qwen2_5_vl"})
 
 
 def _vision_language_config(package, ep: str) -> dict:
