@@ -24,14 +24,12 @@ import numpy as np
 
 from mobius.errors import MobiusError
 from mobius.generate import (
-    _DECODER_CACHE,
     _ORT_FLOAT_TYPES,
     GenerationStats,
     PackageError,
+    Seq2SeqGenerator,
     TextStream,
     _as_ids,
-    _Generator,
-    _read_json,
     sample_next_token,
 )
 
@@ -112,8 +110,17 @@ def is_speech_package(package: Path) -> bool:
     return any(i.name == "input_features" for i in model.graph.input)
 
 
-class SpeechToTextGenerator(_Generator):
-    """A speech-to-text package (``encoder/`` over ``input_features``, ``decoder/``) in ONNX Runtime."""
+class SpeechToTextGenerator(Seq2SeqGenerator):
+    """A speech-to-text package (``encoder/`` over ``input_features``, ``decoder/``) in ONNX Runtime.
+
+    The seq2seq generator's package and contract checks, with log-mel features for the
+    source and no encoder mask; it transcribes audio (:meth:`transcribe_ids`) instead
+    of generating from token ids.
+    """
+
+    encoder_inputs = frozenset({"input_features"})
+    decoder_source_inputs = frozenset()
+    contract = "speech-to-text"
 
     def __init__(
         self,
@@ -122,41 +129,18 @@ class SpeechToTextGenerator(_Generator):
         threads: int | None = None,
         providers: Sequence[str] | None = None,
     ) -> None:
-        self.package_dir = Path(package_dir)
-        paths = {part: self.package_dir / part / "model.onnx" for part in ("encoder", "decoder")}
-        for part, path in paths.items():
-            if not path.is_file():
-                raise PackageError(f"no {part}/model.onnx in {self.package_dir}")
-        self.config = _read_json(self.package_dir / "config.json")
-        self.generation_config = _read_json(self.package_dir / "generation_config.json")
-        self.encoder = self._open_session(paths["encoder"], threads, providers)
-        self.decoder = self._open_session(paths["decoder"], threads, providers)
-        self._check_contract()
-        self.stats = GenerationStats()
-        self._tokenizer = None
+        super().__init__(package_dir, threads=threads, providers=providers)
         self._feature_extractor = None
 
     def _check_contract(self) -> None:
-        encoder_inputs = {i.name for i in self.encoder.get_inputs()}
-        self._encoder_outputs = [o.name for o in self.encoder.get_outputs()]
-        decoder_inputs = {i.name: i for i in self.decoder.get_inputs()}
-        self._self_cache = [i for n, i in decoder_inputs.items() if _DECODER_CACHE.fullmatch(n)]
-        cross = {n.replace("present.", "past_key_values.", 1) for n in self._encoder_outputs}
-        cross.discard("last_hidden_state")
-        expected = {"input_ids", *cross, *(i.name for i in self._self_cache)}
-        if encoder_inputs != {"input_features"} or set(decoder_inputs) != expected:
-            raise PackageError(
-                f"{self.package_dir} does not follow the speech-to-text contract: encoder inputs "
-                f"{sorted(encoder_inputs)}, decoder inputs {sorted(decoder_inputs)[:6]}..."
-            )
+        super()._check_contract()
         self._features_type = _ORT_FLOAT_TYPES.get(self.encoder.get_inputs()[0].type)
-        if self._features_type is None or any(
-            p.type not in _ORT_FLOAT_TYPES for p in self._self_cache
-        ):
-            raise PackageError("ONNX Runtime's Python API feeds float32 and float16 only")
-        self._present_names = [
-            p.name.replace("past_key_values.", "present.", 1) for p in self._self_cache
-        ]
+        if self._features_type is None:
+            raise PackageError("ONNX Runtime's Python API feeds float32 and float16 features only")
+
+    def generate_ids(self, prompt_ids, **options):
+        """Refused: a speech-to-text package's source is audio (see :meth:`transcribe_ids`)."""
+        raise MobiusError(f"{self.package_dir} transcribes audio: give it a WAV file")
 
     @property
     def feature_extractor(self):
@@ -171,10 +155,6 @@ class SpeechToTextGenerator(_Generator):
 
             self._feature_extractor = AutoFeatureExtractor.from_pretrained(str(self.package_dir))
         return self._feature_extractor
-
-    def _setting(self, key: str):
-        value = self.generation_config.get(key)
-        return self.config.get(key) if value is None else value
 
     def features(self, audio: np.ndarray, rate: int) -> np.ndarray:
         """``input_features [1, mel, frames]`` of mono ``audio`` sampled at ``rate`` Hz."""
@@ -194,12 +174,6 @@ class SpeechToTextGenerator(_Generator):
         logits, *present = self.decoder.run(["logits", *self._present_names], feeds)
         cache = {p.name: value for p, value in zip(self._self_cache, present, strict=True)}
         return logits[0, -1].astype(np.float32), cache
-
-    def _empty_cache(self):
-        return {
-            p.name: np.zeros((1, p.shape[1], 0, p.shape[3]), dtype=_ORT_FLOAT_TYPES[p.type])
-            for p in self._self_cache
-        }
 
     def prompt_ids(self, cross) -> list[int]:
         """The decoder's first tokens, as transformers' Whisper ``generate`` makes them.
@@ -264,11 +238,7 @@ class SpeechToTextGenerator(_Generator):
         stats.stop_reason = "max_new_tokens"
         started = time.perf_counter()
         encoded = self.encoder.run(None, {"input_features": self.features(audio, rate)})
-        cross = {
-            name.replace("present.", "past_key_values.", 1): value
-            for name, value in zip(self._encoder_outputs, encoded, strict=True)
-            if name.startswith("present.")
-        }
+        cross = self._cross_cache(encoded)
         prompt = self.prompt_ids(cross)
         stats.prompt_tokens = len(prompt)
         context = int(self.config.get("max_target_positions") or 0)

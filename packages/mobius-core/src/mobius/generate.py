@@ -515,7 +515,8 @@ class Seq2SeqGenerator(_Generator):
         for part, path in paths.items():
             if not path.is_file():
                 raise PackageError(
-                    f"no {part}/model.onnx in {self.package_dir}: not a seq2seq package built by mobius"
+                    f"no {part}/model.onnx in {self.package_dir}: not a {self.contract} package "
+                    "built by mobius"
                 )
         self.config = _read_json(self.package_dir / "config.json")
         self.generation_config = _read_json(self.package_dir / "generation_config.json")
@@ -524,6 +525,11 @@ class Seq2SeqGenerator(_Generator):
         self._check_contract()
         self.stats = GenerationStats()
         self._tokenizer = None
+
+    #: The encoder graph's inputs, and the decoder's source inputs besides the cross cache.
+    encoder_inputs = frozenset({"input_ids", "attention_mask"})
+    decoder_source_inputs = frozenset({"encoder_attention_mask"})
+    contract = "seq2seq"
 
     def _check_contract(self) -> None:
         encoder_inputs = {i.name for i in self.encoder.get_inputs()}
@@ -534,19 +540,19 @@ class Seq2SeqGenerator(_Generator):
         cross.discard("last_hidden_state")
         expected = {
             "input_ids",
-            "encoder_attention_mask",
+            *self.decoder_source_inputs,
             *cross,
             *(i.name for i in self._self_cache),
         }
         if (
-            encoder_inputs != {"input_ids", "attention_mask"}
+            encoder_inputs != self.encoder_inputs
             or set(decoder_inputs) != expected
             or not self._self_cache
             or "logits" not in {o.name for o in self.decoder.get_outputs()}
         ):
             raise PackageError(
-                f"{self.package_dir} does not follow the seq2seq contract: encoder inputs "
-                f"{sorted(encoder_inputs)}, decoder inputs {sorted(decoder_inputs)[:6]}..."
+                f"{self.package_dir} does not follow the {self.contract} contract: encoder "
+                f"inputs {sorted(encoder_inputs)}, decoder inputs {sorted(decoder_inputs)[:6]}..."
             )
         for past in self._self_cache:
             if past.type not in _ORT_FLOAT_TYPES:
@@ -557,6 +563,21 @@ class Seq2SeqGenerator(_Generator):
         self._present_names = [
             p.name.replace("past_key_values.", "present.", 1) for p in self._self_cache
         ]
+
+    def _cross_cache(self, encoded: list) -> dict[str, np.ndarray]:
+        """The decoder's ``past_key_values.{i}.encoder.*`` feeds from the encoder's outputs."""
+        return {
+            name.replace("present.", "past_key_values.", 1): value
+            for name, value in zip(self._encoder_outputs, encoded, strict=True)
+            if name.startswith("present.")
+        }
+
+    def _empty_cache(self) -> dict[str, np.ndarray]:
+        """The self-attention cache of the first step: no past positions."""
+        return {
+            p.name: np.zeros((1, p.shape[1], 0, p.shape[3]), dtype=_ORT_FLOAT_TYPES[p.type])
+            for p in self._self_cache
+        }
 
     def _setting(self, key: str):
         """``key`` from generation_config.json, else config.json."""
@@ -607,15 +628,8 @@ class Seq2SeqGenerator(_Generator):
         started = time.perf_counter()
         mask = np.ones_like(source)
         encoded = self.encoder.run(None, {"input_ids": source, "attention_mask": mask})
-        cross = {
-            name.replace("present.", "past_key_values.", 1): value
-            for name, value in zip(self._encoder_outputs, encoded, strict=True)
-            if name.startswith("present.")
-        }
-        cache = {
-            p.name: np.zeros((1, p.shape[1], 0, p.shape[3]), dtype=_ORT_FLOAT_TYPES[p.type])
-            for p in self._self_cache
-        }
+        cross = self._cross_cache(encoded)
+        cache = self._empty_cache()
         ids = np.asarray([[int(start)]], dtype=np.int64)
         first_at = None
         for step in range(max_new_tokens):
