@@ -17,6 +17,7 @@ from mobius._config import (
     POOLING_MODES,
     VISION_HEADS,
     VISION_LANGUAGE_FORMS,
+    ComponentConfig,
     EncoderConfig,
     VisionConfig,
     VisionLanguageConfig,
@@ -105,6 +106,11 @@ def read_config_json(model_dir: Path) -> dict:
     return raw
 
 
+def is_diffusers_component(raw: dict) -> bool:
+    """Whether a ``config.json`` dict is a diffusers component's (it names its class)."""
+    return isinstance(raw.get("_class_name"), str) and raw["model_type"] == raw["_class_name"]
+
+
 def read_model_type(model_dir: Path) -> str:
     """The ``model_type`` of a model directory's ``config.json``."""
     return read_config_json(model_dir)["model_type"]
@@ -143,9 +149,17 @@ def _quiet_transformers():
 
 
 def load_hf_config(model_dir: Path) -> Any:
-    """The transformers config object of a model directory (no model code, no torch)."""
+    """The config object of a model directory (no model code, no torch).
+
+    A transformers config object, or for a diffusers component (``_class_name``) its
+    ``config.json`` as a :class:`~mobius._config.ComponentConfig`: diffusers is not
+    needed to build one.
+    """
     from transformers import AutoConfig
 
+    raw = read_config_json(model_dir)
+    if is_diffusers_component(raw):
+        return ComponentConfig(raw)
     try:
         with _quiet_transformers():
             return AutoConfig.from_pretrained(model_dir, trust_remote_code=False)

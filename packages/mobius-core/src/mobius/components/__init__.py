@@ -9,6 +9,7 @@ from mobius.components._attention import (
     repeat_kv,
     scaled_dot_product_attention,
 )
+from mobius.components._conv import Conv2d, GroupNorm
 from mobius.components._decoder import DecoderLayer
 from mobius.components._encoder import (
     bidirectional_attention,
@@ -43,10 +44,12 @@ __all__ = [
     "EXECUTION_PROVIDERS",
     "MLP",
     "Attention",
+    "Conv2d",
     "DecoderLayer",
     "DynamicNTKRotaryEmbedding",
     "Embedding",
     "GatedMLP",
+    "GroupNorm",
     "LayerNorm",
     "Linear",
     "LongRopeRotaryEmbedding",

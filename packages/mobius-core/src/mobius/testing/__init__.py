@@ -21,6 +21,11 @@ from mobius.testing._cross_vl_parity import (
     OnnxCrossAttentionVL,
     check_cross_attention_vl_parity,
 )
+from mobius.testing._diffusion_parity import (
+    DiffusionParity,
+    check_diffusion_parity,
+    make_random_diffusers_model,
+)
 from mobius.testing._encoder_parity import (
     EncoderParity,
     check_encoder_parity,
@@ -65,6 +70,9 @@ from mobius.testing._zero_shot_parity import (
 )
 
 __all__ = [
+    "DiffusionParity",
+    "check_diffusion_parity",
+    "make_random_diffusers_model",
     "AudioParity",
     "check_audio_parity",
     "make_random_audio_model",

@@ -7,11 +7,12 @@ Parameters are named as ``torch.nn`` names them (``weight``, ``bias``,
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 from onnxscript import nn
 
-from mobius.components import Linear, get_activation
+from mobius.components import Conv2d, Linear, get_activation
+
+__all__ = ["Conv2d"]  # re-exported: the vision families import it from here
 
 #: Checkpoint tensors no graph reads: BatchNorm's training-step counter.
 BATCHNORM_COUNTERS = "*.num_batches_tracked"
@@ -33,44 +34,6 @@ def activation(name: str | None):
 def same_size(size: int, stride: int) -> int:
     """The spatial size after a "same"-padded (``k // 2`` or TF SAME) strided layer."""
     return math.ceil(size / stride)
-
-
-class Conv2d(nn.Module):
-    """``torch.nn.Conv2d``; ``padding`` is an int, ``(top, left, bottom, right)`` or ``"same"`` (TF SAME)."""
-
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        kernel_size: int,
-        stride: int = 1,
-        padding: int | Sequence[int] | str = 0,
-        dilation: int = 1,
-        groups: int = 1,
-        bias: bool = True,
-    ) -> None:
-        super().__init__()
-        k = kernel_size
-        self.weight = nn.Parameter([out_channels, in_channels // groups, k, k])
-        self.bias = nn.Parameter([out_channels]) if bias else None
-        self.attrs = dict(
-            kernel_shape=[k, k], strides=[stride, stride], dilations=[dilation, dilation]
-        )
-        self.attrs["group"] = groups
-        if padding == "same" and stride == 1:  # size-independent; ORT's SAME_UPPER has no dilation
-            before, after = (k - 1) // 2 * dilation, (k - 1 - (k - 1) // 2) * dilation
-            self.attrs["pads"] = [before, before, after, after]
-        elif padding == "same":
-            self.attrs["auto_pad"] = "SAME_UPPER"
-        elif isinstance(padding, int):
-            self.attrs["pads"] = [padding] * 4
-        else:
-            top, left, bottom, right = padding
-            self.attrs["pads"] = [top, left, bottom, right]
-
-    def forward(self, op, x):
-        inputs = [x, self.weight] + ([self.bias] if self.bias is not None else [])
-        return op.Conv(*inputs, **self.attrs)
 
 
 class BatchNorm2d(nn.Module):
