@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-# A SUPPORT.md row: | `model_type` | `transformers class` | status |
+# A SUPPORT.md row: | `model_type` | `reference class` (transformers or diffusers) | status |
 ROW = re.compile(
     r"^\|\s*`(?P<key>[^`]+)`\s*\|\s*`(?P<hf_class>[^`]*)`\s*\|\s*(?P<status>.*?)\s*\|\s*$"
 )
@@ -25,7 +25,7 @@ def support_file(packages_dir: Path, package: str) -> Path:
 
 
 def read_support(path: Path) -> dict[str, tuple[str, str]]:
-    """``model_type -> (transformers class, status)`` from a SUPPORT.md table; ``{}`` if absent."""
+    """``model_type -> (reference class, status)`` from a SUPPORT.md table; ``{}`` if absent."""
     if not path.is_file():
         return {}
     rows = {}
@@ -70,7 +70,7 @@ def render_models(registry, packages_dir: Path) -> tuple[str, list[str]]:
             f"{len(entries)} model types, {verified} verified by synthetic parity "
             f"(recorded in `packages/{package}/SUPPORT.md`).",
             "",
-            "| model type | task | transformers class | parity |",
+            "| model type | task | reference class | parity |",
             "|---|---|---|---|",
         ]
         for entry in entries:
