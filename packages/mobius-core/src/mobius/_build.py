@@ -29,6 +29,7 @@ from mobius.errors import CheckpointError, ConfigError, MobiusError, ModelSource
 from mobius.tasks import get_task
 from mobius.weights import GGUFCheckpoint, apply_weights, checkpoint_dtype, resolve_model
 from mobius.weights._open import open_checkpoint
+from mobius.weights._safetensors import SafetensorsCheckpoint
 
 DTYPES = {
     "f32": ir.DataType.FLOAT,
@@ -365,6 +366,25 @@ def build_from_module(
     return ModelPackage(models=models, config=config, task=task)
 
 
+def recognise_weights_file(registry, path: Path, checkpoint) -> tuple[Any, ComponentConfig]:
+    """The registration and config of a lone ``.safetensors`` file, told by its tensors alone.
+
+    Some checkpoints ship as one weights file with no config (IP-Adapters): a
+    family that can recognise them has a ``config_from_weights(shapes)`` returning
+    its config fields (``model_type`` included), or None when the tensors are not its.
+    """
+    shapes = {name: tuple(tensor.shape) for name, tensor in checkpoint.items()}
+    for entry in registry.entries():
+        recognise = getattr(entry.module_class(), "config_from_weights", None)
+        fields = recognise(shapes) if recognise is not None else None
+        if fields is not None:
+            return entry, ComponentConfig({"_class_name": fields.pop("model_type"), **fields})
+    raise ModelSourceError(
+        f"{path} is a lone safetensors file, and no installed mobius package recognises its "
+        "tensors without a config.json; give the model's directory (config.json beside the weights)"
+    )
+
+
 def _gguf_tokenizer_files(checkpoint: GGUFCheckpoint) -> dict[str, str]:
     """The tokenizer files a GGUF file's metadata describes, or none (with a warning).
 
@@ -434,10 +454,16 @@ def build(
         raise MobiusError("quantization needs the weights; drop --no-weights")
     registry = registry or default_registry
     model_dir = resolve_model(model, revision=revision, allow_pickle=allow_pickle)
-    if model_dir.is_file():
+    if model_dir.is_file() and model_dir.suffix == ".safetensors":
+        # A lone weights file (an IP-Adapter): the family that knows its tensors gives the config.
+        checkpoint = SafetensorsCheckpoint.open(model_dir)
+        entry, hf_config = recognise_weights_file(registry, model_dir, checkpoint)
+        text_files = {}
+    elif model_dir.is_file():
         if model_dir.suffix != ".gguf":
             raise ModelSourceError(
-                f"{model_dir} is a file; give a model directory, a hub id or a .gguf file"
+                f"{model_dir} is a file; give a model directory, a hub id, a .gguf file or a "
+                "single-file adapter (.safetensors)"
             )
         # A GGUF file carries its config beside the weights (header only: cheap to open).
         checkpoint = GGUFCheckpoint.open(model_dir)

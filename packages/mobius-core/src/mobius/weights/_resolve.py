@@ -42,10 +42,10 @@ def resolve_model(
 ) -> pathlib.Path:
     """Return a local path holding ``model``, downloading it from the hub if needed.
 
-    ``model`` may be an existing directory (returned as is), an existing ``.gguf``
-    file (returned as is) or a hub repo id such as ``org/name``; a repo id is
-    fetched into the local hub cache (configs, tokenizer and safetensors files
-    only; pickled weights too with ``allow_pickle``). With ``HF_HUB_OFFLINE=1``
+    ``model`` may be an existing directory, ``.gguf`` file or single-file
+    ``.safetensors`` adapter (each returned as is) or a hub repo id such as
+    ``org/name``; a repo id is fetched into the local hub cache (configs, tokenizer
+    and safetensors files only; pickled weights too with ``allow_pickle``). With ``HF_HUB_OFFLINE=1``
     only the local cache is consulted.
 
     Raises:
@@ -56,9 +56,12 @@ def resolve_model(
     if path.is_dir():
         return path
     if path.is_file():
-        if path.suffix.lower() == ".gguf":
+        if path.suffix.lower() in (".gguf", ".safetensors"):
             return path
-        raise ModelSourceError(f"expected a model directory or a .gguf file, got file: {path}")
+        raise ModelSourceError(
+            f"expected a model directory, a .gguf file or a single-file adapter (.safetensors), "
+            f"got file: {path}"
+        )
     if not isinstance(model, str) or not _is_repo_id(model):
         what = "file" if path.suffix.lower() == ".gguf" else "directory"
         raise ModelSourceError(f"no such {what}: {model}")

@@ -213,8 +213,9 @@ class SafetensorsCheckpoint(Closing, Mapping[str, CheckpointTensor]):
         """Open a ``.safetensors`` file, a ``*safetensors.index.json`` or a model directory.
 
         A directory is read through its ``model.safetensors.index.json`` (or the
-        single other ``*safetensors.index.json``), else its ``model.safetensors``,
-        else every ``*.safetensors`` file in it.
+        single other ``*safetensors.index.json``), else its ``model.safetensors`` (or
+        diffusers' ``diffusion_pytorch_model.safetensors``), else every
+        ``*.safetensors`` file in it.
 
         Raises:
             CheckpointError: The checkpoint is missing, truncated or corrupt.
@@ -274,9 +275,10 @@ def _open_directory(directory: Path) -> SafetensorsCheckpoint:
     if len(indexes) > 1:
         names = ", ".join(p.name for p in indexes)
         raise CheckpointError(f"{directory}: several safetensors index files ({names})")
-    single = directory / "model.safetensors"
-    if single.is_file():
-        return SafetensorsCheckpoint.open(single)
+    # transformers' and diffusers' default names win over variants beside them (``*.fp16.safetensors``).
+    for name in ("model.safetensors", "diffusion_pytorch_model.safetensors"):
+        if (directory / name).is_file():
+            return SafetensorsCheckpoint.open(directory / name)
     paths = sorted(p for p in directory.glob("*.safetensors") if p.is_file())
     if not paths:
         raise CheckpointError(f"no safetensors files in {directory}")
