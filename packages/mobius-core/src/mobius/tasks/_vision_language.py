@@ -25,6 +25,14 @@ attention_mask, position_ids, past, *extras)``, and describes its cache like a
 causal LM. ``extras`` are the family's own decoder inputs, ``decoder_inputs()``
 (Gemma 3's ``token_type_ids``, which mark the image tokens that attend both ways);
 the single graph derives them from ``input_ids`` (``decoder_inputs_from_ids``).
+
+A family whose decoder reads more of the images than the merged embeddings
+(Qwen3-VL's DeepStack features, added to the hidden states of its first layers)
+names them: ``vision_outputs()`` lists the vision graph's outputs, ``image_features``
+first (``image_features`` then returns one value per entry), which the embedding
+graph takes by name; ``embedding_outputs()`` lists the embedding graph's outputs
+beyond ``inputs_embeds`` (``embed`` then returns them after it), which the decoder
+graph takes by name, before ``decoder_inputs()``.
 """
 
 from __future__ import annotations
@@ -56,6 +64,11 @@ def _decoder_outputs(builder, module, logits, present, layout, dtype) -> None:
             set_output(builder, value, f"present.{i}.{kind}", dtype, _present_shape(shape))
 
 
+def _values(result) -> list:
+    """A module result of one value or several as a list."""
+    return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
 def _model(graph: ir.Graph) -> ir.Model:
     model = ir.Model(graph, ir_version=IR_VERSION, producer_name="mobius")
     RemoveUnusedNodesPass()(model)  # a graph reads only its part of the weights
@@ -85,9 +98,9 @@ class VisionLanguageTask(ModelTask):
         input_ids = builder.input("input_ids", INT64, ["batch", "sequence"])
         vision = self._vision_inputs(builder, module, dtype)
         attention_mask, position_ids, past, layout = _decoder_inputs(builder, module, dtype)
-        features = self._features_if_any(op, module, vision, dtype)
-        embeds = module.embed(op, input_ids, features)
-        extras = module.decoder_inputs_from_ids(op, input_ids)
+        features = _values(self._features_if_any(op, module, vision, dtype))
+        embeds, *extras = _values(module.embed(op, input_ids, *features))
+        extras += module.decoder_inputs_from_ids(op, input_ids)
         logits, present = module.decode(op, embeds, attention_mask, position_ids, past, *extras)
         _decoder_outputs(builder, module, logits, present, layout, dtype)
         return _model(graph)
@@ -99,19 +112,23 @@ class VisionLanguageTask(ModelTask):
         """
         for part in module.vision_modules():
             realize_parameters(op, part)  # named in the root graph, not the branch's scope
-        hidden = module.config.text.hidden_size
+        outputs = module.vision_outputs()
 
         def with_images(op):
-            return op.Identity(module.image_features(op, *vision))
+            return [op.Identity(v) for v in _values(module.image_features(op, *vision))]
 
-        def without_images(op):
-            return op.ConstantOfShape(
-                op.Constant(value_ints=[0, hidden]), value=ir.tensor([0], dtype=dtype)
-            )
+        def without_images(op):  # every output with its symbolic dimensions at zero
+            return [
+                op.ConstantOfShape(
+                    op.Constant(value_ints=[0 if isinstance(d, str) else d for d in shape]),
+                    value=ir.tensor([0], dtype=dtype),
+                )
+                for _, shape in outputs
+            ]
 
         def branch(trace, name):
-            out = ir.Value(name=f"{name}_features", type=ir.TensorType(dtype))
-            return scan_body(op, trace, inputs=[], outputs=[out], name=name)  # its own names
+            outs = [ir.Value(name=f"{name}_{n}", type=ir.TensorType(dtype)) for n, _ in outputs]
+            return scan_body(op, trace, inputs=[], outputs=outs, name=name)  # its own names
 
         count = op.Shape(vision[0], start=0, end=1)
         has_images = op.Squeeze(op.Greater(count, op.Constant(value_ints=[0])), [0])
@@ -119,22 +136,26 @@ class VisionLanguageTask(ModelTask):
             has_images,
             then_branch=branch(with_images, "with_images"),
             else_branch=branch(without_images, "without_images"),
+            _outputs=len(outputs),
         )
 
     def _vision(self, module, dtype) -> ir.Model:
         graph, builder = new_graph("vision")
         features = module.image_features(builder.op, *self._vision_inputs(builder, module, dtype))
-        shape = ["num_image_tokens", module.config.text.hidden_size]
-        set_output(builder, features, "image_features", dtype, shape)
+        outputs = module.vision_outputs()
+        for value, (name, shape) in zip(_values(features), outputs, strict=True):
+            set_output(builder, value, name, dtype, shape)
         return _model(graph)
 
     def _embedding(self, module, dtype) -> ir.Model:
         graph, builder = new_graph("embedding")
         input_ids = builder.input("input_ids", INT64, ["batch", "sequence"])
         hidden = module.config.text.hidden_size
-        features = builder.input("image_features", dtype, ["num_image_tokens", hidden])
-        embeds = module.embed(builder.op, input_ids, features)
+        features = [builder.input(name, dtype, shape) for name, shape in module.vision_outputs()]
+        embeds, *extras = _values(module.embed(builder.op, input_ids, *features))
         set_output(builder, embeds, "inputs_embeds", dtype, ["batch", "sequence", hidden])
+        for value, (name, shape) in zip(extras, module.embedding_outputs(), strict=True):
+            set_output(builder, value, name, dtype, shape)
         return _model(graph)
 
     def _decoder(self, module, dtype) -> ir.Model:
@@ -142,7 +163,8 @@ class VisionLanguageTask(ModelTask):
         hidden = module.config.text.hidden_size
         embeds = builder.input("inputs_embeds", dtype, ["batch", "sequence", hidden])
         attention_mask, position_ids, past, layout = _decoder_inputs(builder, module, dtype)
-        extras = [builder.input(name, t, shape) for name, t, shape in module.decoder_inputs()]
+        extras = [builder.input(name, dtype, shape) for name, shape in module.embedding_outputs()]
+        extras += [builder.input(name, t, shape) for name, t, shape in module.decoder_inputs()]
         logits, present = module.decode(
             builder.op, embeds, attention_mask, position_ids, past, *extras
         )

@@ -76,6 +76,12 @@ def make_random_vl_model(hf_config, seed: int = 0):
     return model.eval()
 
 
+def _empty(info) -> np.ndarray:
+    """An ONNX Runtime input's value with its symbolic dimensions at zero (no images)."""
+    dtype = np.int64 if info.type == "tensor(int64)" else np.float32
+    return np.zeros([0 if isinstance(d, str) or d is None else d for d in info.shape], dtype)
+
+
 class OnnxVisionLanguage:
     """A built VL package (``--form single`` or ``split``) driven step by step."""
 
@@ -113,22 +119,24 @@ class OnnxVisionLanguage:
             if vision is None:  # no images on a decode step: empty image inputs
                 vision = {n: self._no_images(n) for n in self.vision_names}
             return self._run_decoder({"input_ids": input_ids, **vision}, mask, positions, cache)
-        if vision is not None:
+        if vision is not None:  # image_features and any other vision output, by name
             names = [i.name for i in self.vision.get_inputs()]
-            features = self.vision.run(None, {n: vision[n] for n in names})[0]
-        else:
-            width = self.embedding.get_inputs()[1].shape[1]
-            features = np.zeros((0, width), np.float32)
-        embeds = self.embedding.run(None, {"input_ids": input_ids, "image_features": features})[0]
-        feeds = {"inputs_embeds": embeds}
+            values = self.vision.run(None, {n: vision[n] for n in names})
+            features = dict(zip([o.name for o in self.vision.get_outputs()], values, strict=True))
+        else:  # no images: every vision output empty
+            features = {
+                i.name: _empty(i) for i in self.embedding.get_inputs() if i.name != "input_ids"
+            }
+        values = self.embedding.run(None, {"input_ids": input_ids, **features})
+        names = [o.name for o in self.embedding.get_outputs()]
+        # inputs_embeds and any other embedding output the decoder takes (DeepStack's)
+        feeds = {n: v for n, v in zip(names, values, strict=True) if n in self.decoder_inputs}
         if "token_type_ids" in self.decoder_inputs:
             feeds["token_type_ids"] = np.zeros_like(input_ids) if types is None else types
         return self._run_decoder(feeds, mask, positions, cache)
 
     def _no_images(self, name: str) -> np.ndarray:
-        info = next(i for i in self.decoder.session.get_inputs() if i.name == name)
-        dtype = np.int64 if info.type == "tensor(int64)" else np.float32
-        return np.zeros([0 if isinstance(d, str) else d for d in info.shape], dtype)
+        return _empty(next(i for i in self.decoder.session.get_inputs() if i.name == name))
 
     def _run_decoder(self, feeds, mask, positions, cache):
         session = self.decoder.session

@@ -74,6 +74,16 @@ class VisionLanguageModel(nn.Module):
         channels = self.config.vision.num_channels
         return [("pixel_values", dtype, ["num_images", channels, height, width])]
 
+    def vision_outputs(self) -> list[tuple]:
+        """The vision graph's outputs ``(name, shape)``; :meth:`image_features` returns one value
+        per entry (several as a tuple), and the embedding graph takes them all."""
+        return [("image_features", ["num_image_tokens", self.config.text.hidden_size])]
+
+    def embedding_outputs(self) -> list[tuple]:
+        """The embedding graph's outputs ``(name, shape)`` beyond ``inputs_embeds``; :meth:`embed`
+        returns them after it, and :meth:`decode` takes them before its ``decoder_inputs``."""
+        return []
+
     def vision_modules(self) -> list[nn.Module]:
         """The submodules :meth:`image_features` reads."""
         return [self.vision_tower, self.multi_modal_projector]

@@ -83,6 +83,16 @@ def _column(op, grid, i):
     return op.Squeeze(op.Slice(grid, [i], [i + 1], [1]), [1])  # [images]
 
 
+def patch_images(op, pixel_values, grid_thw):
+    """Per patch ``(index, image)`` ``[patches]``: its row in ``pixel_values`` and its image."""
+    t, h, w = (_column(op, grid_thw, i) for i in range(3))
+    ends = op.CumSum(op.Mul(t, op.Mul(h, w)), op.Constant(value_int=0))
+    count = op.Squeeze(op.Shape(pixel_values, start=0, end=1), [0])
+    index = op.Range(op.Constant(value_int=0), count, op.Constant(value_int=1))  # [patches]
+    after = op.GreaterOrEqual(op.Unsqueeze(index, [1]), op.Unsqueeze(ends, [0]))
+    return index, op.ReduceSum(op.Cast(after, to=INT64), [1], keepdims=0)
+
+
 def patch_layout(op, pixel_values, grid_thw, merge: int):
     """Per patch ``(segment, row, column)`` ``[patches]``: its image frame and grid cell.
 
@@ -94,10 +104,7 @@ def patch_layout(op, pixel_values, grid_thw, merge: int):
     per_frame = op.Mul(h, w)
     tokens = op.Mul(t, per_frame)
     ends = op.CumSum(tokens, op.Constant(value_int=0))
-    count = op.Squeeze(op.Shape(pixel_values, start=0, end=1), [0])
-    index = op.Range(op.Constant(value_int=0), count, op.Constant(value_int=1))  # [patches]
-    after = op.GreaterOrEqual(op.Unsqueeze(index, [1]), op.Unsqueeze(ends, [0]))
-    image = op.ReduceSum(op.Cast(after, to=INT64), [1], keepdims=0)  # [patches]
+    index, image = patch_images(op, pixel_values, grid_thw)
     local = op.Sub(index, op.Gather(op.Sub(ends, tokens), image))
     hw = op.Gather(per_frame, image)
     first_frame = op.Sub(op.CumSum(t, op.Constant(value_int=0)), t)
@@ -269,13 +276,14 @@ def same_group(op, *keys):
 @dataclass
 class Qwen2VLConfig(VisionLanguageConfig):
     vision_config_class = Qwen2VLVisionConfig
+    text_config_class = Qwen2VLTextConfig
 
     @classmethod
     def hf_fields(cls, hf_config: Any) -> dict[str, Any]:
         return dict(
             model_type=hf_config.model_type,
             vision=cls.vision_config_class.from_hf(hf_config.vision_config),
-            text=Qwen2VLTextConfig.from_hf(cls.text_hf_config(hf_config)),
+            text=cls.text_config_class.from_hf(cls.text_hf_config(hf_config)),
             image_token_id=int(hf_config.image_token_id),
         )
 
@@ -285,12 +293,13 @@ class Qwen2VLForConditionalGeneration(VisionLanguageModel):
 
     config_class = Qwen2VLConfig
     tower_class = Qwen2VLVisionTower
+    decoder_class = Qwen2VLTextForCausalLM
 
     def __init__(self, config: Qwen2VLConfig) -> None:
         nn.Module.__init__(self)
         self.config = config
         self.vision_tower = self.tower_class(config.vision)
-        self.language_model = Qwen2VLTextForCausalLM(config.text)
+        self.language_model = self.decoder_class(config.text)
 
     def vision_inputs(self, dtype) -> list[tuple]:
         return [
