@@ -9,7 +9,7 @@ from mobius.components._attention import (
     repeat_kv,
     scaled_dot_product_attention,
 )
-from mobius.components._conv import Conv2d, GroupNorm
+from mobius.components._conv import Conv2d, Conv3d, GroupNorm
 from mobius.components._decoder import DecoderLayer
 from mobius.components._encoder import (
     bidirectional_attention,
@@ -45,6 +45,7 @@ __all__ = [
     "MLP",
     "Attention",
     "Conv2d",
+    "Conv3d",
     "DecoderLayer",
     "DynamicNTKRotaryEmbedding",
     "Embedding",

@@ -50,6 +50,40 @@ class Conv2d(nn.Module):
         return op.Conv(*inputs, **self.attrs)
 
 
+class Conv3d(nn.Module):
+    """``torch.nn.Conv3d`` over ``[batch, channels, frames, height, width]``.
+
+    ``kernel_size``, ``stride``, ``padding`` and ``dilation`` are an int or a
+    ``(time, height, width)`` triple; padding is symmetric on each axis.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | Sequence[int],
+        stride: int | Sequence[int] = 1,
+        padding: int | Sequence[int] = 0,
+        dilation: int | Sequence[int] = 1,
+        groups: int = 1,
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        kernel, stride, padding, dilation = (
+            [v] * 3 if isinstance(v, int) else list(v)
+            for v in (kernel_size, stride, padding, dilation)
+        )
+        self.weight = nn.Parameter([out_channels, in_channels // groups, *kernel])
+        self.bias = nn.Parameter([out_channels]) if bias else None
+        self.attrs = dict(
+            kernel_shape=kernel, strides=stride, dilations=dilation, pads=padding * 2, group=groups
+        )
+
+    def forward(self, op, x):
+        inputs = [x, self.weight] + ([self.bias] if self.bias is not None else [])
+        return op.Conv(*inputs, **self.attrs)
+
+
 class GroupNorm(nn.Module):
     """``torch.nn.GroupNorm`` over ``[batch, channels, *spatial]``: statistics per group of channels.
 

@@ -224,19 +224,22 @@ def pack_parallel_matmuls(model: ir.Model) -> int:
             continue
         packed = _concat_initializer(graph, weights, axis=1, name=_packed_name(weights))
         matmul = ir.node("MatMul", [nodes[0].inputs[0], packed], name=f"{nodes[0].name}_packed")
-        sizes = ir.Value(
+        # A Constant node, not an initializer: saved as external data (many parts), ORT
+        # could not read the sizes when it infers the Split's shapes.
+        sizes = ir.node(
+            "Constant",
+            [],
+            attributes={"value": ir.tensor(np.array([int(w.shape[1]) for w in weights], np.int64))},
             name=f"{packed.name}.split",
-            const_value=ir.tensor(np.array([int(w.shape[1]) for w in weights], np.int64)),
         )
-        graph.register_initializer(sizes)
         split = ir.node(
             "Split",
-            [matmul.outputs[0], sizes],
+            [matmul.outputs[0], sizes.outputs[0]],
             attributes={"axis": -1},
             num_outputs=len(nodes),
             name=f"{nodes[0].name}_split",
         )
-        graph.insert_before(nodes[0], [matmul, split])
+        graph.insert_before(nodes[0], [matmul, sizes, split])
         for old, new in zip(nodes, split.outputs, strict=True):
             new.type, new.shape = old.outputs[0].type, old.outputs[0].shape
             ir.convenience.replace_all_uses_with(old.outputs[0], new)

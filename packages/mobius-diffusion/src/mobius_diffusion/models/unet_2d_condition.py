@@ -1,0 +1,382 @@
+"""UNet2DConditionModel: the denoiser of Stable Diffusion 1.x/2.x and SDXL.
+
+``conv_in``; down blocks (``CrossAttnDownBlock2D``/``DownBlock2D``) that keep every
+state as a skip; a mid-block (``UNetMidBlock2DCrossAttn``); up blocks that
+concatenate the skips back, newest first; GroupNorm, SiLU, ``conv_out``. The
+timestep goes through the sinusoidal ``time_proj`` and ``time_embedding`` into
+every resnet; SDXL (``addition_embed_type="text_time"``) adds ``add_embedding`` of
+the pooled text embedding concatenated with the sinusoidal embeddings of the six
+``time_ids`` (original size, crop origin, target size). Note diffusers' naming:
+``attention_head_dim`` is the number of heads of each block's transformers.
+
+Graph (:class:`mobius.tasks.DenoisingTask`): ``sample`` [batch, in_channels,
+latent_height, latent_width], ``timestep`` float32 [batch] (float32 whatever the
+build dtype, as a scheduler's timesteps are float or integer: cast integers to
+float; a one-element timestep is broadcast to the batch), ``encoder_hidden_states``
+[batch, sequence, cross_attention_dim]; SDXL adds ``text_embeds`` [batch,
+text_embeds_dim] and ``time_ids`` [batch, 6] -> ``out_sample``. Latent sizes that
+are not a multiple of the total downscale upsample to the skips' sizes, as diffusers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx_ir as ir
+from onnxscript import nn
+
+from mobius.components import Conv2d, GroupNorm
+from mobius.errors import ConfigError
+from mobius.tasks import GraphSpec
+from mobius_diffusion.models._embeddings import TimestepEmbedding, Timesteps
+from mobius_diffusion.models._resnet import DownBlock2D, UNetMidBlock2D, UpBlock2D, activation
+from mobius_diffusion.models._unet_blocks import (
+    CrossAttention,
+    CrossAttnDownBlock2D,
+    CrossAttnUpBlock2D,
+    UNetMidBlock2DCrossAttn,
+)
+
+_DOWN = ("CrossAttnDownBlock2D", "DownBlock2D")
+_UP = ("CrossAttnUpBlock2D", "UpBlock2D")
+
+#: diffusers options that must keep their default: mobius builds nothing else.
+_DEFAULTS = {
+    "class_embed_type": None,
+    "num_class_embeds": None,
+    "encoder_hid_dim": None,
+    "encoder_hid_dim_type": None,
+    "time_embedding_type": "positional",
+    "timestep_post_act": None,
+    "time_cond_proj_dim": None,
+    "attention_type": "default",
+    "dual_cross_attention": False,
+    "only_cross_attention": False,
+    "num_attention_heads": None,
+    "class_embeddings_concat": False,
+}
+# Left as read: ``upcast_attention`` (diffusers' default SDPA processor ignores it too),
+# and options the SD/SDXL blocks never receive (``resnet_skip_time_act``,
+# ``resnet_out_scale_factor``, ``cross_attention_norm``, ``mid_block_only_cross_attention``).
+
+
+def _per_block(value, n: int, name: str) -> list:
+    """An int for every block, or a list with one entry per block."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != n:
+            raise ConfigError(f"{name} {value} has {len(value)} entries for {n} blocks")
+        return list(value)
+    return [value] * n
+
+
+def _per_layer(value, n: int) -> list[int]:
+    """A block's transformer depth: one int for its ``n`` layers, or one per layer."""
+    return list(value) if isinstance(value, (list, tuple)) else [value] * n
+
+
+@dataclass
+class UNet2DConditionConfig:
+    in_channels: int = 4
+    out_channels: int = 4
+    down_block_types: tuple[str, ...] = ()
+    up_block_types: tuple[str, ...] = ()
+    mid_block_type: str | None = "UNetMidBlock2DCrossAttn"
+    block_out_channels: tuple[int, ...] = ()
+    layers_per_block: list[int] = field(default_factory=list)
+    heads: list[int] = field(default_factory=list)
+    cross_attention_dim: list[int] = field(default_factory=list)
+    transformer_layers: list = field(default_factory=list)
+    reverse_transformer_layers: list | None = None
+    downsample_padding: int = 1
+    mid_block_scale_factor: float = 1.0
+    act_fn: str = "silu"
+    norm_num_groups: int = 32
+    norm_eps: float = 1e-5
+    use_linear_projection: bool = False
+    flip_sin_to_cos: bool = True
+    freq_shift: float = 0
+    resnet_time_scale_shift: str = "default"
+    time_embedding_dim: int | None = None
+    time_embedding_act_fn: str | None = None
+    center_input_sample: bool = False
+    conv_in_kernel: int = 3
+    conv_out_kernel: int = 3
+    addition_embed_type: str | None = None
+    addition_time_embed_dim: int | None = None
+    projection_class_embeddings_input_dim: int | None = None
+
+    @classmethod
+    def from_hf(cls, config: Any) -> UNet2DConditionConfig:
+        c = cls._read(config)
+        down, up = list(config.down_block_types), list(config.up_block_types)
+        if any(t not in _DOWN for t in down) or any(t not in _UP for t in up):
+            raise ConfigError(f"UNet blocks {down} / {up}: mobius builds {_DOWN} and {_UP}")
+        if len(up) != len(down) or len(c.block_out_channels) != len(down):
+            raise ConfigError(
+                "UNet down_block_types, up_block_types and block_out_channels differ in length"
+            )
+        if c.mid_block_type not in ("UNetMidBlock2DCrossAttn", None):
+            raise ConfigError(f"UNet mid_block_type {c.mid_block_type!r} is not built by mobius")
+        if c.addition_embed_type not in (None, "text_time"):
+            raise ConfigError(
+                f"UNet addition_embed_type {c.addition_embed_type!r} is not built by mobius"
+            )
+        if c.norm_num_groups is None:
+            raise ConfigError("UNet norm_num_groups None (no output norm) is not built by mobius")
+        for width, heads in zip(c.block_out_channels, c.heads, strict=True):
+            if width % heads:
+                raise ConfigError(f"UNet width {width} does not split into {heads} heads")
+        activation(c.act_fn)
+        return c
+
+    @classmethod
+    def _read(cls, config: Any) -> UNet2DConditionConfig:
+        for key, default in _DEFAULTS.items():
+            value = getattr(config, key, default)
+            if key == "only_cross_attention":  # a bool or one per block
+                value = any(_flat(value))
+            if value != default:
+                raise ConfigError(f"UNet {key}={value!r} is not built by mobius")
+        n = len(config.down_block_types)
+        heads = getattr(config, "attention_head_dim", 8)  # diffusers: the head count
+        return cls(
+            in_channels=config.in_channels,
+            out_channels=config.out_channels,
+            down_block_types=tuple(config.down_block_types),
+            up_block_types=tuple(config.up_block_types),
+            mid_block_type=getattr(config, "mid_block_type", "UNetMidBlock2DCrossAttn"),
+            block_out_channels=tuple(config.block_out_channels),
+            layers_per_block=_per_block(
+                getattr(config, "layers_per_block", 2), n, "layers_per_block"
+            ),
+            heads=_per_block(heads, n, "attention_head_dim"),
+            cross_attention_dim=_per_block(
+                getattr(config, "cross_attention_dim", 1280), n, "cross_attention_dim"
+            ),
+            transformer_layers=_per_block(
+                getattr(config, "transformer_layers_per_block", 1),
+                n,
+                "transformer_layers_per_block",
+            ),
+            reverse_transformer_layers=getattr(
+                config, "reverse_transformer_layers_per_block", None
+            ),
+            downsample_padding=getattr(config, "downsample_padding", 1),
+            mid_block_scale_factor=getattr(config, "mid_block_scale_factor", 1.0),
+            act_fn=getattr(config, "act_fn", "silu"),
+            norm_num_groups=getattr(config, "norm_num_groups", 32),
+            norm_eps=getattr(config, "norm_eps", 1e-5),
+            use_linear_projection=getattr(config, "use_linear_projection", False),
+            flip_sin_to_cos=getattr(config, "flip_sin_to_cos", True),
+            freq_shift=getattr(config, "freq_shift", 0),
+            resnet_time_scale_shift=getattr(config, "resnet_time_scale_shift", "default"),
+            time_embedding_dim=getattr(config, "time_embedding_dim", None),
+            time_embedding_act_fn=getattr(config, "time_embedding_act_fn", None),
+            center_input_sample=getattr(config, "center_input_sample", False),
+            conv_in_kernel=getattr(config, "conv_in_kernel", 3),
+            conv_out_kernel=getattr(config, "conv_out_kernel", 3),
+            addition_embed_type=getattr(config, "addition_embed_type", None),
+            addition_time_embed_dim=getattr(config, "addition_time_embed_dim", None),
+            projection_class_embeddings_input_dim=getattr(
+                config, "projection_class_embeddings_input_dim", None
+            ),
+        )
+
+    @property
+    def time_embed_dim(self) -> int:
+        return self.time_embedding_dim or self.block_out_channels[0] * 4
+
+    @property
+    def text_embeds_dim(self) -> int:
+        """SDXL: the pooled text embedding's width (the add embedding's input less the time ids')."""
+        return self.projection_class_embeddings_input_dim - 6 * self.addition_time_embed_dim
+
+    def attention(self, i: int, reverse: bool = False) -> CrossAttention:
+        j = len(self.heads) - 1 - i if reverse else i
+        return CrossAttention(
+            self.heads[j],
+            self.cross_attention_dim[j],
+            self.use_linear_projection,
+            self.norm_num_groups,
+        )
+
+
+def _flat(value) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+class UNetEncoder(nn.Module):
+    """What the UNet and the ControlNet share: ``conv_in``, the time embedding, the down and mid blocks."""
+
+    def __init__(self, config: UNet2DConditionConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        widths = c.block_out_channels
+        self.conv_in = Conv2d(
+            c.in_channels, widths[0], c.conv_in_kernel, padding=(c.conv_in_kernel - 1) // 2
+        )
+        self.init_time_embedding(c)
+        self.down_blocks = nn.ModuleList([self.make_down_block(c, i) for i in range(len(widths))])
+        self.mid_block = self.make_mid_block(c)
+
+    def make_mid_block(self, c: UNet2DConditionConfig) -> UNetMidBlock2D | None:
+        if c.mid_block_type is None:
+            return None
+        return UNetMidBlock2DCrossAttn(
+            c.attention(len(c.block_out_channels) - 1),
+            _per_layer(c.transformer_layers[-1], 1)[:1],
+            c.block_out_channels[-1],
+            c.time_embed_dim,
+            c.norm_num_groups,
+            c.norm_eps,
+            c.act_fn,
+            output_scale_factor=c.mid_block_scale_factor,
+            time_embedding_norm=c.resnet_time_scale_shift,
+        )
+
+    def init_time_embedding(self, c: UNet2DConditionConfig) -> None:
+        """``time_proj``, ``time_embedding`` and SDXL's ``add_time_proj``/``add_embedding``."""
+        self.time_proj = Timesteps(c.block_out_channels[0], c.flip_sin_to_cos, c.freq_shift)
+        self.time_embedding = TimestepEmbedding(c.block_out_channels[0], c.time_embed_dim, c.act_fn)
+        self.time_embed_act = (
+            activation(c.time_embedding_act_fn) if c.time_embedding_act_fn else None
+        )
+        self.add_embedding = None
+        if c.addition_embed_type == "text_time":
+            self.add_time_proj = Timesteps(
+                c.addition_time_embed_dim, c.flip_sin_to_cos, c.freq_shift
+            )
+            self.add_embedding = TimestepEmbedding(
+                c.projection_class_embeddings_input_dim, c.time_embed_dim
+            )
+
+    def make_down_block(self, c: UNet2DConditionConfig, i: int) -> DownBlock2D:
+        widths = c.block_out_channels
+        args = (
+            widths[max(i - 1, 0)],
+            widths[i],
+            c.layers_per_block[i],
+            c.time_embed_dim,
+            c.norm_num_groups,
+            c.norm_eps,
+            c.act_fn,
+            i < len(widths) - 1,
+            c.downsample_padding,
+            c.resnet_time_scale_shift,
+        )
+        if c.down_block_types[i] == "DownBlock2D":
+            return DownBlock2D(*args)
+        depths = _per_layer(c.transformer_layers[i], c.layers_per_block[i])
+        return CrossAttnDownBlock2D(c.attention(i), depths, *args)
+
+    def embed_time(self, op, sample, timestep, text_embeds=None, time_ids=None):
+        """The time embedding ``[batch, time_embed_dim]``; ``timestep`` broadcast to the batch."""
+        batch = op.Shape(sample, start=0, end=1)
+        t = op.Expand(op.Reshape(timestep, op.Constant(value_ints=[-1])), batch)
+        emb = self.time_embedding(op, self.time_proj(op, t, sample))
+        if self.add_embedding is not None:
+            times = self.add_time_proj(
+                op, op.Reshape(time_ids, op.Constant(value_ints=[-1])), sample
+            )
+            times = op.Reshape(times, op.Concat(batch, op.Constant(value_ints=[-1]), axis=0))
+            added = op.Concat(op.CastLike(text_embeds, sample), times, axis=-1)
+            emb = op.Add(emb, self.add_embedding(op, added))
+        if self.time_embed_act is not None:
+            emb = self.time_embed_act(op, emb)
+        return emb
+
+    def down(self, op, x, emb, context):
+        """The down blocks and the mid block from ``conv_in``'s output: the result and every skip."""
+        skips = [x]
+        for block in self.down_blocks:
+            x, states = block(op, x, emb, context)
+            skips += states
+        if self.mid_block is not None:
+            x = self.mid_block(op, x, emb, context)
+        return x, skips
+
+    def graph_inputs(self) -> dict[str, tuple[ir.DataType | None, list]]:
+        """``sample``, ``timestep``, ``encoder_hidden_states`` (and SDXL's ``text_embeds``, ``time_ids``)."""
+        c = self.config
+        inputs = {
+            "sample": (None, ["batch", c.in_channels, "latent_height", "latent_width"]),
+            "timestep": (ir.DataType.FLOAT, ["batch"]),
+            "encoder_hidden_states": (None, ["batch", "sequence", c.cross_attention_dim[0]]),
+        }
+        if c.addition_embed_type == "text_time":
+            inputs["text_embeds"] = (None, ["batch", c.text_embeds_dim])
+            inputs["time_ids"] = (None, ["batch", 6])
+        return inputs
+
+
+class UNet2DConditionModel(UNetEncoder):
+    """diffusers' ``UNet2DConditionModel`` (SD 1.x/2.x and SDXL layouts)."""
+
+    config_class = UNet2DConditionConfig
+    task = "denoising"
+
+    def __init__(self, config: UNet2DConditionConfig) -> None:
+        super().__init__(config)
+        c, widths = config, config.block_out_channels
+        self.up_blocks = nn.ModuleList([self.make_up_block(c, i) for i in range(len(widths))])
+        self.conv_norm_out = GroupNorm(c.norm_num_groups, widths[0], c.norm_eps)
+        self.act = activation(c.act_fn)
+        self.conv_out = Conv2d(
+            widths[0], c.out_channels, c.conv_out_kernel, padding=(c.conv_out_kernel - 1) // 2
+        )
+
+    def make_up_block(self, c: UNet2DConditionConfig, i: int) -> UpBlock2D:
+        widths = list(reversed(c.block_out_channels))
+        layers = list(reversed(c.layers_per_block))[i] + 1
+        prev, out = widths[max(i - 1, 0)], widths[i]
+        skip_last = widths[min(i + 1, len(widths) - 1)]
+        in_channels = [
+            (prev if j == 0 else out) + (skip_last if j == layers - 1 else out)
+            for j in range(layers)
+        ]
+        args = (
+            in_channels,
+            out,
+            c.time_embed_dim,
+            c.norm_num_groups,
+            c.norm_eps,
+            c.act_fn,
+            i < len(widths) - 1,
+            c.resnet_time_scale_shift,
+        )
+        if c.up_block_types[i] == "UpBlock2D":
+            return UpBlock2D(*args)
+        reverse = c.reverse_transformer_layers or list(reversed(c.transformer_layers))
+        return CrossAttnUpBlock2D(
+            c.attention(i, reverse=True), _per_layer(reverse[i], layers), *args
+        )
+
+    def forward(self, op, sample, timestep, encoder_hidden_states, text_embeds=None, time_ids=None):
+        emb = self.embed_time(op, sample, timestep, text_embeds, time_ids)
+        if self.config.center_input_sample:
+            sample = op.Sub(op.Mul(sample, op.CastLike(2.0, sample)), op.CastLike(1.0, sample))
+        x, skips = self.down(op, self.conv_in(op, sample), emb, encoder_hidden_states)
+        return self.decode(op, x, emb, encoder_hidden_states, skips)
+
+    def decode(self, op, x, emb, context, skips):
+        """The up blocks over the skips, newest first, then the output norm and conv."""
+        for block in self.up_blocks:
+            n = len(block.resnets)
+            skips, mine = skips[:-n], skips[-n:]
+            x = block(op, x, emb, context, mine, upsample_like=skips[-1] if skips else None)
+        return self.conv_out(op, self.act(op, self.conv_norm_out(op, x)))
+
+    def graph_specs(self) -> dict[str, GraphSpec]:
+        c = self.config
+        outputs = {"out_sample": ["batch", c.out_channels, "latent_height", "latent_width"]}
+        return {
+            "model": GraphSpec(
+                self.graph_inputs(),
+                outputs,
+                lambda op, **inputs: {"out_sample": self(op, **inputs)},
+            )
+        }
+
+
+MODEL_TYPES = {"UNet2DConditionModel": UNet2DConditionModel}

@@ -1,0 +1,123 @@
+"""UNet2DConditionModel parity: SD 1.x, SD 2.x and SDXL layouts (and the other options built) against diffusers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mobius.testing import check_diffusion_parity
+
+SD15 = dict(
+    in_channels=4,
+    out_channels=4,
+    down_block_types=["CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"],
+    up_block_types=["UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"],
+    block_out_channels=[8, 16, 16],
+    layers_per_block=2,
+    cross_attention_dim=12,
+    attention_head_dim=2,  # diffusers' name for the head count
+    norm_num_groups=4,
+)
+CASES = {
+    "sd15": SD15,
+    # SD 2.x: linear projections, heads per block, an odd latent size (upsample to the skips' size).
+    "sd2": dict(
+        SD15, use_linear_projection=True, attention_head_dim=[1, 2, 4], upcast_attention=True
+    ),
+    "sdxl": dict(
+        SD15,
+        down_block_types=["DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"],
+        up_block_types=["CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"],
+        block_out_channels=[8, 16, 24],
+        attention_head_dim=[1, 2, 3],
+        transformer_layers_per_block=[1, 2, 2],
+        use_linear_projection=True,
+        addition_embed_type="text_time",
+        addition_time_embed_dim=4,
+        projection_class_embeddings_input_dim=10 + 6 * 4,
+    ),
+    "options": dict(
+        SD15,
+        layers_per_block=[1, 2, 1],
+        resnet_time_scale_shift="scale_shift",
+        time_embedding_act_fn="silu",
+        time_embedding_dim=24,
+        center_input_sample=True,
+        conv_in_kernel=1,
+        downsample_padding=0,
+        mid_block_type=None,
+        transformer_layers_per_block=[[1, 2], [2, 1], 1],
+        reverse_transformer_layers_per_block=[[1, 1], [2, 1, 1], [1, 2]],
+        flip_sin_to_cos=False,
+        freq_shift=1,
+    ),
+    "mid-scale": dict(SD15, mid_block_scale_factor=2.0, layers_per_block=1),
+}
+LATENT = {"sd2": (9, 11), "options": (12, 10)}
+
+
+def unet_reference(model, graph, inputs):
+    added = {k: inputs[k] for k in ("text_embeds", "time_ids") if k in inputs}
+    out = model(
+        inputs["sample"],
+        inputs["timestep"],
+        inputs["encoder_hidden_states"],
+        added_cond_kwargs=added or None,
+    )
+    return {"out_sample": out.sample}
+
+
+def unet_inputs(case: str, timestep: np.ndarray) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    h, w = LATENT.get(case, (8, 8))
+    inputs = {
+        "sample": rng.standard_normal((2, 4, h, w)).astype(np.float32),
+        "timestep": timestep,
+        "encoder_hidden_states": rng.standard_normal((2, 7, 12)).astype(np.float32),
+    }
+    if case == "sdxl":
+        inputs["text_embeds"] = rng.standard_normal((2, 10)).astype(np.float32)
+        inputs["time_ids"] = np.array([[64, 48, 0, 8, 64, 64], [32, 32, 4, 0, 32, 32]], np.float32)
+    return inputs
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_unet_2d_condition_parity(case, tmp_path):
+    inputs = unet_inputs(case, np.array([3.5, 801.0], np.float32))
+    results = check_diffusion_parity(
+        "UNet2DConditionModel", CASES[case], {"model": inputs}, unet_reference, tmp_path
+    )
+    print(case, [(r.ep, r.diffs) for r in results])
+
+
+def test_unet_one_timestep_for_the_batch(tmp_path):
+    """A pipeline's single timestep (shape [1]) is broadcast to the batch, as diffusers does."""
+    inputs = unet_inputs("sd15", np.array([421.0], np.float32))
+    check_diffusion_parity(
+        "UNet2DConditionModel", SD15, {"model": inputs}, unet_reference, tmp_path, eps=("default",)
+    )
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        dict(addition_embed_type="text"),
+        dict(class_embed_type="timestep"),
+        dict(time_cond_proj_dim=8),
+        dict(only_cross_attention=[True, False, False]),
+        dict(resnet_time_scale_shift="spatial"),
+        dict(mid_block_type="UNetMidBlock2DSimpleCrossAttn"),
+        dict(
+            down_block_types=["SimpleCrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"]
+        ),
+        dict(act_fn="mish"),
+    ],
+)
+def test_unet_refuses_what_it_does_not_build(option):
+    from mobius._config import ComponentConfig
+    from mobius.errors import ConfigError
+    from mobius_diffusion.models.unet_2d_condition import UNet2DConditionModel
+
+    fields = {"_class_name": "UNet2DConditionModel", **SD15, **option}
+    with pytest.raises(ConfigError):
+        UNet2DConditionModel(UNet2DConditionModel.config_class.from_hf(ComponentConfig(fields)))
