@@ -77,16 +77,31 @@ def extract_features(feature_extractor, waves, sampling_rate: int) -> np.ndarray
     transformers' Whisper extractor switches to torch whenever torch is importable;
     mobius runs without torch, so it asks for the numpy path in either case.
     """
+    return extract_inputs(feature_extractor, waves, sampling_rate)["input_features"]
+
+
+def extract_inputs(
+    feature_extractor, waves, sampling_rate: int, name: str = "input_features", mask: bool = False
+) -> dict[str, np.ndarray]:
+    """The encoder's feeds of ``waves``: ``name`` (float32) and, with ``mask``, ``attention_mask``.
+
+    With ``mask`` a batch is padded to its longest clip (1 real, 0 padding, int64);
+    without it the extractor pads as it likes (Whisper: to its 30 s window).
+    """
     module = importlib.import_module(type(feature_extractor).__module__)
     probe = getattr(module, "is_torch_available", None)
     if probe is not None:
         module.is_torch_available = lambda: False
+    options = dict(padding=True, return_attention_mask=True) if mask else {}
     try:
-        out = feature_extractor(waves, sampling_rate=sampling_rate, return_tensors="np")
+        out = feature_extractor(waves, sampling_rate=sampling_rate, return_tensors="np", **options)
     finally:
         if probe is not None:
             module.is_torch_available = probe
-    return np.asarray(out["input_features"], np.float32)
+    feeds = {name: np.asarray(out[name], np.float32)}
+    if mask:
+        feeds["attention_mask"] = np.asarray(out["attention_mask"], np.int64)
+    return feeds
 
 
 def _language_token(language: str, lang_to_id: dict) -> str:
@@ -99,23 +114,29 @@ def _language_token(language: str, lang_to_id: dict) -> str:
     return f"<|{TO_LANGUAGE_CODE.get(language, language)}|>"
 
 
+# The audio sources of the speech-to-text contract: features (Whisper, Speech2Text), samples (Moonshine).
+SOURCES = ("input_features", "input_values")
+
+
 def is_speech_package(package: Path) -> bool:
-    """Whether ``package``'s encoder graph takes ``input_features``."""
+    """Whether ``package``'s encoder graph takes audio (``input_features`` or ``input_values``)."""
     graph = package / "encoder" / "model.onnx"
     if not graph.is_file():
         return False
     import onnx
 
     model = onnx.load(str(graph), load_external_data=False)
-    return any(i.name == "input_features" for i in model.graph.input)
+    return any(i.name in SOURCES for i in model.graph.input)
 
 
 class SpeechToTextGenerator(Seq2SeqGenerator):
     """A speech-to-text package (``encoder/`` over ``input_features``, ``decoder/``) in ONNX Runtime.
 
-    The seq2seq generator's package and contract checks, with log-mel features for the
-    source and no encoder mask; it transcribes audio (:meth:`transcribe_ids`) instead
-    of generating from token ids.
+    The seq2seq generator's package and contract checks, with audio for the source:
+    Whisper's log-mel features and no encoder mask, or (Speech2Text, Moonshine) the
+    extractor's features or samples with their ``attention_mask``, the decoder then
+    reading the encoder's ``encoder_attention_mask``. It transcribes audio
+    (:meth:`transcribe_ids`) instead of generating from token ids.
     """
 
     encoder_inputs = frozenset({"input_features"})
@@ -133,8 +154,14 @@ class SpeechToTextGenerator(Seq2SeqGenerator):
         self._feature_extractor = None
 
     def _check_contract(self) -> None:
+        inputs = {i.name: i for i in self.encoder.get_inputs()}
+        self._source = next((n for n in SOURCES if n in inputs), "input_features")
+        self._masked = "attention_mask" in inputs
+        if self._masked:  # the masked form of the contract (mobius.tasks._speech_to_text)
+            self.encoder_inputs = frozenset({self._source, "attention_mask"})
+            self.decoder_source_inputs = frozenset({"encoder_attention_mask"})
         super()._check_contract()
-        self._features_type = _ORT_FLOAT_TYPES.get(self.encoder.get_inputs()[0].type)
+        self._features_type = _ORT_FLOAT_TYPES.get(inputs[self._source].type)
         if self._features_type is None:
             raise PackageError("ONNX Runtime's Python API feeds float32 and float16 features only")
 
@@ -156,8 +183,8 @@ class SpeechToTextGenerator(Seq2SeqGenerator):
             self._feature_extractor = AutoFeatureExtractor.from_pretrained(str(self.package_dir))
         return self._feature_extractor
 
-    def features(self, audio: np.ndarray, rate: int) -> np.ndarray:
-        """``input_features [1, mel, frames]`` of mono ``audio`` sampled at ``rate`` Hz."""
+    def features(self, audio: np.ndarray, rate: int) -> dict[str, np.ndarray]:
+        """The encoder's feeds of mono ``audio`` at ``rate`` Hz: the source (and its mask)."""
         extractor = self.feature_extractor
         target = int(extractor.sampling_rate)
         audio = resample(np.asarray(audio, np.float32), int(rate), target)
@@ -167,9 +194,12 @@ class SpeechToTextGenerator(Seq2SeqGenerator):
                 f"the audio lasts {audio.size / target:.1f} s; the model's window is "
                 f"{limit / target:.0f} s (split longer audio first)"
             )
-        return extract_features(extractor, audio, target).astype(self._features_type)
+        feeds = extract_inputs(extractor, audio, target, self._source, mask=self._masked)
+        feeds[self._source] = feeds[self._source].astype(self._features_type)
+        return feeds
 
     def _decode(self, ids, cross, cache):
+        # cross: the cross caches, and encoder_attention_mask for a masked package
         feeds = {"input_ids": np.asarray([ids], np.int64), **cross, **cache}
         logits, *present = self.decoder.run(["logits", *self._present_names], feeds)
         cache = {p.name: value for p, value in zip(self._self_cache, present, strict=True)}
@@ -237,8 +267,11 @@ class SpeechToTextGenerator(Seq2SeqGenerator):
         stats = self.stats = GenerationStats()
         stats.stop_reason = "max_new_tokens"
         started = time.perf_counter()
-        encoded = self.encoder.run(None, {"input_features": self.features(audio, rate)})
+        encoded = self.encoder.run(None, self.features(audio, rate))
         cross = self._cross_cache(encoded)
+        if self._masked:
+            mask = encoded[self._encoder_outputs.index("encoder_attention_mask")]
+            cross["encoder_attention_mask"] = mask
         prompt = self.prompt_ids(cross)
         stats.prompt_tokens = len(prompt)
         context = int(self.config.get("max_target_positions") or 0)
@@ -247,6 +280,8 @@ class SpeechToTextGenerator(Seq2SeqGenerator):
             stats.stop_reason = "context_length"
         suppress = _as_ids(self._setting("suppress_tokens"))
         begin_suppress = _as_ids(self._setting("begin_suppress_tokens"))
+        # transformers forces forced_bos_token_id as the token after a lone start token
+        forced_bos = self._setting("forced_bos_token_id") if len(prompt) == 1 else None
         stop = set(self.eos_token_ids if eos_token_ids is None else eos_token_ids)
         rng = np.random.default_rng(seed)
         options = dict(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p)
@@ -256,7 +291,10 @@ class SpeechToTextGenerator(Seq2SeqGenerator):
             logits[suppress] = -np.inf
             if step == 0:
                 logits[begin_suppress] = -np.inf
-            token = sample_next_token(logits, rng, **options)
+            if step == 0 and forced_bos is not None:
+                token = int(forced_bos)
+            else:
+                token = sample_next_token(logits, rng, **options)
             now = time.perf_counter()
             if first_at is None:
                 first_at = now

@@ -191,12 +191,12 @@ class Wav2Vec2FeatureProjection(nn.Module):
 class WeightNormConv(nn.Module):
     """A Conv1d under ``weight_norm(dim=2)``: ``weight = g * v / ||v||``, the norm per kernel tap."""
 
-    def __init__(self, d: int, kernel: int, groups: int) -> None:
+    def __init__(self, d: int, kernel: int, groups: int, stride: int = 1) -> None:
         super().__init__()
         self.weight_g = nn.Parameter([1, 1, kernel])
         self.weight_v = nn.Parameter([d, d // groups, kernel])
         self.bias = nn.Parameter([d])
-        self.kernel, self.pad, self.groups = kernel, kernel // 2, groups
+        self.kernel, self.pad, self.groups, self.stride = kernel, kernel // 2, groups, stride
 
     def forward(self, op, x):
         v = self.weight_v
@@ -206,6 +206,7 @@ class WeightNormConv(nn.Module):
             weight,
             self.bias,
             kernel_shape=[self.kernel],
+            strides=[self.stride],
             pads=[self.pad, self.pad],
             group=self.groups,
         )
@@ -256,10 +257,12 @@ class Wav2Vec2FeedForward(nn.Module):
 class Wav2Vec2EncoderLayer(nn.Module):
     """Post-LN (``do_stable_layer_norm=False``) or pre-LN layer."""
 
+    attention_class = Wav2Vec2Attention
+
     def __init__(self, config: Wav2Vec2Config) -> None:
         super().__init__()
         d, eps = config.hidden_size, config.layer_norm_eps
-        self.attention = Wav2Vec2Attention(config)
+        self.attention = self.attention_class(config)
         self.layer_norm = LayerNorm(d, eps)
         self.feed_forward = Wav2Vec2FeedForward(config)
         self.final_layer_norm = LayerNorm(d, eps)
@@ -286,11 +289,15 @@ class Wav2Vec2Encoder(nn.Module):
         )
         self.pre_norm = config.do_stable_layer_norm
 
+    def attention_bias(self, op, x, frame_mask):
+        """What every layer's attention gets as ``bias``: here the padding bias ``[batch, 1, frames, frames]``."""
+        return padding_bias(op, frame_mask, x.dtype or ir.DataType.FLOAT)
+
     def forward(self, op, x, frame_mask):
         """``x`` [batch, frames, hidden], ``frame_mask`` bool [batch, frames]; the output and the layer states."""
         zero = op.Constant(value=ir.tensor(np.array(0, dtype=np.float32)))
         x = op.Where(op.Unsqueeze(frame_mask, [2]), x, op.CastLike(zero, x))  # padded frames 0
-        bias = padding_bias(op, frame_mask, x.dtype or ir.DataType.FLOAT)
+        bias = self.attention_bias(op, x, frame_mask)
         x = op.Add(x, self.pos_conv_embed(op, x))
         if not self.pre_norm:
             x = self.layer_norm(op, x)

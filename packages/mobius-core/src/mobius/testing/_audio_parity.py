@@ -1,9 +1,12 @@
 """Audio-encoder parity: frame features, CTC and utterance logits, ONNX Runtime against PyTorch.
 
-The inputs come from the real ``Wav2Vec2FeatureExtractor`` on random audio of
-different lengths (batch 2, padded). With ``return_attention_mask=False`` (base
-wav2vec2 with group norm) transformers runs the padded batch without a mask; the
-graph then gets all ones, which is the same computation.
+The inputs come from the real feature extractor on random audio of different
+lengths (batch 2, padded): ``Wav2Vec2FeatureExtractor``'s waveforms for a model
+whose main input is ``input_values``, ``SeamlessM4TFeatureExtractor``'s stacked
+fbank frames for one that takes ``input_features`` (Wav2Vec2-BERT). Without a
+mask (``return_attention_mask=False``, base wav2vec2 with group norm)
+transformers runs the padded batch unmasked; the graph then gets all ones, which
+is the same computation.
 """
 
 from __future__ import annotations
@@ -36,19 +39,28 @@ def make_random_audio_model(hf_config, head: str, seed: int = 0):
     return model.eval()
 
 
-def random_audio_batch(lengths: list[int], with_mask: bool, seed: int = 0) -> dict[str, np.ndarray]:
-    """``input_values`` (and ``attention_mask`` when ``with_mask``) from the real feature extractor."""
-    from transformers import Wav2Vec2FeatureExtractor
+def random_audio_batch(
+    lengths: list[int], with_mask: bool, seed: int = 0, input_name: str = "input_values"
+) -> dict[str, np.ndarray]:
+    """``input_name`` (and ``attention_mask`` when ``with_mask``) from the real feature extractor.
+
+    ``input_values``: normalised waveforms; ``input_features``: SeamlessM4T's 80-bin
+    fbank, two frames stacked (160 features), the mask per stacked frame.
+    """
+    from transformers import SeamlessM4TFeatureExtractor, Wav2Vec2FeatureExtractor
 
     rng = np.random.default_rng(seed)
     audio = [rng.standard_normal(n).astype(np.float32) * 0.3 for n in lengths]
-    extractor = Wav2Vec2FeatureExtractor(
-        feature_size=1,
-        sampling_rate=16000,
-        padding_value=0.0,
-        do_normalize=True,
-        return_attention_mask=with_mask,
-    )
+    if input_name == "input_features":
+        extractor = SeamlessM4TFeatureExtractor(return_attention_mask=with_mask)
+    else:
+        extractor = Wav2Vec2FeatureExtractor(
+            feature_size=1,
+            sampling_rate=16000,
+            padding_value=0.0,
+            do_normalize=True,
+            return_attention_mask=with_mask,
+        )
     features = extractor(audio, sampling_rate=16000, padding=True, return_tensors="np")
     return {k: np.asarray(v) for k, v in features.items()}
 
@@ -72,18 +84,19 @@ def compare_audio(torch_model, session, features: dict[str, np.ndarray]) -> dict
     """Run the batch through both; the max abs difference of every graph output."""
     import torch
 
-    values = features["input_values"].astype(np.float32)
+    input_name = torch_model.main_input_name  # input_values, or input_features
+    values = features[input_name].astype(np.float32)
     mask = features.get("attention_mask")
     feeds = {
-        "input_values": values,
-        "attention_mask": (np.ones(values.shape, np.int64) if mask is None else mask).astype(
+        input_name: values,
+        "attention_mask": (np.ones(values.shape[:2], np.int64) if mask is None else mask).astype(
             np.int64
         ),
     }
     names = [o.name for o in session.get_outputs()]
     got = dict(zip(names, session.run(None, feeds), strict=True))
     with torch.no_grad():
-        kwargs = {"input_values": torch.from_numpy(values)}
+        kwargs = {input_name: torch.from_numpy(values)}
         if mask is not None:
             kwargs["attention_mask"] = torch.from_numpy(mask.astype(np.int64))
         # A head model's graph also returns the base model's final states.
@@ -130,7 +143,9 @@ def check_audio_parity(
                 str(out / "model.onnx"), providers=["CPUExecutionProvider"]
             )
             for with_mask in masks:
-                features = random_audio_batch(list(lengths), with_mask, seed)
+                features = random_audio_batch(
+                    list(lengths), with_mask, seed, torch_model.main_input_name
+                )
                 diffs = compare_audio(torch_model, session, features)
                 result = AudioParity(head, ep, with_mask, diffs)
                 result.assert_close(atol)
