@@ -118,8 +118,8 @@ def test_known_domain_key_without_support_yet(capsys, tmp_path: Path, outputs: P
 def test_diffusers_component_class_not_registered(capsys, tmp_path: Path, outputs: Path) -> None:
     unet = tmp_path / "unet"
     unet.mkdir()
-    (unet / "config.json").write_text(json.dumps({"_class_name": "UNet2DConditionModel"}))
-    assert_fails_cleanly(capsys, unet, outputs / "out", "unknown model type 'UNet2DConditionModel'")
+    (unet / "config.json").write_text(json.dumps({"_class_name": "UNet3DConditionModel"}))
+    assert_fails_cleanly(capsys, unet, outputs / "out", "unknown model type 'UNet3DConditionModel'")
 
 
 def test_diffusers_pipeline_directory(capsys, tmp_path: Path, outputs: Path) -> None:
@@ -132,12 +132,9 @@ def test_diffusers_pipeline_directory(capsys, tmp_path: Path, outputs: Path) -> 
         "scheduler": ["diffusers", "PNDMScheduler"],
     }
     (pipeline / "model_index.json").write_text(json.dumps(index))
+    # Built whole (mobius._pipeline): a component listed without its folder is named.
     assert_fails_cleanly(
-        capsys,
-        pipeline,
-        outputs / "out",
-        "diffusers pipeline (StableDiffusionPipeline: AutoencoderKL, PNDMScheduler, "
-        "UNet2DConditionModel)",
+        capsys, pipeline, outputs / "out", "pipeline component 'scheduler' (PNDMScheduler)"
     )
 
 

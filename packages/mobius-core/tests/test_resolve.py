@@ -43,10 +43,17 @@ def test_gguf_file(tmp_path: Path) -> None:
 
 
 def test_other_file_is_rejected(tmp_path: Path) -> None:
-    weights = tmp_path / "model.safetensors"
+    weights = tmp_path / "pytorch_model.bin"
     weights.write_bytes(b"\0" * 8)
     with pytest.raises(ModelSourceError, match="got file"):
         resolve_model(weights)
+
+
+def test_single_safetensors_file_is_returned(tmp_path: Path) -> None:
+    """A lone .safetensors file (an IP-Adapter) is a model source; build decides what it is."""
+    weights = tmp_path / "ip-adapter.safetensors"
+    weights.write_bytes(b"\0" * 8)
+    assert resolve_model(weights) == weights
 
 
 @pytest.mark.parametrize("model", ["./no/such/dir", "/no/such/dir", "has spaces in it", "a/b/c"])

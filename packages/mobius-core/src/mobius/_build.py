@@ -79,20 +79,17 @@ def read_config_json(model_dir: Path) -> dict:
     """A model directory's ``config.json`` as a dict with a string ``model_type``.
 
     A diffusers component's config names its class (``_class_name``) instead: that
-    class is the key. A diffusers pipeline (``model_index.json``, no config.json)
-    is refused with its component classes named.
+    class is the key. A diffusers pipeline (``model_index.json``, no config.json) has
+    no config of its own: :func:`build` builds it whole (:mod:`mobius._pipeline`).
     """
     config_path = model_dir / "config.json"
     index = model_dir / "model_index.json"
     if not config_path.is_file() and index.is_file():
         pipeline = _read_json(index)
-        classes = sorted(
-            str(v[1]) for v in pipeline.values() if isinstance(v, list) and len(v) == 2 and v[1]
-        )
         raise ModelSourceError(
-            f"{model_dir} is a diffusers pipeline ({pipeline.get('_class_name', '?')}: "
-            f"{', '.join(classes)}); mobius does not build whole pipelines yet: build one "
-            "component's directory, when its class is registered (mobius list)"
+            f"{model_dir} is a diffusers pipeline ({pipeline.get('_class_name', '?')}) with no "
+            "config.json of its own: mobius build builds it whole; give one component's "
+            "directory (unet/, vae/...) to describe or build that component alone"
         )
     if not config_path.is_file():
         raise ModelSourceError(f"no config.json in {model_dir}")
@@ -117,8 +114,13 @@ def read_model_type(model_dir: Path) -> str:
     return read_config_json(model_dir)["model_type"]
 
 
-def lookup(registry, model_dir: Path):
+def lookup(registry, model_dir: Path, model_type: str | None = None):
     """The registration for a model directory's config, refusing configs that need their own code.
+
+    The key is ``model_type`` when given (a pipeline component's class), else a
+    registered architecture class of ``config.json``'s ``architectures`` (``T5EncoderModel``:
+    T5's encoder alone, where the ``model_type`` ``t5`` is the encoder–decoder), else
+    the config's ``model_type``.
 
     ``auto_map`` names Python files of the model's repository
     (``trust_remote_code``). mobius never runs them: a config whose type mobius
@@ -126,6 +128,12 @@ def lookup(registry, model_dir: Path):
     is built by mobius's own code, the ``auto_map`` ignored.
     """
     raw = read_config_json(model_dir)
+    if model_type is not None:
+        return registry.get(model_type)
+    architectures = raw.get("architectures")
+    for architecture in architectures if isinstance(architectures, list) else []:
+        if isinstance(architecture, str) and architecture in registry:
+            return registry.get(architecture)
     model_type = raw["model_type"]
     if raw.get("auto_map") and model_type not in registry:
         raise ConfigError(
@@ -420,8 +428,15 @@ def build(
     pooling: str | None = None,
     normalize: bool | None = None,
     form: str = "split",
+    model_type: str | None = None,
+    skip_components: tuple[str, ...] = (),
 ) -> ModelPackage:
     """Build the ONNX package of a HuggingFace model id or local directory.
+
+    A diffusers pipeline (``model_index.json``) is built whole: each model component
+    into ``<component>/``, its tokenizers and scheduler copied (see
+    :mod:`mobius._pipeline`); ``skip_components`` names components to leave out.
+    ``model_type`` builds a directory as that registry key instead of its config's.
 
     ``ep`` picks the runtime target: ``"default"`` (portable ONNX) or ``"cpu"`` /
     ``"cuda"`` (ONNX Runtime's fused contrib ops; see :func:`build_from_module`).
@@ -454,6 +469,25 @@ def build(
         raise MobiusError("quantization needs the weights; drop --no-weights")
     registry = registry or default_registry
     model_dir = resolve_model(model, revision=revision, allow_pickle=allow_pickle)
+    from mobius._pipeline import build_pipeline, is_pipeline
+
+    if model_dir.is_dir() and is_pipeline(model_dir):
+        if quant or head != "auto" or pooling is not None or normalize is not None:
+            raise ConfigError(
+                "--quant, --head, --pooling and --normalize do not apply to a whole diffusers "
+                "pipeline; build one component's directory for them"
+            )
+        return build_pipeline(
+            model_dir,
+            dtype=dtype,
+            load_weights=load_weights,
+            ep=ep,
+            allow_pickle=allow_pickle,
+            skip=tuple(skip_components),
+            registry=registry,
+        )
+    if skip_components:
+        raise ConfigError(f"--skip-component applies to diffusers pipelines; {model} is not one")
     if model_dir.is_file() and model_dir.suffix == ".safetensors":
         # A lone weights file (an IP-Adapter): the family that knows its tensors gives the config.
         checkpoint = SafetensorsCheckpoint.open(model_dir)
@@ -471,7 +505,7 @@ def build(
         hf_config = hf_config_from_dict(checkpoint.config)
         text_files = _gguf_tokenizer_files(checkpoint)
     else:
-        entry = lookup(registry, model_dir)  # an unknown type fails first
+        entry = lookup(registry, model_dir, model_type)  # an unknown type fails first
         hf_config = load_hf_config(model_dir)
         checkpoint = open_checkpoint(model_dir, allow_pickle=allow_pickle) if load_weights else None
         text_files = {}

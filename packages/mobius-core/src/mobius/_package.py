@@ -134,9 +134,12 @@ class ModelPackage:
                     bar.update()
 
                 ir.save(model, path, external_data=f"{path.name}.data", callback=advance)
+        # A name may hold a folder (a pipeline's ``tokenizer/vocab.json``).
         for name, source in self.aux_files().items():
+            (staging / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, staging / name)
         for name, text in self.text_files.items():
+            (staging / name).parent.mkdir(parents=True, exist_ok=True)
             (staging / name).write_text(text, encoding="utf-8")
 
 

@@ -45,6 +45,7 @@ def _build(args: argparse.Namespace) -> int:
         pooling=args.pooling,
         normalize=args.normalize,
         form=args.form,
+        skip_components=tuple(args.skip_component or ()),
     )
     if args.no_weights:
         from mobius.weights import parameters
@@ -75,10 +76,35 @@ def _build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _generate_image(args: argparse.Namespace) -> int:
+    """A built diffusion pipeline (model_index.json): PROMPT to an image file, by mobius-diffusion."""
+    try:
+        from mobius_diffusion.pipeline import open_pipeline, to_pil
+    except ImportError:
+        raise MobiusError(
+            f"{args.output} is a diffusion pipeline: running it needs mobius-diffusion "
+            "(pip install mobius-diffusion)"
+        ) from None
+    pipe = open_pipeline(args.output, threads=args.threads)
+    options = {"num_inference_steps": args.steps, "seed": args.seed}
+    for name in ("guidance_scale", "height", "width"):
+        if getattr(args, name) is not None:
+            options[name] = getattr(args, name)
+    image = to_pil(pipe(args.prompt, **options))[0]
+    output = args.image_output or "image.png"
+    image.save(output)
+    print(f"wrote {output}")
+    return 0
+
+
 def _generate(args: argparse.Namespace) -> int:
     from mobius._speech import SpeechToTextGenerator
     from mobius.generate import open_generator
 
+    if os.path.isfile(os.path.join(args.output, "model_index.json")):
+        return _generate_image(args)
+    if args.image_output is not None:
+        raise MobiusError(f"--output writes an image; {args.output} is not a diffusion pipeline")
     generator = open_generator(args.output, threads=args.threads)
     if args.prompt.lower().endswith(".wav") and not isinstance(generator, SpeechToTextGenerator):
         raise MobiusError(
@@ -155,7 +181,10 @@ def make_parser() -> argparse.ArgumentParser:
             "Build MODEL into OUTPUT_DIR: model.onnx, model.onnx.data (external weights), "
             "and the config, generation config and tokenizer files. The output appears "
             "only once complete: a failure or Ctrl-C leaves nothing. A non-empty "
-            "OUTPUT_DIR is refused unless --overwrite."
+            "OUTPUT_DIR is refused unless --overwrite. A diffusers pipeline (model_index.json) "
+            "is built whole: each model component into OUTPUT_DIR/<component>/ (unet/model.onnx, "
+            "vae/decoder/model.onnx, text_encoder/model.onnx...), its tokenizers, scheduler "
+            "and model_index.json copied."
         ),
         parents=[common],
     )
@@ -283,6 +312,14 @@ def make_parser() -> argparse.ArgumentParser:
         "safetensors. Unpickling can run code; mobius reads them with its own restricted "
         "unpickler (tensors and plain containers only), and warns",
     )
+    build.add_argument(
+        "--skip-component",
+        action="append",
+        metavar="NAME",
+        help="diffusers pipelines: leave out component NAME of model_index.json (a "
+        "safety_checker, say); a component mobius neither builds nor copies is otherwise "
+        "an error. Repeatable",
+    )
     build.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     build.set_defaults(run=_build)
 
@@ -299,7 +336,9 @@ def make_parser() -> argparse.ArgumentParser:
             "package (Whisper) takes a WAV file for PROMPT: its own feature extractor makes the\n"
             "log-mel features (a WAV at another rate is resampled linearly) and the decoder\n"
             "starts from the prompt transformers' Whisper generate uses (start, language,\n"
-            "task, no-timestamps tokens).\n\n"
+            "task, no-timestamps tokens). A diffusion pipeline package (model_index.json:\n"
+            "Stable Diffusion, Flux) turns PROMPT into an image written to --output, from\n"
+            "the noise of --seed over --steps scheduler steps (needs mobius-diffusion).\n\n"
             "Decoding is greedy (reproducible) unless --do-sample, --temperature, --top-k or\n"
             "--top-p is given; sampling parameters not given come from the package's\n"
             "generation_config.json (else temperature 1, top-k 50, top-p 1). Generation stops\n"
@@ -314,6 +353,7 @@ def make_parser() -> argparse.ArgumentParser:
   mobius generate out/ "Hi!" --system "You answer in French." --temperature 0.7 --top-p 0.9
   mobius generate t5-out/ "translate English to German: The house is wonderful."
   mobius generate whisper-out/ speech.wav
+  mobius generate sd-out/ "a red bicycle" --steps 20 --seed 0 --output bicycle.png
 """,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[common],
@@ -375,6 +415,27 @@ def make_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="ONNX Runtime intra-op threads (default: its own)",
     )
+    image = generate.add_argument_group("diffusion pipelines")
+    image.add_argument(
+        "--output",
+        dest="image_output",
+        default=None,
+        metavar="FILE",
+        help="the image file to write (default image.png)",
+    )
+    image.add_argument(
+        "--steps", type=int, default=20, metavar="N", help="denoising steps (default 20)"
+    )
+    image.add_argument(
+        "--guidance-scale",
+        type=float,
+        default=None,
+        metavar="G",
+        help="classifier-free guidance (Stable Diffusion, default 7.5) or the guidance "
+        "embedding (Flux dev, default 3.5)",
+    )
+    image.add_argument("--height", type=int, default=None, metavar="PX", help="image height")
+    image.add_argument("--width", type=int, default=None, metavar="PX", help="image width")
     generate.set_defaults(run=_generate)
 
     list_ = commands.add_parser(

@@ -84,7 +84,9 @@ class DiffusionComponentTask(ModelTask):
 
     def _check(self, path: str, spec: GraphSpec) -> None:
         if path not in self.contract:
-            raise ValueError(f"task {self.name} has no graph {path!r}; it has {sorted(self.contract)}")
+            raise ValueError(
+                f"task {self.name} has no graph {path!r}; it has {sorted(self.contract)}"
+            )
         allowed_inputs, allowed_outputs = self.contract[path]
         for kind, names, allowed in (
             ("input", spec.inputs, allowed_inputs),
@@ -94,7 +96,9 @@ class DiffusionComponentTask(ModelTask):
                 n for n in names if allowed is not None and n not in allowed and "." not in n
             ]
             if unknown:
-                raise ValueError(f"task {self.name}, {path}: {kind}s {unknown} are not in its contract")
+                raise ValueError(
+                    f"task {self.name}, {path}: {kind}s {unknown} are not in its contract"
+                )
 
 
 class VAETask(DiffusionComponentTask):
@@ -118,7 +122,9 @@ class ControlNetTask(DiffusionComponentTask):
     """The ControlNet's one graph: residuals for the UNet's down blocks and mid block."""
 
     name = "controlnet"
-    contract = {"model": (None, frozenset({"mid_block_res_sample"}))}  # + down_block_res_samples.{i}
+    contract = {
+        "model": (None, frozenset({"mid_block_res_sample"}))
+    }  # + down_block_res_samples.{i}
 
 
 class AdapterTask(DiffusionComponentTask):

@@ -54,7 +54,9 @@ def compare_graph(session, feed: dict[str, np.ndarray], reference: dict) -> dict
     """Run ``feed`` through ``session``; (max abs diff, scale) of every output against ``reference``."""
     names = [o.name for o in session.get_outputs()]
     got = dict(zip(names, session.run(None, feed), strict=True))
-    assert set(got) == set(reference), f"graph outputs {sorted(got)} != reference {sorted(reference)}"
+    assert set(got) == set(reference), (
+        f"graph outputs {sorted(got)} != reference {sorted(reference)}"
+    )
     diffs = {}
     for name, expected in reference.items():
         expected = expected.detach().float().numpy()

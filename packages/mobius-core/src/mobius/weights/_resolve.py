@@ -28,6 +28,8 @@ HUB_ALLOW_PATTERNS = [
     "*_Pooling/config.json",
     "*.safetensors",
     "*.safetensors.index.json",
+    # a diffusers pipeline's index: its components are then fetched (HUB_PIPELINE_PATTERNS)
+    "model_index.json",
 ]
 
 #: Added to the downloads with ``allow_pickle``: pickled PyTorch weights.
@@ -35,6 +37,24 @@ HUB_PICKLE_PATTERNS = ["pytorch_model*.bin", "pytorch_model.bin.index.json", "*.
 
 #: The files :func:`resolve_config` fetches: what describes a model, no weights.
 HUB_CONFIG_PATTERNS = ["config.json", "generation_config.json"]
+
+#: The files fetched for a diffusers pipeline: its index, and each component folder's
+#: configs, tokenizer and scheduler files and safetensors weights.
+HUB_PIPELINE_PATTERNS = [
+    "model_index.json",
+    "*/*.json",  # config.json, scheduler_config.json, tokenizer files, weight indexes
+    "*/*.txt",  # merges.txt, vocab.txt
+    "*/*.model",  # spiece.model
+    "*/*.safetensors",
+]
+
+#: Left out of a pipeline download: weights of other variants (``*.fp16.safetensors``,
+#: ``*.fp16-00001-of-00002.safetensors`` and their indexes); the default variant's
+#: names have no second dot.
+HUB_PIPELINE_IGNORE = ["*/*.*.safetensors", "*/*.safetensors.index.*.json", "*/*.*.bin"]
+
+#: Added to a pipeline download with ``allow_pickle``.
+HUB_PIPELINE_PICKLE_PATTERNS = ["*/*.bin"]
 
 
 def resolve_model(
@@ -46,7 +66,9 @@ def resolve_model(
     ``.safetensors`` adapter (each returned as is) or a hub repo id such as
     ``org/name``; a repo id is fetched into the local hub cache (configs, tokenizer
     and safetensors files only; pickled weights too with ``allow_pickle``). With ``HF_HUB_OFFLINE=1``
-    only the local cache is consulted.
+    only the local cache is consulted. A diffusers pipeline repository
+    (``model_index.json``, no root ``config.json``) is then fetched with its component
+    folders (:data:`HUB_PIPELINE_PATTERNS`), the default weight variant only.
 
     Raises:
         ModelSourceError: ``model`` is neither a usable local path nor a repo id
@@ -66,7 +88,12 @@ def resolve_model(
         what = "file" if path.suffix.lower() == ".gguf" else "directory"
         raise ModelSourceError(f"no such {what}: {model}")
     patterns = HUB_ALLOW_PATTERNS + (HUB_PICKLE_PATTERNS if allow_pickle else [])
-    return _download(model, revision, patterns)
+    local = _download(model, revision, patterns)
+    if (local / "model_index.json").is_file() and not (local / "config.json").is_file():
+        # A diffusers pipeline: its components live in folders, fetched now.
+        patterns = HUB_PIPELINE_PATTERNS + (HUB_PIPELINE_PICKLE_PATTERNS if allow_pickle else [])
+        return _download(model, revision, patterns, HUB_PIPELINE_IGNORE)
+    return local
 
 
 def resolve_config(model: str | os.PathLike[str], *, revision: str | None = None) -> pathlib.Path:
@@ -111,7 +138,10 @@ def _offline() -> bool:
 
 
 def _download(
-    repo_id: str, revision: str | None, patterns: list[str] = HUB_ALLOW_PATTERNS
+    repo_id: str,
+    revision: str | None,
+    patterns: list[str] = HUB_ALLOW_PATTERNS,
+    ignore: list[str] | None = None,
 ) -> pathlib.Path:
     from huggingface_hub import snapshot_download
 
@@ -121,6 +151,7 @@ def _download(
             repo_id,
             revision=revision,
             allow_patterns=patterns,
+            ignore_patterns=ignore,
             local_files_only=offline,
         )
     except Exception as e:  # any hub, network or cache failure

@@ -1,0 +1,100 @@
+"""A tiny random Stable Diffusion pipeline: built whole with ``mobius build``, run by mobius's
+numpy runner and by diffusers from the same initial latents, 2 steps; the images agree to 1e-3.
+
+Every parameter of the text encoder, UNet and VAE is perturbed. One build serves the
+three ported schedulers of Stable Diffusion (Euler, DDIM, PNDM); the CLI's
+``mobius generate`` writes the same image as the Python API.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from pipeline_cases import PROMPT, make_sd_pipeline
+
+from mobius.testing import build_with_cli
+
+SD_BETAS = dict(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", steps_offset=1)
+SCHEDULERS = {
+    "EulerDiscreteScheduler": SD_BETAS,
+    "DDIMScheduler": dict(SD_BETAS, clip_sample=False, set_alpha_to_one=False),
+    "PNDMScheduler": dict(SD_BETAS, skip_prk_steps=True, set_alpha_to_one=False),
+}
+HEIGHT = WIDTH = 32  # latents 16 x 16 (the VAE halves once)
+
+
+@pytest.fixture(scope="module")
+def sd(tmp_path_factory):
+    """(diffusers pipeline, built package directory)."""
+    root = tmp_path_factory.mktemp("sd")
+    pipe = make_sd_pipeline(root / "hf")
+    out = build_with_cli(root / "hf", root / "onnx")
+    return pipe, out
+
+
+def test_package_layout(sd):
+    _, out = sd
+    for graph in ("unet/model", "vae/encoder/model", "vae/decoder/model", "text_encoder/model"):
+        assert (out / f"{graph}.onnx").is_file(), graph
+    for name in ("unet", "vae", "text_encoder"):
+        assert (out / name / "config.json").is_file()
+    assert (out / "tokenizer" / "tokenizer.json").is_file()
+    assert (out / "scheduler" / "scheduler_config.json").is_file()
+    assert json.loads((out / "model_index.json").read_text())["_class_name"] == (
+        "StableDiffusionPipeline"
+    )
+
+
+@pytest.mark.parametrize("scheduler", sorted(SCHEDULERS))
+def test_sd_image_matches_diffusers(sd, scheduler):
+    import diffusers
+    import torch
+
+    from mobius_diffusion.pipeline import open_pipeline
+
+    pipe, out = sd
+    config = {"_class_name": scheduler, **SCHEDULERS[scheduler]}
+    pipe.scheduler = getattr(diffusers, scheduler).from_config(config)
+    latents = np.random.default_rng(1).standard_normal((1, 4, 16, 16)).astype(np.float32)
+    options = dict(num_inference_steps=2, guidance_scale=4.0, height=HEIGHT, width=WIDTH)
+    with torch.no_grad():
+        expected = pipe(
+            PROMPT, latents=torch.from_numpy(latents), output_type="np", **options
+        ).images
+
+    runner = open_pipeline(out)
+    runner.scheduler_config = config
+    got = runner(PROMPT, latents=latents, **options)
+    assert got.shape == expected.shape == (1, HEIGHT, WIDTH, 3)
+    diff = float(np.abs(got - expected).max())
+    print(scheduler, "max abs diff", diff)
+    assert diff <= 1e-3
+    assert float(expected.std()) > 1e-3, "the image barely depends on anything"
+
+
+def test_prompt_changes_the_image(sd):
+    from mobius_diffusion.pipeline import open_pipeline
+
+    runner = open_pipeline(sd[1])
+    options = dict(num_inference_steps=2, height=HEIGHT, width=WIDTH, seed=0)
+    a, b = runner(PROMPT, **options), runner("a blue bicycle", **options)
+    assert float(np.abs(a - b).max()) > 1e-3
+
+
+def test_generate_cli_writes_the_image(sd, tmp_path):
+    from PIL import Image
+
+    from mobius.cli import main
+    from mobius_diffusion.pipeline import open_pipeline, to_pil
+
+    _, out = sd
+    image = tmp_path / "image.png"
+    args = ["generate", str(out), PROMPT, "--steps", "2", "--seed", "3", "--output", str(image)]
+    args += ["--height", str(HEIGHT), "--width", str(WIDTH)]
+    assert main(args) == 0
+    expected = to_pil(
+        open_pipeline(out)(PROMPT, num_inference_steps=2, seed=3, height=32, width=32)
+    )[0]
+    assert np.array_equal(np.asarray(Image.open(image)), np.asarray(expected))
