@@ -14,10 +14,11 @@ PROMPT = "a red cat on the moon"
 CLIP_LENGTH = 12
 
 
-def tiny_clip_tokenizer(directory: Path):
+def tiny_clip_tokenizer(directory: Path, pad_token: str = "<|endoftext|>"):
     """A byte-pair CLIP tokenizer over lowercase letters and the whole words of :data:`WORDS`.
 
-    ids: 0 start, 1 end (also the pad), then letters, letters ending a word, words.
+    ids: 0 start, 1 end (the pad unless ``pad_token``), then letters, letters ending a
+    word, words.
     """
     from transformers import CLIPTokenizer
 
@@ -40,7 +41,7 @@ def tiny_clip_tokenizer(directory: Path):
         str(directory / "vocab.json"),
         str(directory / "merges.txt"),
         model_max_length=CLIP_LENGTH,
-        pad_token="<|endoftext|>",
+        pad_token=pad_token,
     )
 
 
@@ -65,8 +66,9 @@ def tiny_word_tokenizer():
     )
 
 
-def _clip_text_encoder(vocab_size: int, hidden: int):
-    from transformers import CLIPTextConfig, CLIPTextModel
+def _clip_text_encoder(vocab_size: int, hidden: int, projection_dim: int | None = None):
+    """A 2-layer CLIP text tower; with ``projection_dim``, a ``CLIPTextModelWithProjection``."""
+    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
 
     config = CLIPTextConfig(
         vocab_size=vocab_size,
@@ -79,7 +81,9 @@ def _clip_text_encoder(vocab_size: int, hidden: int):
         eos_token_id=1,
         pad_token_id=1,
     )
-    return CLIPTextModel(config)
+    if projection_dim:
+        config.projection_dim = projection_dim
+    return CLIPTextModelWithProjection(config) if projection_dim else CLIPTextModel(config)
 
 
 def _perturbed(*models):
@@ -140,6 +144,79 @@ def make_sd_pipeline(directory: Path):
         safety_checker=None,
         feature_extractor=None,
         requires_safety_checker=False,
+    )
+    pipe.save_pretrained(directory, safe_serialization=True)
+    return pipe
+
+
+def make_sdxl_pipeline(directory: Path):
+    """A tiny ``StableDiffusionXLPipeline`` saved into ``directory``.
+
+    Two CLIP encoders (the second with a projection, its tokenizer padding with a
+    word as SDXL's pads with "!"), a UNet with the ``text_time`` added embedding, a
+    VAE with ``latents_mean``/``latents_std``; Euler with SDXL's leading spacing.
+    """
+    import torch
+    from diffusers import (
+        AutoencoderKL,
+        EulerDiscreteScheduler,
+        StableDiffusionXLPipeline,
+        UNet2DConditionModel,
+    )
+
+    torch.manual_seed(0)
+    tokenizer = tiny_clip_tokenizer(directory.parent / "clip-tokenizer")
+    tokenizer_2 = tiny_clip_tokenizer(directory.parent / "clip-tokenizer-2", pad_token="a</w>")
+    text_encoder = _clip_text_encoder(len(tokenizer), 12)
+    text_encoder_2 = _clip_text_encoder(len(tokenizer_2), 16, projection_dim=8)
+    unet = UNet2DConditionModel(
+        sample_size=8,
+        in_channels=4,
+        out_channels=4,
+        down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
+        up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
+        block_out_channels=(8, 16),
+        layers_per_block=1,
+        transformer_layers_per_block=(1, 2),
+        cross_attention_dim=12 + 16,  # both encoders' states side by side
+        attention_head_dim=(1, 2),
+        use_linear_projection=True,
+        addition_embed_type="text_time",
+        addition_time_embed_dim=4,
+        projection_class_embeddings_input_dim=8 + 6 * 4,  # pooled text, 6 size ids
+        norm_num_groups=4,
+    )
+    vae = AutoencoderKL(
+        in_channels=3,
+        out_channels=3,
+        down_block_types=("DownEncoderBlock2D", "DownEncoderBlock2D"),
+        up_block_types=("UpDecoderBlock2D", "UpDecoderBlock2D"),
+        block_out_channels=(8, 16),
+        layers_per_block=1,
+        latent_channels=4,
+        norm_num_groups=4,
+        sample_size=16,
+        scaling_factor=0.4,
+        latents_mean=(0.1, -0.2, 0.05, 0.3),
+        latents_std=(0.9, 1.2, 0.7, 1.1),
+    )
+    _perturbed(text_encoder, text_encoder_2, unet, vae)
+    scheduler = EulerDiscreteScheduler(
+        beta_start=0.00085,
+        beta_end=0.012,
+        beta_schedule="scaled_linear",
+        steps_offset=1,
+        timestep_spacing="leading",
+    )
+    pipe = StableDiffusionXLPipeline(
+        vae=vae,
+        text_encoder=text_encoder,
+        text_encoder_2=text_encoder_2,
+        tokenizer=tokenizer,
+        tokenizer_2=tokenizer_2,
+        unet=unet,
+        scheduler=scheduler,
+        add_watermarker=False,
     )
     pipe.save_pretrained(directory, safe_serialization=True)
     return pipe

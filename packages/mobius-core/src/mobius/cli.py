@@ -431,8 +431,8 @@ def make_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         metavar="G",
-        help="classifier-free guidance (Stable Diffusion, default 7.5) or the guidance "
-        "embedding (Flux dev, default 3.5)",
+        help="classifier-free guidance (Stable Diffusion, default 7.5; SDXL, 5.0) or the "
+        "guidance embedding (Flux dev, default 3.5)",
     )
     image.add_argument("--height", type=int, default=None, metavar="PX", help="image height")
     image.add_argument("--width", type=int, default=None, metavar="PX", help="image width")

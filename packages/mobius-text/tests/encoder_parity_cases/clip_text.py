@@ -1,7 +1,9 @@
 """CLIP's text tower: causal layers, end-token pooling by either rule, the projection variant.
 
 Rows end in the end-of-text token, as CLIP's tokenizer makes them; openai's
-checkpoints pad with it too, so the first one is pooled, not the last.
+checkpoints pad with it too, so the first one is pooled, not the last. Besides the
+pooled output, the kit compares ``penultimate_hidden_state`` with transformers'
+``hidden_states[-2]`` (SDXL's conditioning); the one-layer case has the embeddings there.
 """
 
 CLIP_TEXT = dict(bos_token_id=1, eos_token_id=3)
@@ -18,6 +20,12 @@ CASES = {
         "clip_text_model",
         dict(CLIP_TEXT, eos_token_id=2, hidden_act="gelu", layer_norm_eps=1e-6),
         dict(heads=("none",), end_token_id=98, pad_token_id=0),
+    ),
+    # One layer: the penultimate state is the embeddings' output, before any layer.
+    "clip_text_model-one-layer": (
+        "clip_text_model",
+        dict(CLIP_TEXT, num_hidden_layers=1),
+        dict(heads=("none",), end_token_id=3, pad_token_id=3),
     ),
     "clip_text_model-with-projection": (
         "clip_text_model",

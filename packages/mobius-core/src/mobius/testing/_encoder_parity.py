@@ -20,6 +20,8 @@ HEAD_CLASSES = {
     "sentence-embedding": "AutoModel",
 }
 SEQUENCE_LEVEL = {"sequence-classification"}
+# Graph outputs that are one of transformers' ``hidden_states`` (by index), over the real tokens.
+HIDDEN_STATE_OUTPUTS = {"penultimate_hidden_state": -2}
 
 
 def make_random_encoder(
@@ -110,7 +112,8 @@ def compare_encoder(
 
     Graph outputs beyond ``last_hidden_state``, ``logits`` and ``sentence_embedding``
     (CLIP's ``pooler_output``, ``text_embeds``) are compared whole with the PyTorch
-    output field of the same name. ``special_tokens`` holds the ``end_token_id`` and
+    output field of the same name; ``penultimate_hidden_state`` with
+    ``hidden_states[-2]`` over the real tokens. ``special_tokens`` holds the ``end_token_id`` and
     ``pad_token_id`` of :func:`right_padded_batch`.
     """
     import torch
@@ -146,7 +149,12 @@ def compare_encoder(
     if "sentence_embedding" in got:
         expected = _pool(reference, mask, *pooling)
         diffs["sentence_embedding"] = float(np.abs(got["sentence_embedding"] - expected).max())
-    for name in got.keys() - {"last_hidden_state", "logits", "sentence_embedding"}:
+    for name, index in HIDDEN_STATE_OUTPUTS.items():
+        if name in got:
+            expected = out.hidden_states[index].float().numpy()
+            diffs[name] = float(np.abs(got[name] - expected)[real].max())
+    compared = {"last_hidden_state", "logits", "sentence_embedding", *HIDDEN_STATE_OUTPUTS}
+    for name in got.keys() - compared:
         reference = getattr(out, name, None)
         assert reference is not None, f"graph output {name} has no PyTorch counterpart"
         diffs[name] = float(np.abs(got[name] - reference.float().numpy()).max())

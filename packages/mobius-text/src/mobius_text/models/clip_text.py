@@ -7,7 +7,9 @@ The module tree follows the original checkpoints (``text_model.embeddings...``,
 at the end-of-text token, chosen as transformers does: with the legacy
 ``eos_token_id == 2`` the largest id of each row (the end token is the last id of
 CLIP's vocabulary), otherwise the first ``eos_token_id``. A
-``CLIPTextModelWithProjection`` checkpoint gives ``text_embeds`` instead.
+``CLIPTextModelWithProjection`` checkpoint gives ``text_embeds`` instead. Both
+also give ``penultimate_hidden_state``, transformers' ``hidden_states[-2]``: the
+state before the last layer, which SDXL's pipelines read from their text encoders.
 
 SigLIP's text tower reuses these layers (:class:`CLIPEncoder` takes any additive
 bias, or none); dual encoders and diffusion pipelines reuse
@@ -31,6 +33,7 @@ from mobius.components import (
     attention_bias,
     bidirectional_attention,
     get_activation,
+    module_scope,
 )
 from mobius.errors import ConfigError
 
@@ -197,14 +200,23 @@ class CLIPTextTransformer(nn.Module):
         # the first maximum, as torch does.
         return gather_rows(op, hidden, op.ArgMax(ids, axis=-1, keepdims=0))
 
+    def encode(self, op, input_ids, attention_mask):
+        """``(last_hidden_state, pooler_output, hidden_states)``."""
+        states = self.hidden_states(op, input_ids, attention_mask)
+        x = self.final_layer_norm(op, states[-1])
+        return x, self.pool(op, x, input_ids), states
+
     def forward(self, op, input_ids, attention_mask):
         """``(last_hidden_state, pooler_output)``."""
-        x = self.final_layer_norm(op, self.hidden_states(op, input_ids, attention_mask)[-1])
-        return x, self.pool(op, x, input_ids)
+        x, pooled, _ = self.encode(op, input_ids, attention_mask)
+        return x, pooled
 
 
 class CLIPTextModel(nn.Module):
-    """The text tower for feature extraction: ``last_hidden_state`` and ``pooler_output``.
+    """The text tower for feature extraction: ``last_hidden_state``, ``pooler_output``.
+
+    ``penultimate_hidden_state`` is transformers' ``hidden_states[-2]`` (SDXL's
+    conditioning).
 
     A checkpoint of a ``*WithProjection`` class (its weights have ``text_projection``)
     gives ``text_embeds``, the projected pooler output, in place of ``pooler_output``,
@@ -230,20 +242,28 @@ class CLIPTextModel(nn.Module):
             self.text_projection = Linear(config.hidden_size, config.projection_dim)
 
     def output_shapes(self) -> dict[str, list]:
-        """The outputs besides ``last_hidden_state``, with their shapes (as transformers names them)."""
+        """The outputs besides ``last_hidden_state``, with their shapes.
+
+        ``pooler_output`` or ``text_embeds`` as transformers names them, and
+        ``penultimate_hidden_state``: transformers' ``hidden_states[-2]``, the input of
+        the last layer (no final norm), which SDXL's pipelines condition on.
+        """
+        penultimate = {"penultimate_hidden_state": ["batch", "sequence", self.config.hidden_size]}
         if self.text_projection is not None:
-            return {"text_embeds": ["batch", self.config.projection_dim]}
-        return {"pooler_output": ["batch", self.pooled_size]}
+            return {"text_embeds": ["batch", self.config.projection_dim], **penultimate}
+        return {"pooler_output": ["batch", self.pooled_size], **penultimate}
 
     @property
     def pooled_size(self) -> int:
         return self.config.hidden_size
 
     def forward(self, op, input_ids, attention_mask, token_type_ids=None):
-        hidden, pooled = self.text_model(op, input_ids, attention_mask)
+        with module_scope(op, self.text_model):  # the tower's own parameter names
+            hidden, pooled, states = self.text_model.encode(op, input_ids, attention_mask)
+        outputs = {"last_hidden_state": hidden, "penultimate_hidden_state": states[-2]}
         if self.text_projection is not None:
-            return {"last_hidden_state": hidden, "text_embeds": self.text_projection(op, pooled)}
-        return {"last_hidden_state": hidden, "pooler_output": pooled}
+            return {**outputs, "text_embeds": self.text_projection(op, pooled)}
+        return {**outputs, "pooler_output": pooled}
 
     @property
     def ignored_weights(self) -> tuple[str, ...]:
