@@ -31,15 +31,13 @@ from mobius.components import (
     LayerNorm,
     Linear,
     RotaryEmbedding,
-    TiedLMHead,
     causal_bias,
     get_activation,
-    module_scope,
     padding_bias,
 )
 from mobius.components._rope import default_inv_freq
 from mobius.errors import ConfigError
-from mobius_audio.models.whisper import _length
+from mobius_audio.models.whisper import WhisperForConditionalGeneration, _length
 
 INT64 = ir.DataType.INT64
 # (kernel, stride) of conv1..conv3; the mask keeps one sample per product of the strides.
@@ -302,22 +300,11 @@ class MoonshineModel(nn.Module):
         self.decoder = MoonshineDecoder(config)
 
 
-class MoonshineForConditionalGeneration(nn.Module):
+class MoonshineForConditionalGeneration(WhisperForConditionalGeneration):
     """``model`` (encoder, decoder) and ``proj_out``, tied to the decoder's embeddings."""
 
     config_class = MoonshineConfig
-    task = "speech-to-text"
-
-    def __init__(self, config: MoonshineConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.model = MoonshineModel(config)
-        embeddings = self.model.decoder.embed_tokens
-        self.proj_out = (
-            TiedLMHead(embeddings)
-            if config.tie_word_embeddings
-            else Linear(config.hidden_size, config.vocab_size)
-        )
+    model_class = MoonshineModel
 
     def speech_input(self) -> tuple[str, list]:
         """The waveform the extractor returns (Wav2Vec2FeatureExtractor, 16 kHz)."""
@@ -334,31 +321,6 @@ class MoonshineForConditionalGeneration(nn.Module):
     def cache_shapes(self) -> tuple[int, int, int]:
         config = self.config
         return config.decoder_layers, config.num_heads, config.head_dim
-
-    def encode(self, op, input_values, encoder_attention_mask):
-        decoder = self.model.decoder
-        with module_scope(op, self.model):
-            hidden = self.model.encoder(op, input_values, encoder_attention_mask)
-            cross = []
-            for layer in decoder.layers:  # computed once here, read at every decoder step
-                with module_scope(op, decoder, layer, layer.encoder_attn):
-                    cross.append(layer.encoder_attn.project_kv(op, hidden))
-        return hidden, cross
-
-    def decode(self, op, input_ids, encoder_attention_mask, self_cache, cross_cache):
-        with module_scope(op, self):
-            with module_scope(op, self.model):
-                hidden, presents = self.model.decoder(
-                    op, input_ids, encoder_attention_mask, self_cache, cross_cache
-                )
-            logits = self.proj_out(op, hidden)
-        return logits, presents
-
-    def preprocess_weights(self, weights: dict) -> dict:
-        """A tied ``proj_out`` reads the decoder's embeddings (checkpoints may still carry a copy)."""
-        if self.config.tie_word_embeddings:
-            weights.pop("proj_out.weight", None)
-        return weights
 
 
 MODEL_TYPES = {"moonshine": MoonshineForConditionalGeneration}

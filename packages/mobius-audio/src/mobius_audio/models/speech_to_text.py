@@ -28,9 +28,7 @@ from mobius.components import (
     Embedding,
     LayerNorm,
     Linear,
-    TiedLMHead,
     causal_bias,
-    module_scope,
     padding_bias,
 )
 from mobius.errors import ConfigError
@@ -40,6 +38,7 @@ from mobius_audio.models.whisper import (
     WhisperConfig,
     WhisperDecoderLayer,
     WhisperEncoderLayer,
+    WhisperForConditionalGeneration,
     _length,
 )
 
@@ -259,27 +258,17 @@ def _subsampled(op, length, kernel: int):
     return op.Add(op.Div(op.Add(length, 2 * (kernel // 2) - kernel), 2), 1)
 
 
-class Speech2TextForConditionalGeneration(nn.Module):
+class Speech2TextForConditionalGeneration(WhisperForConditionalGeneration):
     """``model`` (encoder, decoder) and ``lm_head``, tied to the decoder's embeddings."""
 
     config_class = Speech2TextConfig
-    task = "speech-to-text"
+    model_class = Speech2TextModel
+    head_name = "lm_head"
     # Older checkpoints saved the sinusoid tables; they are computed in the graph.
     ignored_weights = (
         "model.encoder.embed_positions.weights",
         "model.decoder.embed_positions.weights",
     )
-
-    def __init__(self, config: Speech2TextConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.model = Speech2TextModel(config)
-        embeddings = self.model.decoder.embed_tokens
-        self.lm_head = (
-            TiedLMHead(embeddings)
-            if config.tie_word_embeddings
-            else Linear(config.hidden_size, config.vocab_size)
-        )
 
     def speech_input(self) -> tuple[str, list]:
         """The fbank features the extractor returns, frame-major."""
@@ -296,39 +285,6 @@ class Speech2TextForConditionalGeneration(nn.Module):
             op.Constant(value_int=0), op.Squeeze(states, [0]), op.Constant(value_int=1)
         )
         return op.Cast(op.Less(steps, lengths), to=INT64)  # [batch, states]
-
-    def cache_shapes(self) -> tuple[int, int, int]:
-        config = self.config
-        return (
-            config.decoder_layers,
-            config.decoder_heads,
-            config.hidden_size // config.decoder_heads,
-        )
-
-    def encode(self, op, input_features, encoder_attention_mask):
-        decoder = self.model.decoder
-        with module_scope(op, self.model):
-            hidden = self.model.encoder(op, input_features, encoder_attention_mask)
-            cross = []
-            for layer in decoder.layers:  # computed once here, read at every decoder step
-                with module_scope(op, decoder, layer, layer.encoder_attn):
-                    cross.append(layer.encoder_attn.project_kv(op, hidden))
-        return hidden, cross
-
-    def decode(self, op, input_ids, encoder_attention_mask, self_cache, cross_cache):
-        with module_scope(op, self):
-            with module_scope(op, self.model):
-                hidden, presents = self.model.decoder(
-                    op, input_ids, encoder_attention_mask, self_cache, cross_cache
-                )
-            logits = self.lm_head(op, hidden)
-        return logits, presents
-
-    def preprocess_weights(self, weights: dict) -> dict:
-        """A tied ``lm_head`` reads the decoder's embeddings (checkpoints may still carry a copy)."""
-        if self.config.tie_word_embeddings:
-            weights.pop("lm_head.weight", None)
-        return weights
 
 
 MODEL_TYPES = {"speech_to_text": Speech2TextForConditionalGeneration}

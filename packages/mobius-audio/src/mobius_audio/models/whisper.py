@@ -246,21 +246,30 @@ class WhisperModel(nn.Module):
 
 
 class WhisperForConditionalGeneration(nn.Module):
-    """``model`` (encoder, decoder) and ``proj_out``, tied to the decoder's embeddings."""
+    """``model`` (encoder, decoder) and ``proj_out``, tied to the decoder's embeddings.
+
+    The speech seq2seq families subclass it with their own ``model_class`` and
+    output head's name; those that mask padding (Speech2Text, Moonshine) add
+    ``speech_input`` and ``encoder_attention_mask``, and their encoder and decoder
+    take the mask after the source and the ids.
+    """
 
     config_class = WhisperConfig
     task = "speech-to-text"
+    model_class = WhisperModel
+    head_name = "proj_out"
 
-    def __init__(self, config: WhisperConfig) -> None:
+    def __init__(self, config) -> None:
         super().__init__()
         self.config = config
-        self.model = WhisperModel(config)
+        self.model = self.model_class(config)
         embeddings = self.model.decoder.embed_tokens
-        self.proj_out = (
+        head = (
             TiedLMHead(embeddings)
             if config.tie_word_embeddings
             else Linear(config.hidden_size, config.vocab_size)
         )
+        setattr(self, self.head_name, head)
 
     def cache_shapes(self) -> tuple[int, int, int]:
         config = self.config
@@ -270,27 +279,29 @@ class WhisperForConditionalGeneration(nn.Module):
             config.hidden_size // config.decoder_heads,
         )
 
-    def encode(self, op, input_features):
+    def encode(self, op, source, *encoder_attention_mask):
+        """The encoder's states and every decoder layer's cross-attention ``(key, value)``."""
         decoder = self.model.decoder
         with module_scope(op, self.model):
-            hidden = self.model.encoder(op, input_features)
+            hidden = self.model.encoder(op, source, *encoder_attention_mask)
             cross = []
             for layer in decoder.layers:  # computed once here, read at every decoder step
                 with module_scope(op, decoder, layer, layer.encoder_attn):
                     cross.append(layer.encoder_attn.project_kv(op, hidden))
         return hidden, cross
 
-    def decode(self, op, input_ids, self_cache, cross_cache):
+    def decode(self, op, input_ids, *decoder_inputs):
+        """Logits and the self-attention presents; ``decoder_inputs``: (mask,) self, cross caches."""
         with module_scope(op, self):
             with module_scope(op, self.model):
-                hidden, presents = self.model.decoder(op, input_ids, self_cache, cross_cache)
-            logits = self.proj_out(op, hidden)
+                hidden, presents = self.model.decoder(op, input_ids, *decoder_inputs)
+            logits = getattr(self, self.head_name)(op, hidden)
         return logits, presents
 
     def preprocess_weights(self, weights: dict) -> dict:
-        """A tied ``proj_out`` reads the decoder's embeddings (checkpoints may still carry a copy)."""
+        """A tied head reads the decoder's embeddings (checkpoints may still carry a copy)."""
         if self.config.tie_word_embeddings:
-            weights.pop("proj_out.weight", None)
+            weights.pop(f"{self.head_name}.weight", None)
         return weights
 
 
