@@ -15,6 +15,7 @@ sizes from ``head_size`` and ``num_key_value_heads``.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from pathlib import Path
@@ -166,7 +167,10 @@ def genai_config(package, *, ep: str = "cpu") -> dict:
     A vision–language package qualifies in its split form, for the families the
     generator has a class for (:data:`GENAI_VISION_LANGUAGE_TYPES`): the decoder
     takes ``inputs_embeds``, and ``embedding`` and ``vision`` sections name the
-    other two graphs.
+    other two graphs. Where the generator's image preprocessing can equal
+    transformers' (see :mod:`mobius._genai_processor`), its ``processor_config.json``
+    is added to ``package.text_files`` (so it is saved with the package); otherwise
+    the reason is logged and the package runs text prompts only.
 
     Raises :class:`GenAIUnsupportedError` for a package onnxruntime-genai cannot run:
     not a causal LM, or a layer without a key/value cache (state-space layers).
@@ -188,7 +192,8 @@ def genai_config(package, *, ep: str = "cpu") -> dict:
 
 
 # Vision–language model types the generator has a class for, whose decoders take only the
-# causal-LM inputs (Gemma 3's also takes token_type_ids, which the generator does not feed);
+# causal-LM inputs (Gemma 3's also takes token_type_ids, which the generator 0.18 does not feed:
+# the first step fails with "Missing Input: token_type_ids", and decoder.inputs refuses the name);
 # Qwen2.5-VL's position_ids are M-RoPE's [3, batch, sequence], which the generator computes.
 GENAI_VISION_LANGUAGE_TYPES = frozenset({"mistral3", "qwen2_5_vl"})
 
@@ -220,6 +225,7 @@ def _vision_language_config(package, ep: str) -> dict:
             vision[name] = value
     result["model"].update(
         image_token_id=config.image_token_id,
+        **_rope_index_token_ids(package),
         vocab_size=config.text.vocab_size,
         embedding={
             "filename": "embedding/model.onnx",
@@ -228,7 +234,38 @@ def _vision_language_config(package, ep: str) -> dict:
         },
         vision=vision,
     )
+    _add_processor_config(package)
     return result
+
+
+def _rope_index_token_ids(package) -> dict[str, int]:
+    """Qwen2.5-VL: the token ids the generator's M-RoPE index looks for.
+
+    Without ``vision_start_token_id`` the generator falls back to its own default,
+    finds no image start in a prompt of another vocabulary and numbers the image
+    tokens as text: the positions, and so the logits, differ from transformers'.
+    """
+    if package.config.model_type != "qwen2_5_vl":
+        return {}
+    source = _read_json(package.source_dir, "config.json")
+    ids = {name: source.get(name) for name in ("vision_start_token_id", "video_token_id")}
+    missing = sorted(name for name, value in ids.items() if value is None)
+    if missing:
+        raise GenAIUnsupportedError(f"config.json has no {', '.join(missing)}")
+    return ids
+
+
+def _add_processor_config(package) -> None:
+    from mobius._genai_processor import PROCESSOR_FILENAME, genai_processor_config
+
+    try:
+        processor = genai_processor_config(package)
+    except GenAIUnsupportedError as exc:
+        logging.getLogger("mobius").warning(
+            "no %s (text prompts only): %s", PROCESSOR_FILENAME, exc
+        )
+        return
+    package.text_files[PROCESSOR_FILENAME] = json.dumps(processor, indent=4) + "\n"
 
 
 def _decoder_config(package, model, config, filename, tokens_input, genai_type, ep) -> dict:
