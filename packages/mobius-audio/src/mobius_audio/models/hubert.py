@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mobius.errors import ConfigError
 from mobius_audio.models.wav2vec2 import Wav2Vec2Config, Wav2Vec2ForCTC
 
 
@@ -11,7 +12,7 @@ class HubertConfig(Wav2Vec2Config):
     @classmethod
     def hf_fields(cls, hf_config: Any) -> dict[str, Any]:
         if getattr(hf_config, "conv_pos_batch_norm", False):
-            raise ValueError("hubert conv_pos_batch_norm is not built")
+            raise ConfigError("hubert conv_pos_batch_norm is not built")
         return super().hf_fields(hf_config)
 
 

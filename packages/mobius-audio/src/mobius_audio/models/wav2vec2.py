@@ -23,6 +23,7 @@ from mobius.components import (
     get_activation,
     padding_bias,
 )
+from mobius.errors import ConfigError
 
 
 @dataclass
@@ -57,13 +58,7 @@ class Wav2Vec2Config:
     @classmethod
     def hf_fields(cls, hf_config: Any) -> dict[str, Any]:
         if getattr(hf_config, "add_adapter", False):
-            raise ValueError("wav2vec2 adapters (add_adapter) are not built")
-        architectures = getattr(hf_config, "architectures", None) or []
-        head = "none"
-        if any(a.endswith("ForCTC") for a in architectures):
-            head = "ctc"
-        elif any(a.endswith("ForSequenceClassification") for a in architectures):
-            head = "sequence-classification"
+            raise ConfigError(f"{hf_config.model_type} adapters (add_adapter) are not built")
         return dict(
             model_type=hf_config.model_type,
             hidden_size=hf_config.hidden_size,
@@ -86,8 +81,26 @@ class Wav2Vec2Config:
             num_labels=int(getattr(hf_config, "num_labels", 2) or 2),
             classifier_proj_size=getattr(hf_config, "classifier_proj_size", 256),
             use_weighted_layer_sum=bool(getattr(hf_config, "use_weighted_layer_sum", False)),
-            head=head,
+            head=cls.head_of(hf_config),
         )
+
+    @staticmethod
+    def head_of(hf_config: Any) -> str:
+        """The head the config's ``architectures`` name; the speaker (x-vector) and frame heads are refused."""
+        architectures = getattr(hf_config, "architectures", None) or []
+        unbuilt = [
+            a for a in architectures if a.endswith(("ForXVector", "ForAudioFrameClassification"))
+        ]
+        if unbuilt:
+            raise ConfigError(
+                f"{hf_config.model_type} heads {unbuilt} are not built (audio-feature-extraction "
+                "builds the bare model, ForCTC and ForSequenceClassification)"
+            )
+        if any(a.endswith("ForCTC") for a in architectures):
+            return "ctc"
+        if any(a.endswith("ForSequenceClassification") for a in architectures):
+            return "sequence-classification"
+        return "none"
 
 
 class Conv1d(nn.Module):

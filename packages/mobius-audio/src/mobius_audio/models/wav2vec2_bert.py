@@ -44,12 +44,6 @@ class Wav2Vec2BertConfig(Wav2Vec2ConformerConfig):
         if getattr(hf_config, "add_adapter", False):
             raise ConfigError("wav2vec2-bert adapters (add_adapter) are not built")
         fields = cls.conformer_fields(hf_config)
-        architectures = getattr(hf_config, "architectures", None) or []
-        head = "none"
-        if any(a.endswith("ForCTC") for a in architectures):
-            head = "ctc"
-        elif any(a.endswith("ForSequenceClassification") for a in architectures):
-            head = "sequence-classification"
         return dict(
             fields,
             model_type=hf_config.model_type,
@@ -67,7 +61,7 @@ class Wav2Vec2BertConfig(Wav2Vec2ConformerConfig):
             num_labels=int(getattr(hf_config, "num_labels", 2) or 2),
             classifier_proj_size=hf_config.classifier_proj_size,
             use_weighted_layer_sum=bool(hf_config.use_weighted_layer_sum),
-            head=head,
+            head=cls.head_of(hf_config),
         )
 
 

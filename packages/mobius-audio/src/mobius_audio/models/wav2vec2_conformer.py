@@ -20,6 +20,7 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius.components import (
+    BatchNorm,
     LayerNorm,
     Linear,
     bidirectional_attention,
@@ -67,21 +68,6 @@ class Wav2Vec2ConformerConfig(Wav2Vec2Config):
             position_embeddings_type=kind,
             rotary_embedding_base=float(hf_config.rotary_embedding_base),
             conv_depthwise_kernel_size=kernel,
-        )
-
-
-class BatchNorm1d(nn.Module):
-    """``torch.nn.BatchNorm1d`` in eval mode over ``[batch, channels, time]``: the saved statistics."""
-
-    def __init__(self, channels: int, eps: float = 1e-5) -> None:
-        super().__init__()
-        self.weight, self.bias = nn.Parameter([channels]), nn.Parameter([channels])
-        self.running_mean, self.running_var = nn.Parameter([channels]), nn.Parameter([channels])
-        self.eps = eps
-
-    def forward(self, op, x):
-        return op.BatchNormalization(
-            x, self.weight, self.bias, self.running_mean, self.running_var, epsilon=self.eps
         )
 
 
@@ -213,7 +199,7 @@ class Wav2Vec2ConformerConvolutionModule(nn.Module):
     def build_depthwise(self, config: Wav2Vec2ConformerConfig) -> None:
         d, k = config.hidden_size, config.conv_depthwise_kernel_size
         self.depthwise_conv = Conv1d(d, d, k, bias=False, pad=(k - 1) // 2, groups=d)
-        self.batch_norm = BatchNorm1d(d)
+        self.batch_norm = BatchNorm(d)
 
     def depthwise(self, op, x):  # [batch, hidden, frames]
         return self.batch_norm(op, self.depthwise_conv(op, x))

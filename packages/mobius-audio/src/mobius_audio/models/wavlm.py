@@ -38,15 +38,6 @@ class WavLMConfig(Wav2Vec2Config):
 
     @classmethod
     def hf_fields(cls, hf_config: Any) -> dict[str, Any]:
-        architectures = getattr(hf_config, "architectures", None) or []
-        unbuilt = [
-            a for a in architectures if a.endswith(("ForXVector", "ForAudioFrameClassification"))
-        ]
-        if unbuilt:
-            raise ConfigError(
-                f"wavlm heads {unbuilt} are not built (audio-feature-extraction builds the bare "
-                "model, ForCTC and ForSequenceClassification)"
-            )
         if hf_config.num_buckets < 4 or hf_config.num_hidden_layers < 1:
             raise ConfigError(
                 f"wavlm needs num_buckets >= 4 and a layer (got {hf_config.num_buckets}, "

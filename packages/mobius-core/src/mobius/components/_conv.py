@@ -1,7 +1,7 @@
 """Convolutions and the normalisations that go with them, over channels-first tensors.
 
-Parameters are named as ``torch.nn`` names them (``weight``, ``bias``), so
-checkpoints map by identity. Shared by the vision, audio and diffusion families.
+Parameters are named as ``torch.nn`` names them (``weight``, ``bias``,
+``running_mean``, ``running_var``), so checkpoints map by identity. Shared by the vision, audio and diffusion families.
 """
 
 from __future__ import annotations
@@ -82,6 +82,27 @@ class Conv3d(nn.Module):
     def forward(self, op, x):
         inputs = [x, self.weight] + ([self.bias] if self.bias is not None else [])
         return op.Conv(*inputs, **self.attrs)
+
+
+class BatchNorm(nn.Module):
+    """``torch.nn.BatchNorm1d/2d/3d`` in eval mode over ``[batch, channels, *spatial]``.
+
+    Normalises with the running statistics the checkpoint saved (any rank: ONNX
+    BatchNormalization reads the channels on axis 1).
+    """
+
+    def __init__(self, num_features: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.weight = nn.Parameter([num_features])
+        self.bias = nn.Parameter([num_features])
+        self.running_mean = nn.Parameter([num_features])
+        self.running_var = nn.Parameter([num_features])
+        self.eps = eps
+
+    def forward(self, op, x):
+        return op.BatchNormalization(
+            x, self.weight, self.bias, self.running_mean, self.running_var, epsilon=self.eps
+        )
 
 
 class GroupNorm(nn.Module):

@@ -19,7 +19,20 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius._config import EncoderConfig
-from mobius.components import Embedding, LayerNorm, Linear, get_activation, lowest_value
+from mobius.components import (
+    Embedding,
+    LayerNorm,
+    Linear,
+    RelativeEmbeddings,
+    c2p_scores,
+    float_constant,
+    get_activation,
+    masked_softmax_attention,
+    p2c_scores,
+    positions_as_keys,
+    relative_positions,
+    sequence_length,
+)
 from mobius.errors import ConfigError
 from mobius_text.models.bert import BertIntermediate, BertResidualOutput
 
@@ -58,45 +71,6 @@ class DebertaConfig(EncoderConfig):
         if pooler_size != fields["hidden_size"]:
             raise ConfigError(f"pooler_hidden_size {pooler_size} differs from hidden_size")
         return fields
-
-
-def sequence_length(op, x):
-    """The second axis of ``x`` as an int64 scalar."""
-    return op.Squeeze(op.Slice(op.Shape(x), [1], [2]), [0])
-
-
-def float_constant(op, value: float, like):
-    return op.CastLike(op.Constant(value=ir.tensor(np.array(value, np.float32))), like)
-
-
-def relative_positions(op, seq_len):
-    """``[seq, seq]`` int64: ``i - j`` for query ``i`` and key ``j``."""
-    ids = op.Range(0, seq_len, 1)
-    return op.Sub(op.Unsqueeze(ids, [1]), op.Unsqueeze(ids, [0]))
-
-
-def split_heads(op, x, num_heads: int):
-    """``[batch, seq, heads*dim]`` -> ``[batch, heads, seq, dim]``."""
-    return op.Transpose(op.Reshape(x, [0, 0, num_heads, -1]), perm=[0, 2, 1, 3])
-
-
-def positions_as_keys(op, projected, num_heads: int, head_dim: int):
-    """Projected relative embeddings ``[2*span, heads*dim]`` -> ``[heads, dim, 2*span]``."""
-    return op.Transpose(op.Reshape(projected, [-1, num_heads, head_dim]), perm=[1, 2, 0])
-
-
-def gather_by_distance(op, scores, index, like):
-    """``scores [b, h, n, 2*span]`` picked at ``index [n, n]`` -> ``[b, h, n, n]``."""
-    shape = op.Concat(op.Shape(like, start=0, end=3), op.Shape(like, start=2, end=3), axis=0)
-    return op.GatherElements(scores, op.Expand(index, shape), axis=3)
-
-
-def masked_softmax_attention(op, scores, pair_mask, v):
-    """``softmax(scores filled with the lowest value where ~pair_mask) @ v``, heads merged."""
-    lowest = float_constant(op, lowest_value(scores.dtype), scores)
-    probs = op.Softmax(op.Where(pair_mask, scores, lowest), axis=-1)  # [b, h, n, n]
-    context = op.Transpose(op.MatMul(probs, v), perm=[0, 2, 1, 3])  # [b, n, h, d]
-    return op.Reshape(context, [0, 0, -1])
 
 
 class DisentangledSelfAttention(nn.Module):
@@ -139,18 +113,14 @@ class DisentangledSelfAttention(nn.Module):
             [0],
         )  # [2*span, hidden]
         top = op.Sub(op.Mul(span, op.Constant(value_int=2)), op.Constant(value_int=1))
-        zero = op.Constant(value_int=0)
         score = None
         if self.pos_proj is not None:
             pos_key = positions_as_keys(op, self.pos_proj(op, window), *self.heads)
-            index = op.Clip(op.Add(rel_pos, span), zero, top)
-            score = gather_by_distance(op, op.MatMul(q, pos_key), index, q)
+            score = c2p_scores(op, q, pos_key, rel_pos, span, top)
         if self.pos_q_proj is not None:
             pos_query = op.Div(self.pos_q_proj(op, window), float_constant(op, self.scale, q))
             pos_query = positions_as_keys(op, pos_query, *self.heads)
-            index = op.Clip(op.Sub(span, rel_pos), zero, top)
-            p2c = gather_by_distance(op, op.MatMul(k, pos_query), index, k)  # [b, h, key, query]
-            p2c = op.Transpose(p2c, perm=[0, 1, 3, 2])
+            p2c = p2c_scores(op, k, pos_query, rel_pos, span, top)
             score = p2c if score is None else op.Add(score, p2c)
         return score
 
@@ -185,13 +155,6 @@ class DebertaLayer(nn.Module):
     def forward(self, op, x, pair_mask, rel_pos, rel_embeddings):
         x = self.attention(op, x, pair_mask, rel_pos, rel_embeddings)
         return self.output(op, self.intermediate(op, x), x)
-
-
-class RelativeEmbeddings(Embedding):
-    """The table of relative-distance embeddings ``[2 * max_relative, hidden]``, read whole."""
-
-    def forward(self, op):
-        return self.weight
 
 
 class DebertaEncoder(nn.Module):

@@ -13,11 +13,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius.components import LayerNorm, Linear, get_activation
+from mobius.components import (
+    DisentangledSelfAttention,
+    LayerNorm,
+    float_constant,
+    get_activation,
+    log_bucket_positions,
+    relative_positions,
+    sequence_length,
+)
 from mobius_text.models.deberta import (
     DebertaAttention,
     DebertaConfig,
@@ -25,16 +32,7 @@ from mobius_text.models.deberta import (
     DebertaForFeatureExtraction,
     DebertaLayer,
     DebertaModel,
-    float_constant,
-    gather_by_distance,
-    masked_softmax_attention,
-    positions_as_keys,
-    relative_positions,
-    sequence_length,
-    split_heads,
 )
-
-FLOAT = ir.DataType.FLOAT
 
 
 @dataclass
@@ -72,71 +70,19 @@ class DebertaV2Config(DebertaConfig):
         return fields
 
 
-def log_bucket_positions(op, rel_pos, bucket_size: int, max_position: int):
-    """transformers' ``make_log_bucket_position``, in float32 as there: exact within ``±mid``, log-spaced beyond."""
-    mid = bucket_size // 2
-    ints = lambda v: op.Constant(value=ir.tensor(np.array(v, np.int64)))  # noqa: E731
-    floats = lambda v: op.Constant(value=ir.tensor(np.array(v, np.float32)))  # noqa: E731
-    near = op.And(op.Less(rel_pos, ints(mid)), op.Greater(rel_pos, ints(-mid)))
-    abs_pos = op.Where(near, ints(mid - 1), op.Abs(rel_pos))
-    ratio = op.Div(
-        op.Log(op.Div(op.Cast(abs_pos, to=FLOAT), floats(mid))),
-        floats(np.log(np.float32((max_position - 1) / mid))),
-    )
-    log_pos = op.Add(op.Ceil(op.Mul(ratio, floats(mid - 1))), floats(mid))
-    signed = op.Mul(log_pos, op.Cast(op.Sign(rel_pos), to=FLOAT))
-    bucket = op.Where(op.LessOrEqual(abs_pos, ints(mid)), op.Cast(rel_pos, to=FLOAT), signed)
-    return op.Cast(bucket, to=ir.DataType.INT64)
-
-
-class DebertaV2SelfAttention(nn.Module):
+class DebertaV2SelfAttention(DisentangledSelfAttention):
     """``(q·k + c2p + p2c) / sqrt(dim * (1 + c2p + p2c))``, over a fixed span of the relative table."""
 
     def __init__(self, config: DebertaV2Config) -> None:
-        super().__init__()
-        hidden, width = config.hidden_size, config.num_attention_heads * config.head_dim
-        self.query_proj = Linear(hidden, width, bias=True)
-        self.key_proj = Linear(hidden, width, bias=True)
-        self.value_proj = Linear(hidden, width, bias=True)
-        self.kinds = config.pos_att_type if config.relative_attention else ()
-        own = config.relative_attention and not config.share_att_key
-        self.pos_key_proj = Linear(hidden, width, True) if own and "c2p" in self.kinds else None
-        self.pos_query_proj = Linear(hidden, width, True) if own and "p2c" in self.kinds else None
-        self.share_att_key, self.span = config.share_att_key, config.span
-        self.heads = (config.num_attention_heads, config.head_dim)
-        scale_factor = 1 + sum(kind in config.pos_att_type for kind in ("c2p", "p2c"))
-        self.scale = float(np.sqrt(np.float32(config.head_dim * scale_factor)))
-        self.relative = config.relative_attention
-
-    def forward(self, op, x, pair_mask, rel_pos, rel_embeddings):
-        heads = self.heads[0]
-        q = split_heads(op, self.query_proj(op, x), heads)  # [b, h, n, d]
-        k = split_heads(op, self.key_proj(op, x), heads)
-        v = split_heads(op, self.value_proj(op, x), heads)
-        scale = float_constant(op, self.scale, q)
-        scores = op.MatMul(q, op.Div(op.Transpose(k, perm=[0, 1, 3, 2]), scale))
-        if self.relative and self.kinds:
-            scores = op.Add(scores, self.relative_scores(op, q, k, rel_pos, rel_embeddings, scale))
-        return masked_softmax_attention(op, scores, pair_mask, v)
-
-    def relative_scores(self, op, q, k, rel_pos, rel_embeddings, scale):
-        span = self.span
-        window = op.Slice(rel_embeddings, [0], [2 * span], [0])  # [2*span, hidden]
-        key_proj = self.key_proj if self.share_att_key else self.pos_key_proj
-        query_proj = self.query_proj if self.share_att_key else self.pos_query_proj
-        zero, top = op.Constant(value_int=0), op.Constant(value_int=2 * span - 1)
-        score = None
-        if "c2p" in self.kinds:
-            pos_key = positions_as_keys(op, key_proj(op, window), *self.heads)
-            index = op.Clip(op.Add(rel_pos, op.Constant(value_int=span)), zero, top)
-            score = op.Div(gather_by_distance(op, op.MatMul(q, pos_key), index, q), scale)
-        if "p2c" in self.kinds:
-            pos_query = positions_as_keys(op, query_proj(op, window), *self.heads)
-            index = op.Clip(op.Sub(op.Constant(value_int=span), rel_pos), zero, top)
-            p2c = gather_by_distance(op, op.MatMul(k, pos_query), index, k)  # [b, h, key, query]
-            p2c = op.Div(op.Transpose(p2c, perm=[0, 1, 3, 2]), scale)
-            score = p2c if score is None else op.Add(score, p2c)
-        return score
+        super().__init__(
+            config.hidden_size,
+            config.num_attention_heads,
+            config.head_dim,
+            relative_attention=config.relative_attention,
+            pos_att_type=config.pos_att_type,
+            span=config.span,
+            share_att_key=config.share_att_key,
+        )
 
 
 class DebertaV2Attention(DebertaAttention):

@@ -10,9 +10,9 @@ import math
 
 from onnxscript import nn
 
-from mobius.components import Conv2d, Linear, get_activation
+from mobius.components import BatchNorm, Conv2d, Linear, get_activation
 
-__all__ = ["Conv2d"]  # re-exported: the vision families import it from here
+__all__ = ["BatchNorm2d", "Conv2d"]  # re-exported: the vision families import them from here
 
 #: Checkpoint tensors no graph reads: BatchNorm's training-step counter.
 BATCHNORM_COUNTERS = "*.num_batches_tracked"
@@ -36,21 +36,8 @@ def same_size(size: int, stride: int) -> int:
     return math.ceil(size / stride)
 
 
-class BatchNorm2d(nn.Module):
-    """``torch.nn.BatchNorm2d`` in eval mode: the running statistics the checkpoint saved."""
-
-    def __init__(self, num_features: int, eps: float = 1e-5) -> None:
-        super().__init__()
-        self.weight = nn.Parameter([num_features])
-        self.bias = nn.Parameter([num_features])
-        self.running_mean = nn.Parameter([num_features])
-        self.running_var = nn.Parameter([num_features])
-        self.eps = eps
-
-    def forward(self, op, x):
-        return op.BatchNormalization(
-            x, self.weight, self.bias, self.running_mean, self.running_var, epsilon=self.eps
-        )
+#: ``torch.nn.BatchNorm2d`` in eval mode; the vision families import it by this name.
+BatchNorm2d = BatchNorm
 
 
 class ChannelsLayerNorm(nn.Module):
