@@ -35,10 +35,10 @@ KITS: tuple[tuple[str, tuple[str, ...], tuple[Parity, ...], str, str], ...] = (
         (
             ("test_whisper_parity.py", "test_whisper_parity", "test_whisper_parity:CASES",
              "whisper"),
-            ("test_speech2text_parity.py", "test_speech2text_parity",
-             "test_speech2text_parity:CASES", None),
+            ("test_speech_to_text_parity.py", "test_speech_to_text_parity",
+             "test_speech_to_text_parity:CASES", "speech_to_text"),
             ("test_moonshine_parity.py", "test_moonshine_parity", "test_moonshine_parity:CASES",
-             None),
+             "moonshine"),
         ),
         "Speech-to-text models",
         "fp32, max abs difference ≤ 1e-4 on the encoder output, the decoder prefill and 8 "

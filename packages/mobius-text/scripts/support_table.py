@@ -122,6 +122,13 @@ def transformers_types() -> dict[str, dict[str, str]]:
     }
 
 
+def case_key(model_type: str, rest: list, registered) -> str:
+    """The registry key a parity case verifies: its ``model_class`` where that class is a key
+    of its own (``T5EncoderModel``, built from a ``t5`` config), else its ``model_type``."""
+    model_class = rest[-1].get("model_class") if rest and isinstance(rest[-1], dict) else None
+    return model_class if model_class in registered else model_type
+
+
 def statuses(junit_xml: Path | None) -> dict[str, list[tuple[str, str, str]]]:
     """Task -> rows ``(model_type, transformers class, status)``."""
     import importlib
@@ -138,13 +145,13 @@ def statuses(junit_xml: Path | None) -> dict[str, list[tuple[str, str, str]]]:
 
     for key, task in registered.items():  # sub-model types no task table lists (CLIP's text tower)
         if task in shipped and not any(key in types for types in shipped.values()):
-            shipped[task][key] = MODEL_MAPPING_NAMES.get(key, "?")
+            shipped[task][key] = MODEL_MAPPING_NAMES.get(key) or key  # T5EncoderModel: a class
     shipped = {task: dict(sorted(types.items())) for task, types in shipped.items()}
     tables = {}
     for task, test, cases_module, _heading, _ in KITS:
         cases_by_type: dict[str, list[str]] = defaultdict(list)
-        for case, (model_type, *_rest) in importlib.import_module(cases_module).all_cases().items():
-            cases_by_type[model_type].append(case)
+        for case, (model_type, *rest) in importlib.import_module(cases_module).all_cases().items():
+            cases_by_type[case_key(model_type, rest, registered)].append(case)
         rows = []
         for model_type, hf_class in shipped[task].items():
             cases = cases_by_type.get(model_type, [])
