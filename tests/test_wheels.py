@@ -175,3 +175,34 @@ def test_every_package_builds_a_wheel_with_its_version_and_plugin_entry_point(
             assert re.search(r"^mobius\s*=\s*mobius\.cli:run", entry_points, re.M), entry_points
         else:
             assert "[mobius.plugins]" in entry_points, f"{dist}: {entry_points}"
+
+
+@pytest.mark.slow
+def test_diffusion_wheel_builds_a_component_without_torch_or_diffusers(tmp_path: Path) -> None:
+    """mobius-diffusion reads a component's own config.json: neither diffusers nor torch is needed."""
+    import diffusers
+    import torch
+
+    uv = _uv()
+    dist = tmp_path / "dist"
+    wheels = [_build_wheel(d, dist) for d in ("mobius-core", "mobius-diffusion")]
+    venv = tmp_path / "venv"
+    _run([uv, "venv", venv, "--python", sys.executable])
+    python = venv / "bin" / "python"
+    _run([uv, "pip", "install", "--python", python, *wheels], timeout=600)
+    for module in ("torch", "diffusers"):
+        missing = subprocess.run([python, "-c", f"import {module}"], capture_output=True)
+        assert missing.returncode != 0, f"{module} got installed with mobius-diffusion"
+
+    torch.manual_seed(0)
+    source = tmp_path / "t2i-adapter"
+    diffusers.T2IAdapter(channels=[8, 16], num_res_blocks=1, downscale_factor=2).save_pretrained(
+        source
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env |= {"HF_HUB_OFFLINE": "1", "PATH": f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"}
+    out = tmp_path / "out"
+    _run([venv / "bin" / "mobius", "build", "--model", source, out, "--quiet"], env=env)
+    assert (out / "model.onnx").is_file() and (out / "config.json").is_file()
+    listing = _run([venv / "bin" / "mobius", "list"], env=env).stdout
+    assert "mobius-diffusion" in listing and "T2IAdapter" in listing, listing
