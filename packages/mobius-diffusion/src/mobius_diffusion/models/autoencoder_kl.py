@@ -153,19 +153,27 @@ _DEPRECATED_KEY = re.compile(r"(mid_block\.attentions\.\d+)\.(query|key|value|pr
 
 
 class AutoencoderKL(nn.Module):
-    """diffusers' ``AutoencoderKL``: ``encoder/model`` and ``decoder/model``."""
+    """diffusers' ``AutoencoderKL``: ``encoder/model`` and ``decoder/model``.
+
+    The video autoencoders subclass it with their own encoder, decoder, 1x1 conv and axes.
+    """
 
     config_class = AutoencoderKLConfig
     task = "vae"
+    encoder_class, decoder_class, conv_class = Encoder, Decoder, Conv2d
+    #: The axes after the channels: of the pixels, and of the latents.
+    sample_axes = ("height", "width")
+    latent_axes = ("latent_height", "latent_width")
 
-    def __init__(self, config: AutoencoderKLConfig) -> None:
+    def __init__(self, config) -> None:
         super().__init__()
         self.config = config
         latent = config.latent_channels
-        self.encoder = Encoder(config)
-        self.decoder = Decoder(config)
-        self.quant_conv = Conv2d(2 * latent, 2 * latent, 1) if config.use_quant_conv else None
-        self.post_quant_conv = Conv2d(latent, latent, 1) if config.use_post_quant_conv else None
+        self.encoder = self.encoder_class(config)
+        self.decoder = self.decoder_class(config)
+        conv = self.conv_class
+        self.quant_conv = conv(2 * latent, 2 * latent, 1) if config.use_quant_conv else None
+        self.post_quant_conv = conv(latent, latent, 1) if config.use_post_quant_conv else None
 
     def preprocess_weights(self, weights: dict) -> dict:
         """Rename the mid-block attention of old checkpoints (``query``, ``proj_attn``), as diffusers does."""
@@ -188,24 +196,16 @@ class AutoencoderKL(nn.Module):
 
     def graph_specs(self) -> dict[str, GraphSpec]:
         c = self.config
-        image = ["batch", c.in_channels, "height", "width"]
-        latent = ["batch", c.latent_channels, "latent_height", "latent_width"]
+        latent = ["batch", c.latent_channels, *self.latent_axes]
         return {
             "encoder/model": GraphSpec(
-                {"sample": (None, image)},
-                {
-                    "latent_parameters": [
-                        "batch",
-                        2 * c.latent_channels,
-                        "latent_height",
-                        "latent_width",
-                    ]
-                },
+                {"sample": (None, ["batch", c.in_channels, *self.sample_axes])},
+                {"latent_parameters": ["batch", 2 * c.latent_channels, *self.latent_axes]},
                 lambda op, sample: {"latent_parameters": self.encode(op, sample)},
             ),
             "decoder/model": GraphSpec(
                 {"latent_sample": (None, latent)},
-                {"sample": ["batch", c.out_channels, "height", "width"]},
+                {"sample": ["batch", c.out_channels, *self.sample_axes]},
                 lambda op, latent_sample: {"sample": self.decode(op, latent_sample)},
             ),
         }

@@ -29,8 +29,8 @@ from onnxscript import nn
 
 from mobius.components import Conv2d, Conv3d, GroupNorm
 from mobius.errors import ConfigError
-from mobius.tasks import GraphSpec
 from mobius_diffusion.models._resnet import activation
+from mobius_diffusion.models.autoencoder_kl import AutoencoderKL
 
 #: diffusers' ``num_sample_frames_batch_size`` and ``num_latent_frames_batch_size`` (fixed in code).
 _SAMPLE_CHUNK, _LATENT_CHUNK = 8, 2
@@ -470,50 +470,13 @@ class Decoder3D(nn.Module):
         return self.conv_out(op, op.Mul(x, op.Sigmoid(x)))
 
 
-class AutoencoderKLCogVideoX(nn.Module):
+class AutoencoderKLCogVideoX(AutoencoderKL):
     """diffusers' ``AutoencoderKLCogVideoX``: ``encoder/model`` and ``decoder/model`` over video."""
 
     config_class = AutoencoderKLCogVideoXConfig
-    task = "vae"
-
-    def __init__(self, config: AutoencoderKLCogVideoXConfig) -> None:
-        super().__init__()
-        self.config = config
-        moments, latent = 2 * config.latent_channels, config.latent_channels
-        self.encoder = Encoder3D(config)
-        self.decoder = Decoder3D(config)
-        self.quant_conv = Conv3d(moments, moments, 1) if config.use_quant_conv else None
-        self.post_quant_conv = Conv3d(latent, latent, 1) if config.use_post_quant_conv else None
-
-    def encode(self, op, sample):
-        moments = self.encoder(op, sample)
-        return moments if self.quant_conv is None else self.quant_conv(op, moments)
-
-    def decode(self, op, latent_sample):
-        z = (
-            latent_sample
-            if self.post_quant_conv is None
-            else self.post_quant_conv(op, latent_sample)
-        )
-        return self.decoder(op, z)
-
-    def graph_specs(self) -> dict[str, GraphSpec]:
-        c = self.config
-        video = ["batch", c.in_channels, "frames", "height", "width"]
-        latent = ["batch", c.latent_channels, "latent_frames", "latent_height", "latent_width"]
-        moments = ["batch", 2 * c.latent_channels, "latent_frames", "latent_height", "latent_width"]
-        return {
-            "encoder/model": GraphSpec(
-                {"sample": (None, video)},
-                {"latent_parameters": moments},
-                lambda op, sample: {"latent_parameters": self.encode(op, sample)},
-            ),
-            "decoder/model": GraphSpec(
-                {"latent_sample": (None, latent)},
-                {"sample": ["batch", c.out_channels, "frames", "height", "width"]},
-                lambda op, latent_sample: {"sample": self.decode(op, latent_sample)},
-            ),
-        }
+    encoder_class, decoder_class, conv_class = Encoder3D, Decoder3D, Conv3d
+    sample_axes = ("frames", "height", "width")
+    latent_axes = ("latent_frames", "latent_height", "latent_width")
 
 
 MODEL_TYPES = {"AutoencoderKLCogVideoX": AutoencoderKLCogVideoX}
