@@ -94,11 +94,27 @@ def _perturbed(*models):
         model.eval()
 
 
+def _tiny_vae(**options):
+    """A two-level AutoencoderKL with four latent channels; ``options`` add the pipeline's own."""
+    from diffusers import AutoencoderKL
+
+    return AutoencoderKL(
+        in_channels=3,
+        out_channels=3,
+        down_block_types=("DownEncoderBlock2D", "DownEncoderBlock2D"),
+        up_block_types=("UpDecoderBlock2D", "UpDecoderBlock2D"),
+        block_out_channels=(8, 16),
+        layers_per_block=1,
+        latent_channels=4,
+        norm_num_groups=4,
+        **options,
+    )
+
+
 def make_sd_pipeline(directory: Path):
     """A tiny ``StableDiffusionPipeline`` (Euler scheduler, SD betas) saved into ``directory``."""
     import torch
     from diffusers import (
-        AutoencoderKL,
         EulerDiscreteScheduler,
         StableDiffusionPipeline,
         UNet2DConditionModel,
@@ -119,15 +135,7 @@ def make_sd_pipeline(directory: Path):
         attention_head_dim=2,
         norm_num_groups=4,
     )
-    vae = AutoencoderKL(
-        in_channels=3,
-        out_channels=3,
-        down_block_types=("DownEncoderBlock2D", "DownEncoderBlock2D"),
-        up_block_types=("UpDecoderBlock2D", "UpDecoderBlock2D"),
-        block_out_channels=(8, 16),
-        layers_per_block=1,
-        latent_channels=4,
-        norm_num_groups=4,
+    vae = _tiny_vae(
         sample_size=16,
         scaling_factor=0.5,
     )
@@ -158,7 +166,6 @@ def make_sdxl_pipeline(directory: Path):
     """
     import torch
     from diffusers import (
-        AutoencoderKL,
         EulerDiscreteScheduler,
         StableDiffusionXLPipeline,
         UNet2DConditionModel,
@@ -186,15 +193,7 @@ def make_sdxl_pipeline(directory: Path):
         projection_class_embeddings_input_dim=8 + 6 * 4,  # pooled text, 6 size ids
         norm_num_groups=4,
     )
-    vae = AutoencoderKL(
-        in_channels=3,
-        out_channels=3,
-        down_block_types=("DownEncoderBlock2D", "DownEncoderBlock2D"),
-        up_block_types=("UpDecoderBlock2D", "UpDecoderBlock2D"),
-        block_out_channels=(8, 16),
-        layers_per_block=1,
-        latent_channels=4,
-        norm_num_groups=4,
+    vae = _tiny_vae(
         sample_size=16,
         scaling_factor=0.4,
         latents_mean=(0.1, -0.2, 0.05, 0.3),
@@ -226,7 +225,6 @@ def make_flux_pipeline(directory: Path, guidance_embeds: bool = True):
     """A tiny ``FluxPipeline`` (CLIP + T5 encoder, dynamic-shift flow matching) saved into ``directory``."""
     import torch
     from diffusers import (
-        AutoencoderKL,
         FlowMatchEulerDiscreteScheduler,
         FluxPipeline,
         FluxTransformer2DModel,
@@ -263,15 +261,7 @@ def make_flux_pipeline(directory: Path, guidance_embeds: bool = True):
         guidance_embeds=guidance_embeds,
         axes_dims_rope=[4, 6, 6],
     )
-    vae = AutoencoderKL(
-        in_channels=3,
-        out_channels=3,
-        down_block_types=("DownEncoderBlock2D", "DownEncoderBlock2D"),
-        up_block_types=("UpDecoderBlock2D", "UpDecoderBlock2D"),
-        block_out_channels=(8, 16),
-        layers_per_block=1,
-        latent_channels=4,
-        norm_num_groups=4,
+    vae = _tiny_vae(
         sample_size=32,
         scaling_factor=0.6,
         shift_factor=0.1,
