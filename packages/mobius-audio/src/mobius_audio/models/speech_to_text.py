@@ -54,8 +54,13 @@ class Speech2TextConfig(WhisperConfig):
     scale_embedding: bool = True
     pad_token_id: int = 1
 
+    @staticmethod
+    def features_per_frame(hf: Any) -> int:
+        """fbank features per frame, over every input channel."""
+        return hf.input_feat_per_channel * hf.input_channels
+
     @classmethod
-    def from_hf(cls, hf: Any) -> Speech2TextConfig:
+    def hf_fields(cls, hf: Any) -> dict[str, Any]:
         kernels = tuple(hf.conv_kernel_sizes)
         if len(kernels) != hf.num_conv_layers:
             raise ConfigError(
@@ -65,23 +70,8 @@ class Speech2TextConfig(WhisperConfig):
             raise ConfigError("speech_to_text: positions count from pad_token_id; it is None")
         if hf.d_model % hf.encoder_attention_heads or hf.d_model % hf.decoder_attention_heads:
             raise ConfigError("speech_to_text: d_model must split evenly into the heads")
-        return cls(
-            model_type=hf.model_type,
-            vocab_size=hf.vocab_size,
-            hidden_size=hf.d_model,
-            encoder_layers=hf.encoder_layers,
-            decoder_layers=hf.decoder_layers,
-            encoder_heads=hf.encoder_attention_heads,
-            decoder_heads=hf.decoder_attention_heads,
-            encoder_ffn_dim=hf.encoder_ffn_dim,
-            decoder_ffn_dim=hf.decoder_ffn_dim,
-            num_mel_bins=hf.input_feat_per_channel * hf.input_channels,  # features per frame
-            max_source_positions=hf.max_source_positions,
-            max_target_positions=hf.max_target_positions,
-            act=hf.activation_function,
-            tie_word_embeddings=bool(getattr(hf, "tie_word_embeddings", True)),
-            decoder_start_token_id=hf.decoder_start_token_id,
-            eos_token_id=hf.eos_token_id,
+        return dict(
+            super().hf_fields(hf),
             num_conv_layers=hf.num_conv_layers,
             conv_kernel_sizes=kernels,
             conv_channels=hf.conv_channels,

@@ -53,7 +53,17 @@ class WhisperConfig:
 
     @classmethod
     def from_hf(cls, hf: Any) -> WhisperConfig:
-        return cls(
+        return cls(**cls.hf_fields(hf))
+
+    @staticmethod
+    def features_per_frame(hf: Any) -> int:
+        """The source's features per frame: Whisper's mel bins."""
+        return hf.num_mel_bins
+
+    @classmethod
+    def hf_fields(cls, hf: Any) -> dict[str, Any]:
+        """The fields read from a transformers config; variants extend or override them."""
+        return dict(
             model_type=hf.model_type,
             vocab_size=hf.vocab_size,
             hidden_size=hf.d_model,
@@ -63,7 +73,7 @@ class WhisperConfig:
             decoder_heads=hf.decoder_attention_heads,
             encoder_ffn_dim=hf.encoder_ffn_dim,
             decoder_ffn_dim=hf.decoder_ffn_dim,
-            num_mel_bins=hf.num_mel_bins,
+            num_mel_bins=cls.features_per_frame(hf),
             max_source_positions=hf.max_source_positions,
             max_target_positions=hf.max_target_positions,
             act=hf.activation_function,
