@@ -139,7 +139,7 @@ def _smollm2_gguf() -> tuple[Path, str]:
 
 def _make_smollm2(directory: Path) -> None:
     """SmolLM2-135M-Instruct in fp32 safetensors, dequantized from the packaged GGUF."""
-    from mobius.testing import write_smollm2_checkpoint
+    from mobius_text.testing import write_smollm2_checkpoint
 
     write_smollm2_checkpoint(directory)
 

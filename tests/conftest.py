@@ -10,6 +10,6 @@ import pytest
 @pytest.fixture(scope="session")
 def smollm2_dir(tmp_path_factory) -> Path:
     """SmolLM2-135M-Instruct as a float32 safetensors folder (made once per session, ~30 s)."""
-    from mobius.testing import write_smollm2_checkpoint
+    from mobius_text.testing import write_smollm2_checkpoint
 
     return write_smollm2_checkpoint(tmp_path_factory.mktemp("smollm2") / "hf")

@@ -23,7 +23,7 @@ from safetensors.numpy import load_file, save_file
 
 from mobius._package import ModelPackage
 from mobius.cli import main
-from mobius.testing import write_tiny_llama
+from mobius_text.testing import write_tiny_llama
 
 
 @pytest.fixture(autouse=True)
@@ -132,7 +132,7 @@ def test_diffusers_pipeline_directory(capsys, tmp_path: Path, outputs: Path) -> 
         "scheduler": ["diffusers", "PNDMScheduler"],
     }
     (pipeline / "model_index.json").write_text(json.dumps(index))
-    # Built whole (mobius._pipeline): a component listed without its folder is named.
+    # Built whole (mobius_diffusion.pipeline_source): a component listed without its folder is named.
     assert_fails_cleanly(
         capsys, pipeline, outputs / "out", "pipeline component 'scheduler' (PNDMScheduler)"
     )
@@ -210,7 +210,7 @@ def test_unreadable_config(capsys, model_dir: Path, outputs: Path) -> None:
 
 
 def test_corrupt_gguf(capsys, tmp_path: Path, outputs: Path) -> None:
-    from mobius.testing import smollm2_gguf
+    from mobius_text.testing import smollm2_gguf
 
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(smollm2_gguf().read_bytes()[:5000])  # the header, then nothing

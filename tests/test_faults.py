@@ -18,7 +18,7 @@ import onnx_ir as ir
 import pytest
 
 from mobius.cli import main
-from mobius.testing import write_tiny_llama
+from mobius_text.testing import write_tiny_llama
 
 # ``mobius build`` whose writes pause after every tensor, so a signal lands mid-save.
 SLOW_BUILD = """

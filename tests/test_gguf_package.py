@@ -14,7 +14,8 @@ import sys
 import numpy as np
 import pytest
 
-from mobius.testing import build_with_cli, genai_greedy, smollm2_gguf, torch_greedy
+from mobius.testing import build_with_cli, genai_greedy, torch_greedy
+from mobius_text.testing import smollm2_gguf
 
 if sys.version_info < (3, 11):
     # Not a dev dependency there: onnxruntime-genai 0.18 needs onnxruntime >= 1.31,

@@ -10,7 +10,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from mobius.cli import main
-from mobius.testing import TINY_LLAMA_CONFIG, smollm2_gguf
+from mobius_text.testing import TINY_LLAMA_CONFIG, smollm2_gguf
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -10,7 +10,7 @@ import pytest
 from mobius import build
 from mobius.cli import main
 from mobius.passes import dequantize_blocks, quantize_blocks, quantize_int4
-from mobius.testing import tiny_llama_tensors, write_tiny_llama
+from mobius_text.testing import tiny_llama_tensors, write_tiny_llama
 
 
 def _logits(model_path, input_ids):

@@ -15,10 +15,10 @@ import pytest
 from huggingface_hub import constants
 from pipeline_cases import tiny_clip_tokenizer
 
-from mobius._pipeline import build_pipeline, pipeline_components
 from mobius.cli import main
 from mobius.errors import ConfigError, ModelSourceError
 from mobius.weights import _resolve
+from mobius_diffusion.pipeline_source import build_pipeline, pipeline_components
 
 ADAPTER = dict(in_channels=3, channels=[8, 16], num_res_blocks=1, downscale_factor=2)
 
@@ -29,7 +29,8 @@ def pipeline(tmp_path_factory) -> Path:
     import diffusers
     from transformers import CLIPTextConfig, CLIPTextModel
 
-    from mobius.testing import make_random_diffusers_model, perturb_parameters
+    from mobius.testing import perturb_parameters
+    from mobius_diffusion.testing import make_random_diffusers_model
 
     root = tmp_path_factory.mktemp("pipeline") / "hf"
     make_random_diffusers_model("T2IAdapter", ADAPTER).save_pretrained(root / "adapter")

@@ -16,7 +16,8 @@ import time
 import numpy as np
 import pytest
 
-from mobius.testing import OnnxCausalLM, build_with_cli, smollm2_gguf
+from mobius.testing import OnnxCausalLM, build_with_cli
+from mobius_text.testing import smollm2_gguf
 
 NEW_TOKENS = 32
 QUESTION = "What is the capital of France?"

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mobius.testing import TINY_LLAMA_CONFIG, write_tiny_llama
+from mobius_text.testing import TINY_LLAMA_CONFIG, write_tiny_llama
 
 ROOT = Path(__file__).resolve().parents[1]
 

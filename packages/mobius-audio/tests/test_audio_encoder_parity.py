@@ -15,7 +15,7 @@ from audio_encoder_cases import all_cases
 from transformers import AutoConfig
 
 import mobius_audio
-from mobius.testing import check_audio_parity
+from mobius_audio.testing import check_audio_parity
 
 CASES = all_cases()
 

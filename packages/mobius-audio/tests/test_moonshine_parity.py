@@ -14,8 +14,8 @@ import pytest
 from transformers import AutoConfig, Wav2Vec2FeatureExtractor
 
 from mobius.errors import ConfigError
-from mobius.testing import check_speech_to_text_parity
 from mobius_audio.models.moonshine import MoonshineConfig
+from mobius_audio.testing import check_speech_to_text_parity
 
 MOONSHINE = dict(
     vocab_size=64,

@@ -2,7 +2,7 @@
 
 A tiny random model of each (every parameter perturbed) is saved with its real
 feature extractor and a tiny tokenizer, built with the CLI and run by
-:class:`mobius._speech.SpeechToTextGenerator` and ``python -m mobius generate``:
+:class:`mobius_audio.generate.SpeechToTextGenerator` and ``python -m mobius generate``:
 the encoder takes the extractor's source and ``attention_mask``, the decoder the
 encoder's ``encoder_attention_mask``. Tokens and text must equal those of
 transformers' ``generate`` on the same WAV through the same extractor.
@@ -20,9 +20,8 @@ from test_speech_to_text_parity import SPEECH2TEXT
 from test_whisper_end_to_end import reference_audio, write_wav
 from transformers import AutoConfig, Speech2TextFeatureExtractor
 
-from mobius._speech import SpeechToTextGenerator, extract_inputs
-from mobius.testing import build_with_cli, tiny_tokenizer
-from mobius.testing._seq2seq_parity import make_random_seq2seq
+from mobius.testing import build_with_cli, make_random_seq2seq, tiny_tokenizer
+from mobius_audio.generate import SpeechToTextGenerator, extract_inputs
 
 MAX_NEW_TOKENS = 12
 

@@ -14,8 +14,8 @@ import pytest
 from transformers import AutoConfig, Speech2TextFeatureExtractor
 
 from mobius.errors import ConfigError
-from mobius.testing import check_speech_to_text_parity
 from mobius_audio.models.speech_to_text import Speech2TextConfig
+from mobius_audio.testing import check_speech_to_text_parity
 
 SPEECH2TEXT = dict(
     vocab_size=64,

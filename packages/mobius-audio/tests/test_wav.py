@@ -7,8 +7,8 @@ import wave
 import numpy as np
 import pytest
 
-from mobius._speech import read_wav, resample
 from mobius.errors import MobiusError
+from mobius_audio.generate import read_wav, resample
 
 
 def _write(path, frames: bytes, width: int, channels: int = 1, rate: int = 16000) -> None:

@@ -20,9 +20,8 @@ import pytest
 from _whisper_tiny import SPECIAL, WHISPER, feature_extractor, set_generation_config
 from transformers import AutoConfig
 
-from mobius._speech import SpeechToTextGenerator, extract_features, resample
-from mobius.testing import build_with_cli, tiny_tokenizer
-from mobius.testing._seq2seq_parity import make_random_seq2seq
+from mobius.testing import build_with_cli, make_random_seq2seq, tiny_tokenizer
+from mobius_audio.generate import SpeechToTextGenerator, extract_features, resample
 
 MAX_NEW_TOKENS = 12
 

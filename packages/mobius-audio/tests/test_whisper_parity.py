@@ -13,7 +13,7 @@ import pytest
 from _whisper_tiny import PROMPT, WHISPER, feature_extractor, set_generation_config
 from transformers import AutoConfig
 
-from mobius.testing import check_speech_to_text_parity
+from mobius_audio.testing import check_speech_to_text_parity
 
 CASES = {
     "whisper": (WHISPER, {}),

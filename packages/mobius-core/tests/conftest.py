@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from huggingface_hub import constants
 
-from mobius.testing import tiny_llama_tensors, write_tiny_llama
+from mobius_text.testing import tiny_llama_tensors, write_tiny_llama
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ import numpy as np
 import onnx_ir as ir
 import pytest
 
-from mobius._config import RopeConfig
 from mobius.components import (
     MLP,
     Attention,
@@ -19,6 +18,7 @@ from mobius.components import (
     get_activation,
     make_rotary_embedding,
 )
+from mobius.config import RopeConfig
 from mobius.testing import module_graph, run_module
 
 rng = np.random.default_rng(0)

@@ -1,4 +1,4 @@
-"""Sampling filters and streaming detokenisation of :mod:`mobius.generate` (numpy only)."""
+"""Sampling filters, the decode loop and streaming detokenisation of :mod:`mobius.generate` (numpy only)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,11 @@ from mobius.generate import (
     RuntimeMissingError,
     TextGenerator,
     TextStream,
+    begin_suppress_tokens,
+    decode_loop,
+    force_token,
     sample_next_token,
+    suppress_tokens,
     top_k_filter,
     top_p_filter,
 )
@@ -123,3 +127,58 @@ def test_missing_onnxruntime_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import now raises ImportError
     with pytest.raises(RuntimeMissingError, match=r"pip install mobius-core\[run\]"):
         TextGenerator(tmp_path)
+
+
+def _counting_step(vocab: int = 6):
+    """A fake model: logits favour ``(last id + 1) % vocab``; records what it was fed."""
+    fed = []
+
+    def step(ids):
+        fed.append(list(ids))
+        logits = np.zeros(vocab, np.float32)
+        logits[(ids[-1] + 1) % vocab] = 5.0
+        return logits
+
+    return step, fed
+
+
+def test_decode_loop_feeds_the_prompt_then_each_token_and_stops_at_eos():
+    step, fed = _counting_step()
+    stats = GenerationStats()
+    tokens = list(decode_loop(step, [0], stats=stats, max_new_tokens=10, eos_token_ids=[4]))
+    assert tokens == [1, 2, 3] and fed == [[0], [1], [2], [3]]
+    assert stats.stop_reason == "eos" and stats.new_tokens == 4
+
+
+def test_decode_loop_caps_at_the_room_left():
+    step, _ = _counting_step()
+    stats = GenerationStats()
+    assert list(decode_loop(step, [0], stats=stats, max_new_tokens=10, room=2)) == [1, 2]
+    assert stats.stop_reason == "context_length"
+
+
+def test_processors_suppress_and_force_without_drawing():
+    step, _ = _counting_step()
+    processors = [
+        suppress_tokens([3]),
+        begin_suppress_tokens(1),
+        force_token(5, at="last"),
+    ]
+    stats = GenerationStats()
+    tokens = list(decode_loop(step, [0], stats=stats, max_new_tokens=3, processors=processors))
+    # step 0: 1 is suppressed first, so the argmax is the first of the zeros (0);
+    # step 1: after 0 comes 1; step 2: forced to 5
+    assert tokens == [0, 1, 5]
+
+    # A forced token draws no random number: what follows it is sampled as if the
+    # loop had started after it.
+    def flat(ids):
+        return np.roll(np.linspace(0.0, 1.0, 6, dtype=np.float32), ids[-1])
+
+    sampled = dict(stats=GenerationStats(), do_sample=True, seed=0)
+    forced = list(
+        decode_loop(flat, [0], max_new_tokens=9, processors=[force_token(2, at="first")], **sampled)
+    )
+    assert forced[0] == 2
+    assert forced[1:] == list(decode_loop(flat, [2], max_new_tokens=8, **sampled))
+    assert len(set(forced)) > 2, "a degenerate draw: the test would prove little"

@@ -177,40 +177,31 @@ def test_unknown_key_without_close_match_names_none() -> None:
     assert "close matches" not in message
 
 
-def test_unknown_key_names_installed_and_the_package_to_install(
+def test_unknown_key_names_installed_and_the_packages_to_install(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Only mobius-text is installed: whisper belongs to mobius-audio, so say to install it."""
+    """Only mobius-text is installed: the key may belong to another domain, so name them.
+
+    Core knows the domain packages, not which families they hold: it lists those
+    that are not installed, each with its install command, and not mobius-text.
+    """
     fake_entry_points(monkeypatch, FakeEntryPoint("text", "mobius-text", text_register))
     reg = Registry()
     message = str(pytest.raises(UnknownModelTypeError, reg.get, "whisper").value)
     assert "unknown model type 'whisper'" in message
     assert "installed: mobius-text" in message
-    assert "install mobius-audio" in message
-    assert "pip install mobius-audio" in message
-    for other in ("mobius-vision", "mobius-diffusion"):
-        assert other not in message
+    for other in ("mobius-vision", "mobius-audio", "mobius-diffusion"):
+        assert f"{other} (pip install {other})" in message
+    assert "pip install mobius-text" not in message
     assert reg.get("llama").package == "mobius-text"  # the plugin did load
 
 
-# A text-domain key that mobius-text does not register (real ones get supported over time).
-UNSUPPORTED_TEXT_KEY = "future_text_model"
-
-
-def _hint_text_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    hints = dict(registry_module.DOMAIN_HINTS)
-    hints["mobius-text"] = (*hints["mobius-text"], UNSUPPORTED_TEXT_KEY)
-    monkeypatch.setattr(registry_module, "DOMAIN_HINTS", hints)
-
-
-def test_no_install_hint_for_an_installed_package(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A text-domain key with mobius-text installed: don't tell the user to install it."""
-    _hint_text_key(monkeypatch)
-    fake_entry_points(monkeypatch, FakeEntryPoint("text", "mobius-text", text_register))
-    reg = Registry()
-    message = str(pytest.raises(UnknownModelTypeError, reg.get, UNSUPPORTED_TEXT_KEY).value)
-    assert "installed: mobius-text" in message
-    assert "install mobius-text (" not in message
+def test_no_install_hint_when_every_domain_is_installed() -> None:
+    reg = Registry(discover=False)
+    for package in registry_module.DOMAIN_PACKAGES:
+        reg.register(f"key-of-{package}", object, task="causal-lm", package=package)
+    message = str(pytest.raises(UnknownModelTypeError, reg.get, "future_model").value)
+    assert "pip install" not in message
 
 
 def test_unknown_key_with_no_domain_package(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -218,19 +209,16 @@ def test_unknown_key_with_no_domain_package(monkeypatch: pytest.MonkeyPatch) -> 
     reg = Registry()
     message = str(pytest.raises(UnknownModelTypeError, reg.get, "llama").value)
     assert "installed: no domain packages" in message
-    assert "install mobius-text" in message
+    assert "install it: mobius-text (pip install mobius-text)" in message
 
 
-def test_installed_counts_packages_registered_without_an_entry_point(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_installed_counts_packages_registered_without_an_entry_point() -> None:
     """A package that registered by import (no entry point) counts as installed all the same."""
-    _hint_text_key(monkeypatch)
     reg = Registry(discover=False)
     text_register(reg)
-    message = str(pytest.raises(UnknownModelTypeError, reg.get, UNSUPPORTED_TEXT_KEY).value)
+    message = str(pytest.raises(UnknownModelTypeError, reg.get, "future_text_model").value)
     assert "installed: mobius-text" in message
-    assert "install mobius-text (" not in message
+    assert "pip install mobius-text" not in message
 
 
 # -- plugins ------------------------------------------------------------------------------

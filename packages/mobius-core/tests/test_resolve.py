@@ -42,11 +42,15 @@ def test_gguf_file(tmp_path: Path) -> None:
     assert resolve_model(gguf) == gguf
 
 
-def test_other_file_is_rejected(tmp_path: Path) -> None:
+def test_other_file_is_rejected_by_the_build(tmp_path: Path) -> None:
+    """resolve_model returns any local file; no source recogniser claims this one, so build refuses."""
+    import mobius
+
     weights = tmp_path / "pytorch_model.bin"
     weights.write_bytes(b"\0" * 8)
+    assert resolve_model(weights) == weights
     with pytest.raises(ModelSourceError, match="got file"):
-        resolve_model(weights)
+        mobius.build(weights)
 
 
 def test_single_safetensors_file_is_returned(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mobius.testing import check_diffusion_parity
+from mobius_diffusion.testing import check_diffusion_parity
 
 BASE = dict(
     in_channels=3,
@@ -50,7 +50,7 @@ def test_autoencoder_kl_parity(case, tmp_path):
 
 def test_deprecated_attention_names_are_renamed():
     """Checkpoints older than diffusers 0.14 name the mid-block attention ``query``/``proj_attn``."""
-    from mobius._config import ComponentConfig
+    from mobius_diffusion.config import ComponentConfig
     from mobius_diffusion.models.autoencoder_kl import AutoencoderKL, AutoencoderKLConfig
 
     config = AutoencoderKLConfig.from_hf(ComponentConfig({"_class_name": "AutoencoderKL", **BASE}))

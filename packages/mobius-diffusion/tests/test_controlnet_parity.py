@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mobius.testing import check_diffusion_parity
+from mobius_diffusion.testing import check_diffusion_parity
 
 SD15 = dict(
     in_channels=4,

@@ -1,13 +1,18 @@
-"""mobius-diffusion registers each component class once, with a task and a parity test."""
+"""mobius-diffusion registers each component class once (a task, a parity test), and its slice."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
+import pytest
+
+import mobius
 import mobius_diffusion
 from mobius import registry
-from mobius.tasks import TASKS
+from mobius.errors import MobiusError
+from mobius.generate import run_text_cli
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
@@ -44,4 +49,40 @@ def test_registered_through_the_plugin():
     for key, module in mobius_diffusion.model_types().items():
         entry = registry.get(key)
         assert entry.package == "mobius-diffusion"
-        assert entry.task == module.task and module.task in TASKS
+        assert entry.task == module.task and module.task in registry.tasks()
+
+
+def test_the_slice_is_registered_by_this_package():
+    """Tasks, source recognisers, options and the image runner: all mobius-diffusion's."""
+    tasks = registry.tasks()
+    for name in ("vae", "denoising", "controlnet", "adapter"):
+        assert tasks[name].package == "mobius-diffusion"
+    sources = {s.name: s.package for s in registry.sources()}
+    for name in ("diffusers-pipeline", "diffusers-component", "safetensors-adapter"):
+        assert sources[name] == "mobius-diffusion"
+    options = {
+        (o.command, o.dest) for o in registry.options("build") + registry.options("generate")
+    }
+    assert ("build", "skip_component") in options
+    for dest in ("image_output", "steps", "guidance_scale", "height", "width"):
+        assert ("generate", dest) in options
+    runner = next(r for r in registry.runners() if r.package == "mobius-diffusion")
+    assert runner.help and runner.examples
+
+
+def test_pipeline_options_refused_elsewhere(tmp_path):
+    """--skip-component on a build that is no pipeline, --output on a package core runs."""
+    vae = tmp_path / "vae"
+    vae.mkdir()
+    config = dict(
+        _class_name="AutoencoderKL", in_channels=3, out_channels=3, latent_channels=4,
+        down_block_types=["DownEncoderBlock2D"], up_block_types=["UpDecoderBlock2D"],
+        block_out_channels=[8], layers_per_block=1, norm_num_groups=4,
+    )  # fmt: skip
+    (vae / "config.json").write_text(json.dumps(config))
+    package = mobius.build(vae, load_weights=False)
+    assert sorted(package.models) == ["decoder/model", "encoder/model"]
+    with pytest.raises(MobiusError, match="--skip-component applies to pipeline"):
+        mobius.build(vae, load_weights=False, skip_component=["unet"])
+    with pytest.raises(MobiusError, match="--output applies to diffusion pipelines"):
+        run_text_cli(tmp_path / "text-out", "hi", {"image_output": "x.png", "steps": 20})

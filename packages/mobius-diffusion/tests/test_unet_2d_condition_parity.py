@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mobius.testing import check_diffusion_parity
+from mobius_diffusion.testing import check_diffusion_parity
 
 SD15 = dict(
     in_channels=4,
@@ -114,8 +114,8 @@ def test_unet_one_timestep_for_the_batch(tmp_path):
     ],
 )
 def test_unet_refuses_what_it_does_not_build(option):
-    from mobius._config import ComponentConfig
     from mobius.errors import ConfigError
+    from mobius_diffusion.config import ComponentConfig
     from mobius_diffusion.models.unet_2d_condition import UNet2DConditionModel
 
     fields = {"_class_name": "UNet2DConditionModel", **SD15, **option}

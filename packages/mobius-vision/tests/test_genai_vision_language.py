@@ -18,7 +18,7 @@ import pytest
 from vl_parity_cases.mistral3 import CASES
 
 from mobius.testing import build_with_cli, genai_greedy, torch_greedy
-from mobius.testing._vl_parity import make_random_vl_model, random_images
+from mobius_vision.testing import make_random_vl_model, random_images
 
 if sys.version_info < (3, 11):
     # Not a dev dependency there: onnxruntime-genai 0.18 needs onnxruntime >= 1.31,

@@ -13,7 +13,7 @@ from transformers import LevitConfig, LevitForImageClassificationWithTeacher
 from vision_parity_cases.levit import LEVIT
 
 from mobius.testing._parity import PARITY_ATOL, build_with_cli, perturb_parameters
-from mobius.testing._vision_parity import compare_vision, random_pixels
+from mobius_vision.testing import compare_vision, random_pixels
 
 
 @pytest.mark.parametrize("ep", ["default", "cpu"])

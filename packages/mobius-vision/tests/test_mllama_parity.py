@@ -18,7 +18,8 @@ from transformers import AutoConfig
 from transformers.models.mllama.image_processing_pil_mllama import MllamaImageProcessorPil
 from transformers.models.mllama.processing_mllama import MllamaProcessor
 
-from mobius.testing import build_with_cli, check_cross_attention_vl_parity, tiny_tokenizer
+from mobius.testing import build_with_cli, tiny_tokenizer
+from mobius_vision.testing import check_cross_attention_vl_parity
 
 VOCAB = 96
 IMAGE, BOS = VOCAB, 3  # the image token sits past the head's vocabulary, as in Llama 3.2
@@ -103,7 +104,7 @@ def test_mllama_unused_checkpoint_tensor_fails(tmp_path, capsys):
     import torch
     from safetensors.torch import load_file, save_file
 
-    from mobius.testing._vl_parity import make_random_vl_model
+    from mobius_vision.testing import make_random_vl_model
 
     make_random_vl_model(CASES["mllama"][1]).save_pretrained(tmp_path / "hf")
     path = tmp_path / "hf" / "model.safetensors"

@@ -15,7 +15,7 @@ from transformers import AutoConfig
 from vision_parity_cases import all_cases
 
 import mobius_vision
-from mobius.testing import check_vision_parity
+from mobius_vision.testing import check_vision_parity
 
 CASES = all_cases()
 

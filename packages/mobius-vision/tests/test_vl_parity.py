@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 from vl_parity_cases import all_cases
 
-from mobius.testing import check_vision_language_parity
+from mobius_vision.testing import check_vision_language_parity
 
 CASES = all_cases()
 

@@ -18,9 +18,9 @@ import pytest
 import torch
 from transformers import AutoConfig
 
-from mobius.testing import build_with_cli, check_zero_shot_parity, make_random_vision_model
-from mobius.testing._vision_parity import _assert_depends_on_image
-from mobius.testing._zero_shot_parity import naflex_inputs
+from mobius.testing import build_with_cli
+from mobius_vision.testing import check_zero_shot_parity, make_random_vision_model, naflex_inputs
+from mobius_vision.testing._vision_parity import _assert_depends_on_image
 
 TEXT = dict(
     vocab_size=99,

@@ -4,22 +4,42 @@ Graphs are built with the ``onnxscript.nn`` API from a declarative description
 of each architecture, then filled with HuggingFace weights. Domain packages
 (``mobius-text``, ``mobius-vision``, ...) register their architectures through
 the ``mobius.plugins`` entry point.
+
+The names below are imported on first use, so ``import mobius`` (and the
+``mobius`` command's ``--help``) costs nothing heavy.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-from mobius._build import build, build_from_module
-from mobius._config import ArchitectureConfig, RopeConfig
-from mobius._package import ModelPackage
-from mobius._registry import Registration, Registry, registry
-from mobius.errors import MobiusError
-from mobius.generate import TextGenerator, generate_text  # onnxruntime loads on use
-from mobius.weights import apply_weights
+# Public name -> the module that defines it.
+_EXPORTS = {
+    "ArchitectureConfig": "mobius.config",
+    "BuildOptions": "mobius.options",
+    "MobiusError": "mobius.errors",
+    "ModelPackage": "mobius._package",
+    "QuantOptions": "mobius.options",
+    "Registration": "mobius._registry",
+    "Registry": "mobius._registry",
+    "RopeConfig": "mobius.config",
+    "TextGenerator": "mobius.generate",
+    "apply_weights": "mobius.weights",
+    "build": "mobius._build",
+    "build_from_module": "mobius._build",
+    "generate_text": "mobius.generate",
+    "registry": "mobius._registry",
+}
 
 __all__ = [
     "ArchitectureConfig",
+    "BuildOptions",
     "MobiusError",
     "ModelPackage",
+    "QuantOptions",
     "Registration",
     "Registry",
     "RopeConfig",
@@ -31,3 +51,22 @@ __all__ = [
     "generate_text",
     "registry",
 ]
+
+if TYPE_CHECKING:
+    from mobius._build import build, build_from_module
+    from mobius._package import ModelPackage
+    from mobius._registry import Registration, Registry, registry
+    from mobius.config import ArchitectureConfig, RopeConfig
+    from mobius.errors import MobiusError
+    from mobius.generate import TextGenerator, generate_text
+    from mobius.options import BuildOptions, QuantOptions
+    from mobius.weights import apply_weights
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mobius' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value

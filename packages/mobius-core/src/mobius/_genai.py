@@ -15,7 +15,6 @@ sizes from ``head_size`` and ``num_key_value_heads``.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 from pathlib import Path
@@ -27,15 +26,11 @@ from mobius.errors import MobiusError
 
 FILENAME = "genai_config.json"
 
-# Model types written as themselves: onnxruntime-genai 0.18 runs them as plain decoders
-# and mobius's tiny random builds of each generate like transformers in it. Any other
-# causal LM runs as "llama", the generic decoder class (the type only selects the
-# class; "gpt2", for one, selects a class with other input names).
-GENAI_DECODER_TYPES = frozenset(
-    """ernie4_5 gemma gemma2 gemma3_text granite llama mistral nemotron olmo phi phimoe
-    phi3 qwen2 qwen3 smollm3""".split()
-)
-FALLBACK_TYPE = "llama"
+# onnxruntime-genai's generic decoder class, by the model type that selects it: a causal
+# LM whose config names no type of its own (``ArchitectureConfig.genai_type`` is None)
+# runs as this. The type only selects the generator's class; this one feeds input_ids,
+# attention_mask, position_ids and the per-layer cache, the names mobius's graphs use.
+GENERIC_DECODER_TYPE = "llama"
 
 # generation_config.json keys copied into "search", with the generator's defaults.
 SEARCH_DEFAULTS = {
@@ -156,27 +151,21 @@ def _token_ids(config: Any, generation: dict, source: dict) -> dict[str, Any]:
 
 
 def genai_config(package, *, ep: str = "cpu") -> dict:
-    """The ``genai_config.json`` content for a built causal-LM or vision–language ``package``.
+    """The ``genai_config.json`` content for a built causal-LM ``package``.
 
     Read from the package's graph (input and output names, cache geometry, whether
     attention is ``GroupQueryAttention``), its mobius config (sizes, context
-    length, model type) and the source's ``generation_config.json`` /
-    ``config.json`` (token ids, search defaults). ``ep`` picks the generator's
-    execution provider (``"cuda"`` asks for CUDA, anything else runs on CPU).
+    length, the generator's model type ``config.genai_type``) and the source's
+    ``generation_config.json`` / ``config.json`` (token ids, search defaults).
+    ``ep`` picks the generator's execution provider (``"cuda"`` asks for CUDA,
+    anything else runs on CPU).
 
-    A vision–language package qualifies in its split form, for the families the
-    generator has a class for (:data:`GENAI_VISION_LANGUAGE_TYPES`): the decoder
-    takes ``inputs_embeds``, and ``embedding`` and ``vision`` sections name the
-    other two graphs. Where the generator's image preprocessing can equal
-    transformers' (see :mod:`mobius._genai_processor`), its ``processor_config.json``
-    is added to ``package.text_files`` (so it is saved with the package); otherwise
-    the reason is logged and the package runs text prompts only.
+    Domain packages whose tasks the generator runs (vision–language) build their
+    config on :func:`decoder_genai_config`.
 
     Raises :class:`GenAIUnsupportedError` for a package onnxruntime-genai cannot run:
     not a causal LM, or a layer without a key/value cache (state-space layers).
     """
-    if package.task == "vision-language":
-        return _vision_language_config(package, ep)
     if package.task != "causal-lm" or set(package.models) != {"model"}:
         raise GenAIUnsupportedError(
             f"--runtime ort-genai supports causal LMs only (this build is a {package.task!r} "
@@ -184,91 +173,11 @@ def genai_config(package, *, ep: str = "cpu") -> dict:
         )
     model = package.models["model"]
     config = package.config
-    model_type = getattr(config, "model_type", None) or _read_json(
-        package.source_dir, "config.json"
-    ).get("model_type", "")
-    genai_type = model_type if model_type in GENAI_DECODER_TYPES else FALLBACK_TYPE
-    return _decoder_config(package, model, config, "model.onnx", "input_ids", genai_type, ep)
+    genai_type = getattr(config, "genai_type", None) or GENERIC_DECODER_TYPE
+    return decoder_genai_config(package, model, config, "model.onnx", "input_ids", genai_type, ep)
 
 
-# Vision–language model types the generator has a class for, whose decoders take only the
-# causal-LM inputs (Gemma 3's also takes token_type_ids, which the generator 0.18 does not feed:
-# the first step fails with "Missing Input: token_type_ids", and decoder.inputs refuses the name);
-# Qwen2.5-VL's position_ids are M-RoPE's [3, batch, sequence], which the generator computes.
-GENAI_VISION_LANGUAGE_TYPES = frozenset({"mistral3", "qwen2_5_vl"})
-
-
-def _vision_language_config(package, ep: str) -> dict:
-    config = package.config
-    if set(package.models) != {"vision/model", "embedding/model", "decoder/model"}:
-        raise GenAIUnsupportedError(
-            "onnxruntime-genai loads vision–language models in the split form (--form split)"
-        )
-    if config.model_type not in GENAI_VISION_LANGUAGE_TYPES:
-        raise GenAIUnsupportedError(
-            f"onnxruntime-genai has no vision–language class for {config.model_type!r} "
-            f"(it has: {', '.join(sorted(GENAI_VISION_LANGUAGE_TYPES))})"
-        )
-    decoder = package.models["decoder/model"]
-    result = _decoder_config(
-        package, decoder, config.text, "decoder/model.onnx", "inputs_embeds", config.model_type, ep
-    )
-    vision_inputs = [value.name for value in package.models["vision/model"].graph.inputs]
-    vision = {
-        "filename": "vision/model.onnx",
-        "inputs": {name: name for name in vision_inputs},
-        "outputs": {"image_features": "image_features"},
-    }
-    for name in ("patch_size", "spatial_merge_size"):
-        value = getattr(config.vision, name, None) or getattr(config, name, None)
-        if value is not None:
-            vision[name] = value
-    result["model"].update(
-        image_token_id=config.image_token_id,
-        **_rope_index_token_ids(package),
-        vocab_size=config.text.vocab_size,
-        embedding={
-            "filename": "embedding/model.onnx",
-            "inputs": {"input_ids": "input_ids", "image_features": "image_features"},
-            "outputs": {"inputs_embeds": "inputs_embeds"},
-        },
-        vision=vision,
-    )
-    _add_processor_config(package)
-    return result
-
-
-def _rope_index_token_ids(package) -> dict[str, int]:
-    """Qwen2.5-VL: the token ids the generator's M-RoPE index looks for.
-
-    Without ``vision_start_token_id`` the generator falls back to its own default,
-    finds no image start in a prompt of another vocabulary and numbers the image
-    tokens as text: the positions, and so the logits, differ from transformers'.
-    """
-    if package.config.model_type != "qwen2_5_vl":
-        return {}
-    source = _read_json(package.source_dir, "config.json")
-    ids = {name: source.get(name) for name in ("vision_start_token_id", "video_token_id")}
-    missing = sorted(name for name, value in ids.items() if value is None)
-    if missing:
-        raise GenAIUnsupportedError(f"config.json has no {', '.join(missing)}")
-    return ids
-
-
-def _add_processor_config(package) -> None:
-    from mobius._genai_processor import PROCESSOR_FILENAME, genai_processor_config
-
-    try:
-        processor = genai_processor_config(package)
-    except GenAIUnsupportedError as exc:
-        logging.getLogger("mobius").warning(
-            "no %s (text prompts only): %s", PROCESSOR_FILENAME, exc
-        )
-        return
-    package.text_files[PROCESSOR_FILENAME] = json.dumps(processor, indent=4) + "\n"
-
-
-def _decoder_config(package, model, config, filename, tokens_input, genai_type, ep) -> dict:
+def decoder_genai_config(package, model, config, filename, tokens_input, genai_type, ep) -> dict:
     """The config of a generator whose decoder graph is ``model`` (tokens as ``tokens_input``)."""
     layers, kv_heads, head_size = _cache_geometry(model)
     inputs = {value.name for value in model.graph.inputs}

@@ -10,11 +10,9 @@ running the int4 pass itself on placeholder weights that are never read.
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import onnx_ir as ir
@@ -67,51 +65,12 @@ def _never_loaded() -> ir.TensorProtocol:
     raise RuntimeError("mobius info builds have no weights to read")
 
 
-@dataclass
-class _Source:
-    """A model's config, read from a directory's config.json or a GGUF header."""
+def _weightless_build(source, ep: str, registry):
+    """The weightless f32 graphs of a model source, as ``mobius build --ep EP`` makes them."""
+    from mobius.options import BuildOptions
 
-    path: Path
-    model_type: str
-    hf_config: Any
-    checkpoint_dtype: str | None
-
-    def build(self, entry, ep: str):
-        """The weightless f32 graphs of the source, as ``mobius build --ep EP`` makes them."""
-        from mobius._build import build_from_module, make_module
-
-        # A fresh module tree per build: building registers its parameters in the graph.
-        config, module = make_module(entry, self.hf_config, self.path)
-        package = build_from_module(module, entry.task, config, "f32", ep)
-        package.source_dir = self.path if self.path.is_dir() else None
-        return package
-
-
-def _read_source(path: Path, registry) -> tuple[_Source, Any]:
-    """The config of a directory or GGUF file and its registration, from headers only.
-
-    An unknown model type fails on the registry's clear error before transformers
-    tries the config. The GGUF header is parsed once.
-    """
-    from mobius._build import hf_config_from_dict, load_hf_config, lookup
-
-    if path.is_file():
-        from mobius.weights import GGUFCheckpoint
-
-        with GGUFCheckpoint.open(path) as checkpoint:
-            fields = dict(checkpoint.config)
-            stored = Counter()
-            for weight in checkpoint.values():
-                stored[weight.type_name] += weight.tensor.nbytes
-        dtype = f"{stored.most_common(1)[0][0]} (GGUF)" if stored else None
-        entry = registry.get(fields["model_type"])
-        return _Source(path, fields["model_type"], hf_config_from_dict(fields), dtype), entry
-    entry = lookup(registry, path)  # config.json there, readable, and no remote code
-    model_type = entry.key
-    raw = json.loads((path / "config.json").read_text())
-    dtype = raw.get("torch_dtype") or raw.get("dtype")
-    dtype = dtype if isinstance(dtype, str) else None
-    return _Source(path, model_type, load_hf_config(path), dtype), entry
+    # A fresh module tree per build: building registers its parameters in the graph.
+    return source.build(BuildOptions(dtype="f32", ep=ep, load_weights=False), registry)
 
 
 def _parameter_elements(package) -> tuple[int, int, int]:
@@ -160,9 +119,9 @@ def _int4_sizes(package) -> tuple[int, int, int]:
     return replaced, packed_bytes + 2 * float_elements, packed_bytes + 4 * float_elements
 
 
-def _runtime_options(package) -> dict[str, OptionInfo]:
+def _runtime_options(package, registry) -> dict[str, OptionInfo]:
     """``--ep cpu`` and ``--runtime ort-genai``, from a weightless ``--ep cpu`` build."""
-    from mobius._genai import GenAIUnsupportedError, genai_config
+    from mobius._genai import GenAIUnsupportedError
     from mobius.components._runtime import MS_DOMAIN
 
     fused = Counter(
@@ -180,7 +139,7 @@ def _runtime_options(package) -> dict[str, OptionInfo]:
     else:
         ep = OptionInfo(False, "no fused ops for this family: the graph stays standard ONNX")
     try:
-        genai = genai_config(package, ep="cpu")
+        genai = registry.task(package.task, ep="cpu").genai_config(package)
         runtime = OptionInfo(True, f"supported (generator model type {genai['model']['type']!r})")
     except GenAIUnsupportedError as exc:
         runtime = OptionInfo(False, f"not supported: {exc}")
@@ -195,23 +154,29 @@ def model_info(model: str, *, revision: str | None = None, registry=None) -> Mod
     subclasses for an unusable source or an unknown model type.
     """
     from mobius._registry import registry as default_registry
+    from mobius.options import BuildOptions
+    from mobius.source import ModelSource, open_source
     from mobius.weights._resolve import resolve_config
 
     registry = registry or default_registry
     path = resolve_config(model, revision=revision)
-    if path.is_file() and path.suffix.lower() != ".gguf":
-        raise MobiusError(f"{path} is a file; give a model directory, a hub id or a .gguf file")
-    source, entry = _read_source(path, registry)
+    source = open_source(path, BuildOptions(load_weights=False), registry)
+    if not isinstance(source, ModelSource):
+        raise MobiusError(
+            f"{path} holds several models: mobius info describes one; give one of its "
+            "model directories"
+        )
+    entry = source.entry
 
     # One weightless --ep cpu build answers everything: fusion does not change the
     # parameters (q/k/v are packed only once weights exist), and a build is the cost.
     try:
-        package = source.build(entry, "cpu")
-        runtime = _runtime_options(package)  # before the int4 pass adds its contrib ops
+        package = _weightless_build(source, "cpu", registry)
+        runtime = _runtime_options(package, registry)  # before int4 adds its contrib ops
     except Exception as exc:  # shown as the options' answer: the rest of the report holds
         failed = OptionInfo(False, f"the --ep cpu build fails: {type(exc).__name__}: {exc}")
         runtime = {"--ep cpu|cuda": failed, "--runtime ort-genai": failed}
-        package = source.build(entry, "default")
+        package = _weightless_build(source, "default", registry)
     count, floats, other = _parameter_elements(package)
     quantized, int4_f16, int4_f32 = _int4_sizes(package)
     sizes = {
@@ -222,14 +187,14 @@ def model_info(model: str, *, revision: str | None = None, registry=None) -> Mod
         "int4_f32": int4_f32,
     }
 
-    own = _CONFIG_DTYPES.get(source.checkpoint_dtype or "")
+    own = _CONFIG_DTYPES.get(source.stored_dtype or "")
     default = f"the checkpoint's own, {own}" if own else "the checkpoint's own"
     options = {
         "--dtype": OptionInfo(True, f"f32, f16 or bf16 (default: {default})"),
         **runtime,
     }
     if quantized:
-        note = "GGUF Q4_0/Q4_1/Q8_0 blocks are repacked as they are" if path.is_file() else "RTN"
+        note = "quantized blocks are repacked as they are" if source.prequantized else "RTN"
         options["--quant int4"] = OptionInfo(
             True, f"{quantized} MatMul weights to MatMulNBits ({note})"
         )
@@ -237,12 +202,12 @@ def model_info(model: str, *, revision: str | None = None, registry=None) -> Mod
         options["--quant int4"] = OptionInfo(False, "no MatMul by a 2-D weight to quantize")
     return ModelInfo(
         source=str(path),
-        model_type=source.model_type,
+        model_type=entry.key,
         package=entry.package,
         module=entry.module_class().__name__,
         task=entry.task,
-        verified=registry.is_verified(source.model_type),
-        checkpoint_dtype=source.checkpoint_dtype,
+        verified=registry.is_verified(entry.key),
+        checkpoint_dtype=source.stored_dtype,
         parameters=count,
         sizes=sizes,
         options=options,

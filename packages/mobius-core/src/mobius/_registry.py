@@ -16,7 +16,6 @@ question about that package; a package that declares nothing answers ``None``.
 from __future__ import annotations
 
 import difflib
-import importlib
 import importlib.resources
 import json
 import logging
@@ -24,52 +23,17 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
-from mobius.errors import UnknownModelTypeError
+from mobius.errors import MobiusError, UnknownModelTypeError
+from mobius.options import ENCODER_HEADS
+from mobius.plugins import CliOption, RunnerInfo, SourceInfo, TaskInfo, load
 
 logger = logging.getLogger(__name__)
 
 PLUGIN_GROUP = "mobius.plugins"
 
-# Keys that belong to a domain whose package may not be installed: a user who
-# asks for one is told what to install. Domain packages still own the truth.
-DOMAIN_HINTS: dict[str, tuple[str, ...]] = {
-    "mobius-text": (
-        "llama",
-        "mistral",
-        "qwen2",
-        "qwen3",
-        "smollm3",
-        "gemma",
-        "gemma2",
-        "gemma3_text",
-        "phi",
-        "phi3",
-        "mixtral",
-        "falcon",
-        "gpt2",
-        "gpt_neox",
-        "bert",
-        "t5",
-        "bart",
-    ),
-    "mobius-vision": ("vit", "clip", "siglip", "llava", "gemma3", "qwen2_vl", "mllama"),
-    "mobius-audio": ("whisper", "wav2vec2", "hubert", "wavlm"),
-    "mobius-diffusion": (
-        "AutoencoderKL",
-        "UNet2DConditionModel",
-        "FluxTransformer2DModel",
-        "SD3Transformer2DModel",
-        "ControlNetModel",
-    ),
-}
-
-
-def _load(target: Any) -> Any:
-    """Resolve a lazy ``"module:attr"`` string; anything else is returned as is."""
-    if not isinstance(target, str):
-        return target
-    module_name, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module_name), attr)
+# The domain packages of this project: a key nobody registers may belong to one that is
+# not installed. Core knows the packages, never which model families they hold.
+DOMAIN_PACKAGES = ("mobius-text", "mobius-vision", "mobius-audio", "mobius-diffusion")
 
 
 @dataclass(frozen=True)
@@ -83,12 +47,12 @@ class Registration:
     package: str
 
     def module_class(self) -> type:
-        return _load(self.module)
+        return load(self.module)
 
     def config_class(self) -> type:
         if self.config is None:
             return self.module_class().config_class
-        return _load(self.config)
+        return load(self.config)
 
 
 class Registry:
@@ -102,6 +66,24 @@ class Registry:
         self.plugins: dict[str, str] = {}  # entry-point name -> distribution
         self._verified_sources: dict[str, str] = {}  # package -> "import.name:file.json"
         self._verified: dict[str, frozenset[str] | None] = {}  # package -> keys, once read
+        self._tasks: dict[str, TaskInfo] = {}
+        self._sources: dict[str, SourceInfo] = {}
+        self._options: dict[tuple[str, str], CliOption] = {}  # (command, dest) -> option
+        self._runners: dict[str, RunnerInfo] = {}
+        self._register_core()
+
+    def _register_core(self) -> None:
+        """The contracts core owns itself: causal LM, seq2seq, feature extraction."""
+        for name, target, heads in (
+            ("causal-lm", "mobius.tasks._causal_lm:CausalLMTask", ()),
+            ("seq2seq", "mobius.tasks._seq2seq:Seq2SeqTask", ()),
+            (
+                "feature-extraction",
+                "mobius.tasks._feature_extraction:FeatureExtractionTask",
+                ENCODER_HEADS,
+            ),
+        ):
+            self.register_task(TaskInfo(name, target, "mobius-core", heads))
 
     def register(
         self, key: str, module: Any, *, task: str, package: str, config: Any = None
@@ -115,6 +97,62 @@ class Registry:
             )
         self._entries[key] = entry
         return entry
+
+    # -- a domain's slice: tasks, source recognisers, CLI options, runners ---------------
+
+    def register_task(self, info: TaskInfo) -> None:
+        """Add a task (an I/O contract); the same name again from the same package is a no-op."""
+        self._claim(self._tasks, info.name, info, "task")
+
+    def register_source(self, info: SourceInfo) -> None:
+        """Add a source recogniser (see :class:`mobius.plugins.SourceInfo`)."""
+        self._claim(self._sources, info.name, info, "source recogniser")
+
+    def register_option(self, option: CliOption) -> None:
+        """Add a ``mobius build`` / ``mobius generate`` option (see :class:`mobius.plugins.CliOption`)."""
+        if option.command not in ("build", "generate"):
+            raise ValueError(f"option {option.dest!r}: command must be build or generate")
+        self._claim(self._options, (option.command, option.dest), option, "option")
+
+    def register_runner(self, info: RunnerInfo) -> None:
+        """Add a ``mobius generate`` runner (see :class:`mobius.plugins.RunnerInfo`)."""
+        self._claim(self._runners, info.name, info, "runner")
+
+    @staticmethod
+    def _claim(table: dict, key, info, what: str) -> None:
+        existing = table.get(key)
+        if existing is not None and existing.package != info.package:
+            raise ValueError(f"{what} {key!r} is already registered by {existing.package}")
+        table[key] = info
+
+    def task(self, name: str, ep: str = "default"):
+        """An instance of the task ``name`` (``"causal-lm"``) building graphs for ``ep``."""
+        self.load_plugins()
+        try:
+            info = self._tasks[name]
+        except KeyError:
+            known = ", ".join(sorted(self._tasks))
+            raise MobiusError(
+                f"unknown task {name!r} (known: {known}); the domain package that defines it "
+                "may not be installed or may have failed to load (mobius list)"
+            ) from None
+        return info.task_class()(ep)
+
+    def tasks(self) -> dict[str, TaskInfo]:
+        self.load_plugins()
+        return dict(self._tasks)
+
+    def sources(self) -> list[SourceInfo]:
+        self.load_plugins()
+        return list(self._sources.values())
+
+    def options(self, command: str) -> list[CliOption]:
+        self.load_plugins()
+        return [o for (c, _), o in self._options.items() if c == command]
+
+    def runners(self) -> list[RunnerInfo]:
+        self.load_plugins()
+        return list(self._runners.values())
 
     def declare_verified(self, package: str, resource: str) -> None:
         """Declare where ``package`` lists its verified keys; the list is read on first use.
@@ -208,9 +246,12 @@ class Registry:
             parts.append("close matches: " + ", ".join(close))
         installed = sorted(set(self.plugins.values()) | {e.package for e in self._entries.values()})
         parts.append("installed: " + (", ".join(installed) if installed else "no domain packages"))
-        for package, keys in DOMAIN_HINTS.items():
-            if key in keys and package not in installed:
-                parts.append(f"install {package} (pip install {package})")
+        missing = [p for p in DOMAIN_PACKAGES if p not in installed]
+        if missing:
+            choices = ", ".join(f"{p} (pip install {p})" for p in missing)
+            parts.append(
+                f"if a domain package that is not installed builds it, install it: {choices}"
+            )
         if self.plugin_errors:
             failed = ", ".join(f"{d} ({e})" for d, e in self.plugin_errors.items())
             parts.append("plugins that failed to load: " + failed)

@@ -9,8 +9,8 @@ import sys
 import traceback
 
 from mobius import __version__
-from mobius._config import ENCODER_HEADS, POOLING_MODES, VISION_HEADS, VISION_LANGUAGE_FORMS
 from mobius.errors import MobiusError
+from mobius.options import DTYPE_NAMES, EXECUTION_PROVIDERS, POOLING_MODES, RUNTIMES
 
 EPILOG = """examples:
   mobius build --model HuggingFaceTB/SmolLM2-135M-Instruct out/
@@ -21,117 +21,61 @@ EPILOG = """examples:
 """
 
 
-def _build(args: argparse.Namespace) -> int:
-    import json
+# The dests of mobius build's own options, as BuildOptions reads them; the rest are plugins'.
+_CORE_BUILD_DESTS = {
+    "model", "output", "dtype", "ep", "runtime", "no_weights", "quant", "no_quant_lm_head",
+    "quant_embeddings", "block_size", "asymmetric", "accuracy_level", "revision", "head",
+    "pooling", "normalize", "overwrite", "allow_pickle", "quiet", "verbose", "run", "command",
+}  # fmt: skip
 
-    from mobius._build import build
-    from mobius._package import check_output
 
-    check_output(args.output, overwrite=args.overwrite)  # refuse before a long build
-    package = build(
-        args.model,
+def build_options(args: argparse.Namespace):
+    """The :class:`~mobius.options.BuildOptions` of parsed ``mobius build`` arguments."""
+    from mobius.options import BuildOptions, QuantOptions
+
+    plugin = {k: v for k, v in vars(args).items() if k not in _CORE_BUILD_DESTS}
+    return BuildOptions(
         dtype=args.dtype,
-        load_weights=not args.no_weights,
-        revision=args.revision,
-        quant=args.quant,
-        block_size=args.block_size,
-        symmetric=not args.asymmetric,
-        accuracy_level=args.accuracy_level,
-        quant_lm_head=not args.no_quant_lm_head,
-        quant_embeddings=args.quant_embeddings,
         ep=args.ep,
+        load_weights=not args.no_weights,
+        runtime=args.runtime,
+        revision=args.revision,
         allow_pickle=args.allow_pickle,
         head=args.head,
         pooling=args.pooling,
         normalize=args.normalize,
-        form=args.form,
-        skip_components=tuple(args.skip_component or ()),
+        quant=QuantOptions(
+            method=args.quant,
+            block_size=args.block_size,
+            symmetric=not args.asymmetric,
+            accuracy_level=args.accuracy_level,
+            lm_head=not args.no_quant_lm_head,
+            embeddings=args.quant_embeddings,
+        ),
+        plugin=plugin,
     )
-    if args.no_weights:
-        from mobius.weights import parameters
 
-        for model in package.models.values():
-            for value in parameters(model).values():
-                # Without weights, parameters become graph inputs so the graph stays valid ONNX.
-                model.graph.initializers.pop(value.name)
-                model.graph.inputs.append(value)
-    genai = None
-    # --no-weights packages cannot run, so "auto" writes no generator config for them;
-    # nor for tasks the generator does not run (encoders).
-    generated = ("causal-lm", "vision-language")
-    auto = args.runtime == "auto" and not args.no_weights and package.task in generated
-    if args.runtime == "ort-genai" or auto:
-        from mobius._genai import FILENAME, GenAIUnsupportedError, genai_config
 
-        try:
-            genai = genai_config(package, ep=args.ep)  # checked before anything is written
-        except GenAIUnsupportedError as exc:
-            if args.runtime == "ort-genai":
-                raise
-            print(f"mobius: no genai_config.json: {exc}", file=sys.stderr)
-    if genai is not None:  # written with the rest, so the package is whole or absent
-        package.text_files[FILENAME] = json.dumps(genai, indent=4) + "\n"
+def _build(args: argparse.Namespace) -> int:
+    from mobius._build import build
+    from mobius._package import check_output
+
+    check_output(args.output, overwrite=args.overwrite)  # refuse before a long build
+    package = build(args.model, build_options(args))
     out = package.save(args.output, progress=not args.quiet, overwrite=args.overwrite)
     print(f"wrote {out}")
     return 0
 
 
-def _generate_image(args: argparse.Namespace) -> int:
-    """A built diffusion pipeline (model_index.json): PROMPT to an image file, by mobius-diffusion."""
-    try:
-        from mobius_diffusion.pipeline import open_pipeline, to_pil
-    except ImportError:
-        raise MobiusError(
-            f"{args.output} is a diffusion pipeline: running it needs mobius-diffusion "
-            "(pip install mobius-diffusion)"
-        ) from None
-    pipe = open_pipeline(args.output, threads=args.threads)
-    options = {"num_inference_steps": args.steps, "seed": args.seed}
-    for name in ("guidance_scale", "height", "width"):
-        if getattr(args, name) is not None:
-            options[name] = getattr(args, name)
-    image = to_pil(pipe(args.prompt, **options))[0]
-    output = args.image_output or "image.png"
-    image.save(output)
-    print(f"wrote {output}")
-    return 0
-
-
 def _generate(args: argparse.Namespace) -> int:
-    from mobius._speech import SpeechToTextGenerator
-    from mobius.generate import open_generator
+    from mobius._registry import registry
+    from mobius.generate import run_text_cli
 
-    if os.path.isfile(os.path.join(args.output, "model_index.json")):
-        return _generate_image(args)
-    if args.image_output is not None:
-        raise MobiusError(f"--output writes an image; {args.output} is not a diffusion pipeline")
-    generator = open_generator(args.output, threads=args.threads)
-    if args.prompt.lower().endswith(".wav") and not isinstance(generator, SpeechToTextGenerator):
-        raise MobiusError(
-            f"{args.output} is not a speech-to-text package: it cannot transcribe {args.prompt}"
-        )
-    sampling = generator.sampling_defaults()
-    explicit = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
-    do_sample = args.do_sample or any(v is not None for v in explicit.values())
-    options = {k: sampling[k] if v is None else v for k, v in explicit.items()}
-    if options["temperature"] < 0 or not 0 < options["top_p"] <= 1 or options["top_k"] < 0:
-        raise MobiusError("need --temperature >= 0, 0 < --top-p <= 1 and --top-k >= 0")
-    pieces = generator.stream(
-        args.prompt,
-        chat_template=not args.no_chat_template,
-        system=args.system,
-        max_new_tokens=args.max_new_tokens,
-        do_sample=do_sample,
-        seed=args.seed,
-        **options,
-    )
-    for piece in pieces:
-        sys.stdout.write(piece)
-        sys.stdout.flush()  # stream: each piece appears as soon as it is decoded
-    sys.stdout.write("\n")
-    sys.stdout.flush()
-    print(generator.stats.summary(), file=sys.stderr)
-    return 0
+    options = vars(args)
+    for runner in registry.runners():
+        if runner.accepts_dir(args.output):
+            return runner.run_cli(args.output, args.prompt, options)
+    return run_text_cli(args.output, args.prompt, options)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -160,7 +104,34 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
-def make_parser() -> argparse.ArgumentParser:
+def _add_plugin_options(parser, options, command: str) -> None:
+    """Add the options domain packages registered for ``command``, grouped as they ask."""
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for option in options:
+        if option.command != command:
+            continue
+        target = parser
+        if option.group:
+            target = groups.get(option.group) or parser.add_argument_group(option.group)
+            groups[option.group] = target
+        target.add_argument(*option.flags, dest=option.dest, **option.kwargs)
+
+
+def make_parser(plugins: bool = True) -> argparse.ArgumentParser:
+    """The ``mobius`` argument parser; ``plugins=False`` leaves out the domain packages' options.
+
+    Without plugins nothing is imported beyond the standard library and mobius's
+    light modules: ``mobius --help`` and ``mobius --version`` need no more.
+    """
+    plugin_options, heads, runners, source_help = [], ["none"], [], ""
+    if plugins:
+        from mobius._registry import registry
+
+        plugin_options = registry.options("build") + registry.options("generate")
+        runners = registry.runners()
+        source_help = "".join(f"\n\n{s.help}" for s in registry.sources() if s.help)
+        for info in registry.tasks().values():
+            heads += [h for h in info.heads if h not in heads]
     parser = argparse.ArgumentParser(
         prog="mobius",
         description="Build ONNX models for generative-AI architectures from HuggingFace checkpoints.",
@@ -181,10 +152,7 @@ def make_parser() -> argparse.ArgumentParser:
             "Build MODEL into OUTPUT_DIR: model.onnx, model.onnx.data (external weights), "
             "and the config, generation config and tokenizer files. The output appears "
             "only once complete: a failure or Ctrl-C leaves nothing. A non-empty "
-            "OUTPUT_DIR is refused unless --overwrite. A diffusers pipeline (model_index.json) "
-            "is built whole: each model component into OUTPUT_DIR/<component>/ (unet/model.onnx, "
-            "vae/decoder/model.onnx, text_encoder/model.onnx...), its tokenizers, scheduler "
-            "and model_index.json copied."
+            "OUTPUT_DIR is refused unless --overwrite." + source_help
         ),
         parents=[common],
     )
@@ -198,13 +166,13 @@ def make_parser() -> argparse.ArgumentParser:
     build.add_argument("output", metavar="OUTPUT_DIR", help="directory to write")
     build.add_argument(
         "--dtype",
-        choices=["f32", "f16", "bf16"],
+        choices=list(DTYPE_NAMES),
         default=None,
         help="floating-point type of weights and compute (default: the checkpoint's own)",
     )
     build.add_argument(
         "--ep",
-        choices=["default", "cpu", "cuda"],
+        choices=list(EXECUTION_PROVIDERS),
         default="default",
         help="runtime target: 'default' is portable standard ONNX; 'cpu' and 'cuda' use ONNX "
         "Runtime's fused kernels (GroupQueryAttention with rotary inside, "
@@ -212,7 +180,7 @@ def make_parser() -> argparse.ArgumentParser:
     )
     build.add_argument(
         "--runtime",
-        choices=["auto", "onnx", "ort-genai"],
+        choices=list(RUNTIMES),
         default="auto",
         help="what runs the package. 'ort-genai' also writes genai_config.json, so that "
         "onnxruntime-genai's generator loads the package as is; it fails for models the "
@@ -268,15 +236,14 @@ def make_parser() -> argparse.ArgumentParser:
     build.add_argument("--revision", default=None, help="hub revision (branch, tag or commit)")
     build.add_argument(
         "--head",
-        choices=["auto", *ENCODER_HEADS, *VISION_HEADS[1:]],
+        choices=["auto", *heads],
         default="auto",
-        help="encoders only: the output beside last_hidden_state. 'masked-lm', "
+        help="encoders and classifiers: the output beside the hidden states. 'masked-lm', "
         "'sequence-classification', 'token-classification' add 'logits'; "
         "'sentence-embedding' adds 'sentence_embedding' (see --pooling, --normalize); "
-        "'image-classification' (vision encoders) adds 'logits'; "
-        "'none' only hidden states. 'auto' (default) follows the checkpoint: a "
-        "sentence-transformers directory gives its sentence embedding, a *ForMaskedLM its "
-        "logits, and so on",
+        "'none' only hidden states; domain packages add their own (an image classifier's "
+        "logits). 'auto' (default) follows the checkpoint: a sentence-transformers "
+        "directory gives its sentence embedding, a *ForMaskedLM its logits, and so on",
     )
     build.add_argument(
         "--pooling",
@@ -293,14 +260,6 @@ def make_parser() -> argparse.ArgumentParser:
         "config says, else no)",
     )
     build.add_argument(
-        "--form",
-        choices=list(VISION_LANGUAGE_FORMS),
-        default="split",
-        help="vision-language models only: 'split' (default) writes vision/, embedding/ and "
-        "decoder/ graphs, the layout runtimes load; 'single' one model.onnx that takes "
-        "pixel_values beside the causal-LM inputs",
-    )
-    build.add_argument(
         "--overwrite",
         action="store_true",
         help="replace a non-empty OUTPUT_DIR (only once the new build is complete)",
@@ -312,55 +271,46 @@ def make_parser() -> argparse.ArgumentParser:
         "safetensors. Unpickling can run code; mobius reads them with its own restricted "
         "unpickler (tensors and plain containers only), and warns",
     )
-    build.add_argument(
-        "--skip-component",
-        action="append",
-        metavar="NAME",
-        help="diffusers pipelines: leave out component NAME of model_index.json (a "
-        "safety_checker, say); a component mobius neither builds nor copies is otherwise "
-        "an error. Repeatable",
-    )
     build.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    _add_plugin_options(build, plugin_options, "build")
     build.set_defaults(run=_build)
 
+    runner_help = "".join(f"\n\n{r.help}" for r in runners if r.help)
+    runner_examples = "".join(f"  {e}\n" for r in runners for e in r.examples)
     generate = commands.add_parser(
         "generate",
-        help="generate text from a built causal-LM, seq2seq or speech-to-text package with ONNX Runtime",
+        help="run a built package with ONNX Runtime: text generation, and what domain "
+        "packages add (transcription, images)",
         description=(
             "Run the package in OUTPUT_DIR (written by 'mobius build') on PROMPT with ONNX\n"
             "Runtime and stream the text to stdout as it is generated. The prompt goes\n"
             "through the tokenizer's chat template when it has one. A causal LM continues\n"
-            "the prompt; a seq2seq package (encoder/ and decoder/: T5, BART, Marian...)\n"
-            "encodes it once and decodes from the decoder start token, with the config's\n"
-            "forced_bos_token_id (a target language) and forced_eos_token_id. A speech-to-text\n"
-            "package (Whisper) takes a WAV file for PROMPT: its own feature extractor makes the\n"
-            "log-mel features (a WAV at another rate is resampled linearly) and the decoder\n"
-            "starts from the prompt transformers' Whisper generate uses (start, language,\n"
-            "task, no-timestamps tokens). A diffusion pipeline package (model_index.json:\n"
-            "Stable Diffusion, Flux) turns PROMPT into an image written to --output, from\n"
-            "the noise of --seed over --steps scheduler steps (needs mobius-diffusion).\n\n"
+            "the prompt; a seq2seq package (encoder/ and decoder/ graphs) encodes it once\n"
+            "and decodes from the decoder start token, with the config's\n"
+            "forced_bos_token_id (a target language) and forced_eos_token_id.\n\n"
             "Decoding is greedy (reproducible) unless --do-sample, --temperature, --top-k or\n"
             "--top-p is given; sampling parameters not given come from the package's\n"
             "generation_config.json (else temperature 1, top-k 50, top-p 1). Generation stops\n"
             "at an end-of-sequence id (generation_config.json, config.json) or N new tokens.\n\n"
             "At the end, one line on stderr gives the time to first token and the decode\n"
             "rate in tokens/s: the tokens after the first, over the time since the first.\n"
-            "Needs ONNX Runtime: pip install mobius-core[run]"
+            "Needs ONNX Runtime: pip install mobius-core[run]" + runner_help
         ),
         epilog="""examples:
   mobius generate out/ "The capital of France is" --no-chat-template --max-new-tokens 32
   mobius generate out/ "Write a haiku about rain." --do-sample --seed 0
   mobius generate out/ "Hi!" --system "You answer in French." --temperature 0.7 --top-p 0.9
-  mobius generate t5-out/ "translate English to German: The house is wonderful."
-  mobius generate whisper-out/ speech.wav
-  mobius generate sd-out/ "a red bicycle" --steps 20 --seed 0 --output bicycle.png
-""",
+  mobius generate seq2seq-out/ "translate English to German: The house is wonderful."
+"""
+        + runner_examples,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[common],
     )
     generate.add_argument("output", metavar="OUTPUT_DIR", help="package written by mobius build")
     generate.add_argument(
-        "prompt", metavar="PROMPT", help="the prompt text (a WAV file for speech-to-text)"
+        "prompt",
+        metavar="PROMPT",
+        help="the prompt text (or what a domain runner takes: an audio file)",
     )
     generate.add_argument(
         "--max-new-tokens",
@@ -415,27 +365,7 @@ def make_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="ONNX Runtime intra-op threads (default: its own)",
     )
-    image = generate.add_argument_group("diffusion pipelines")
-    image.add_argument(
-        "--output",
-        dest="image_output",
-        default=None,
-        metavar="FILE",
-        help="the image file to write (default image.png)",
-    )
-    image.add_argument(
-        "--steps", type=int, default=20, metavar="N", help="denoising steps (default 20)"
-    )
-    image.add_argument(
-        "--guidance-scale",
-        type=float,
-        default=None,
-        metavar="G",
-        help="classifier-free guidance (Stable Diffusion, default 7.5; SDXL, 5.0) or the "
-        "guidance embedding (Flux dev, default 3.5)",
-    )
-    image.add_argument("--height", type=int, default=None, metavar="PX", help="image height")
-    image.add_argument("--width", type=int, default=None, metavar="PX", help="image width")
+    _add_plugin_options(generate, plugin_options, "generate")
     generate.set_defaults(run=_generate)
 
     list_ = commands.add_parser(
@@ -512,7 +442,10 @@ def main(argv: list[str] | None = None) -> int:
     (:class:`mobius.errors.MobiusError`), 2 a usage error, 3 an internal error
     (a bug in mobius), 130 interrupted.
     """
-    args = make_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # Only build and generate take the domain packages' options: load them for those alone.
+    command = next((a for a in argv if not a.startswith("-")), None)
+    args = make_parser(plugins=command in ("build", "generate")).parse_args(argv)
     verbose = getattr(args, "verbose", False)
     handler = _log_notes()
     try:

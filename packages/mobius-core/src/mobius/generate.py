@@ -10,7 +10,9 @@ from the ONNX Runtime session, so every cache kind (``key``/``value``, ``conv_st
 run the same way. A seq2seq package (``encoder/`` and ``decoder/`` graphs, the contract
 of :mod:`mobius.tasks._seq2seq`) runs in :class:`Seq2SeqGenerator`: the source is
 encoded once, then the decoder steps from its start token; :func:`open_generator`
-picks the class from the package's layout.
+picks the class from the package's layout. Every generator, a domain package's too,
+runs its tokens through one loop, :func:`decode_loop`, with logits processors
+(:func:`suppress_tokens`, :func:`begin_suppress_tokens`, :func:`force_token`).
 
 Example::
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -39,21 +42,30 @@ import numpy as np
 from mobius.errors import MobiusError
 
 __all__ = [
+    "ORT_FLOAT_TYPES",
     "GenerationStats",
+    "LogitsProcessor",
     "PackageError",
     "RuntimeMissingError",
+    "Seq2SeqGenerator",
     "TextGenerator",
     "TextStream",
+    "begin_suppress_tokens",
+    "decode_loop",
+    "force_token",
     "generate_text",
+    "open_generator",
     "sample_next_token",
+    "stream_to_stdout",
+    "suppress_tokens",
     "top_k_filter",
     "top_p_filter",
 ]
 
 _CACHE_INPUT = re.compile(r"past_key_values\.(\d+)\.(\w+)")
 _DECODER_CACHE = re.compile(r"past_key_values\.\d+\.decoder\.(key|value)")  # seq2seq self-attention
-# Only these cache/logit element types have a numpy type ONNX Runtime's Python API accepts.
-_ORT_FLOAT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
+#: ONNX Runtime element type -> numpy type, for the float types its Python API feeds.
+ORT_FLOAT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
 # Files that hold a vocabulary; tokenizer_config.json alone does not.
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt")
 
@@ -203,6 +215,121 @@ class GenerationStats:
         )
 
 
+def _as_ids(value) -> list[int]:
+    """Token ids of a config value: None, one id or a list of ids."""
+    if value is None:
+        return []
+    if isinstance(value, int):
+        return [value]
+    return [int(v) for v in value]
+
+
+# --- the decode loop every generator shares -------------------------------------------
+
+#: A logits processor: ``(step, last, logits) -> logits``, or an ``int``: the token forced
+#: at this step, taken without sampling. ``step`` counts the new tokens (0: the first),
+#: ``last`` is True for the last one ``max_new_tokens`` allows; ``logits`` [vocab] float32
+#: may be changed in place.
+LogitsProcessor = Callable[[int, bool, np.ndarray], "np.ndarray | int"]
+
+
+def suppress_tokens(ids) -> LogitsProcessor:
+    """Never generate ``ids`` (an id, a list of ids or None: the config's ``suppress_tokens``)."""
+    ids = _as_ids(ids)
+
+    def process(step: int, last: bool, logits: np.ndarray) -> np.ndarray:
+        logits[ids] = -np.inf
+        return logits
+
+    return process
+
+
+def begin_suppress_tokens(ids) -> LogitsProcessor:
+    """Do not generate ``ids`` as the first new token (the config's ``begin_suppress_tokens``)."""
+    ids = _as_ids(ids)
+
+    def process(step: int, last: bool, logits: np.ndarray) -> np.ndarray:
+        if step == 0:
+            logits[ids] = -np.inf
+        return logits
+
+    return process
+
+
+def force_token(token: int, *, at: str) -> LogitsProcessor:
+    """Force ``token`` as the ``"first"`` or the ``"last"`` new token, as transformers
+    applies ``forced_bos_token_id`` and ``forced_eos_token_id``; a forced token draws no
+    random number."""
+    if at not in ("first", "last"):
+        raise ValueError(f"at must be 'first' or 'last', not {at!r}")
+    token = int(token)
+
+    def process(step: int, last: bool, logits: np.ndarray) -> np.ndarray | int:
+        return token if (step == 0 if at == "first" else last) else logits
+
+    return process
+
+
+def decode_loop(
+    step: Callable[[list[int]], np.ndarray],
+    prompt_ids: Sequence[int],
+    *,
+    stats: GenerationStats,
+    max_new_tokens: int = 128,
+    room: int | None = None,
+    eos_token_ids: Iterable[int] = (),
+    processors: Sequence[LogitsProcessor] = (),
+    do_sample: bool = False,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
+    started: float | None = None,
+) -> Iterator[int]:
+    """Yield new token ids until an ``eos_token_ids`` id or ``max_new_tokens``: the token loop.
+
+    ``step(ids)`` runs the model on ``ids`` after everything fed before (first the
+    prompt, then each new token) and returns the last position's logits [vocab]
+    float32. The ``processors`` then change them (or force the token), in order;
+    the token is the argmax, or with ``do_sample`` drawn from
+    ``numpy.random.default_rng(seed)`` after ``temperature``, ``top_k`` and ``top_p``
+    (:func:`sample_next_token`). ``room`` caps ``max_new_tokens`` where the model's
+    positions run out (the stop reason is then ``"context_length"``). The end token
+    is not yielded. ``stats`` gets the stop reason, the new-token count and the
+    timings, counted from ``started`` (default: the first ``next``).
+    """
+    if started is None:
+        started = time.perf_counter()
+    stats.stop_reason = "max_new_tokens"
+    if room is not None and max_new_tokens > room:
+        max_new_tokens = room
+        stats.stop_reason = "context_length"
+    stop = set(eos_token_ids)
+    rng = np.random.default_rng(seed)
+    sampling = dict(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p)
+    ids, first_at = list(prompt_ids), None
+    for index in range(max_new_tokens):
+        logits, token = step(ids), None
+        for process in processors:
+            logits = process(index, index == max_new_tokens - 1, logits)
+            if isinstance(logits, int):
+                token = logits
+                break
+        if token is None:
+            token = sample_next_token(logits, rng, **sampling)
+        now = time.perf_counter()
+        if first_at is None:
+            first_at = now
+            stats.time_to_first_token_s = now - started
+        stats.new_tokens += 1
+        stats.decode_time_s = now - first_at
+        if token in stop:
+            stats.stop_reason = "eos"
+            return
+        yield token
+        ids = [token]
+
+
 def _read_json(path: Path) -> dict:
     if not path.is_file():
         return {}
@@ -211,14 +338,6 @@ def _read_json(path: Path) -> dict:
     except (OSError, ValueError) as exc:
         raise PackageError(f"unreadable {path.name} in {path.parent}: {exc}") from None
     return data if isinstance(data, dict) else {}
-
-
-def _as_ids(value) -> list[int]:
-    if value is None:
-        return []
-    if isinstance(value, int):
-        return [value]
-    return [int(v) for v in value]
 
 
 def _import_onnxruntime():
@@ -398,7 +517,7 @@ class TextGenerator(_Generator):
             present = past.name.replace("past_key_values.", "present.", 1)
             if present not in outputs:
                 raise PackageError(f"the graph has {past.name} but no {present} output")
-            if past.type not in _ORT_FLOAT_TYPES:
+            if past.type not in ORT_FLOAT_TYPES:
                 raise PackageError(
                     f"{past.name} is {past.type}: ONNX Runtime's Python API feeds only float32 "
                     "and float16 caches; build with --dtype f32 or f16"
@@ -418,7 +537,7 @@ class TextGenerator(_Generator):
                 d if isinstance(d, int) else (1 if axis == 0 else 0)
                 for axis, d in enumerate(past.shape)
             ]
-            cache[past.name] = np.zeros(shape, dtype=_ORT_FLOAT_TYPES[past.type])
+            cache[past.name] = np.zeros(shape, dtype=ORT_FLOAT_TYPES[past.type])
         return cache
 
     def _step(self, ids: np.ndarray, start: int, cache: dict) -> tuple[np.ndarray, dict]:
@@ -453,42 +572,39 @@ class TextGenerator(_Generator):
         ``numpy.random.default_rng(seed)``: the same seed gives the same tokens.
         Timings land in :attr:`stats` when the iterator finishes.
         """
-        prompt = np.asarray([list(prompt_ids)], dtype=np.int64)
-        if prompt.shape[1] == 0:
+        prompt = [int(token) for token in prompt_ids]
+        if not prompt:
             raise MobiusError("the prompt is empty")
-        stop = set(self.eos_token_ids if eos_token_ids is None else eos_token_ids)
-        rng = np.random.default_rng(seed)
-        options = dict(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p)
-        stats = self.stats = GenerationStats(prompt_tokens=prompt.shape[1])
-        stats.stop_reason = "max_new_tokens"
+        stats = self.stats = GenerationStats(prompt_tokens=len(prompt))
         started = time.perf_counter()
-        cache = self._empty_cache()
-        ids, position = prompt, 0
-        first_at = None
         # Positions past max_position_embeddings are outside what the graph was built for.
         context = int(self.config.get("max_position_embeddings") or 0)
-        if context and prompt.shape[1] > context:
+        if context and len(prompt) > context:
             raise MobiusError(
-                f"the prompt has {prompt.shape[1]} tokens; the model takes at most {context}"
+                f"the prompt has {len(prompt)} tokens; the model takes at most {context}"
             )
-        if context and prompt.shape[1] + max_new_tokens > context:
-            max_new_tokens = context - prompt.shape[1]
-            stats.stop_reason = "context_length"
-        for _ in range(max_new_tokens):
-            logits, cache = self._step(ids, position, cache)
-            token = sample_next_token(logits, rng, **options)
-            now = time.perf_counter()
-            if first_at is None:
-                first_at = now
-                stats.time_to_first_token_s = now - started
-            stats.new_tokens += 1
-            stats.decode_time_s = now - first_at
-            if token in stop:
-                stats.stop_reason = "eos"
-                return
-            yield token
-            position += ids.shape[1]
-            ids = np.asarray([[token]], dtype=np.int64)
+        cache, position = self._empty_cache(), 0
+
+        def step(ids: list[int]) -> np.ndarray:
+            nonlocal cache, position
+            logits, cache = self._step(np.asarray([ids], dtype=np.int64), position, cache)
+            position += len(ids)
+            return logits
+
+        yield from decode_loop(
+            step,
+            prompt,
+            stats=stats,
+            max_new_tokens=max_new_tokens,
+            room=context - len(prompt) if context else None,
+            eos_token_ids=self.eos_token_ids if eos_token_ids is None else eos_token_ids,
+            do_sample=do_sample,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            seed=seed,
+            started=started,
+        )
 
 
 class Seq2SeqGenerator(_Generator):
@@ -555,7 +671,7 @@ class Seq2SeqGenerator(_Generator):
                 f"inputs {sorted(encoder_inputs)}, decoder inputs {sorted(decoder_inputs)[:6]}..."
             )
         for past in self._self_cache:
-            if past.type not in _ORT_FLOAT_TYPES:
+            if past.type not in ORT_FLOAT_TYPES:
                 raise PackageError(
                     f"{past.name} is {past.type}: ONNX Runtime's Python API feeds only float32 "
                     "and float16 caches; build with --dtype f32 or f16"
@@ -575,7 +691,7 @@ class Seq2SeqGenerator(_Generator):
     def _empty_cache(self) -> dict[str, np.ndarray]:
         """The self-attention cache of the first step: no past positions."""
         return {
-            p.name: np.zeros((1, p.shape[1], 0, p.shape[3]), dtype=_ORT_FLOAT_TYPES[p.type])
+            p.name: np.zeros((1, p.shape[1], 0, p.shape[3]), dtype=ORT_FLOAT_TYPES[p.type])
             for p in self._self_cache
         }
 
@@ -583,6 +699,29 @@ class Seq2SeqGenerator(_Generator):
         """``key`` from generation_config.json, else config.json."""
         value = self.generation_config.get(key)
         return self.config.get(key) if value is None else value
+
+    def _decode(self, ids: list[int], source: dict, cache: dict) -> tuple[np.ndarray, dict]:
+        """One decoder run on ``ids``: the last position's logits [vocab] and the next cache.
+
+        ``source`` holds the decoder's source feeds: the cross caches and, where the
+        decoder takes it, ``encoder_attention_mask``.
+        """
+        feeds = {"input_ids": np.asarray([ids], np.int64), **source, **cache}
+        logits, *present = self.decoder.run(["logits", *self._present_names], feeds)
+        cache = {p.name: value for p, value in zip(self._self_cache, present, strict=True)}
+        return logits[0, -1].astype(np.float32), cache
+
+    def decoder_step(self, source: dict) -> Callable[[list[int]], np.ndarray]:
+        """A ``step`` for :func:`decode_loop`: the decoder over ``source`` (see :meth:`_decode`),
+        starting from an empty self-attention cache."""
+        cache = self._empty_cache()
+
+        def step(ids: list[int]) -> np.ndarray:
+            nonlocal cache
+            logits, cache = self._decode(ids, source, cache)
+            return logits
+
+        return step
 
     def generate_ids(
         self,
@@ -613,52 +752,42 @@ class Seq2SeqGenerator(_Generator):
         start = self._setting("decoder_start_token_id")
         if start is None:
             raise PackageError("config.json has no decoder_start_token_id: cannot start decoding")
-        forced_bos, forced_eos = (
-            self._setting("forced_bos_token_id"),
-            self._setting("forced_eos_token_id"),
-        )
-        stop = set(self.eos_token_ids if eos_token_ids is None else eos_token_ids)
-        rng = np.random.default_rng(seed)
-        options = dict(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p)
+        processors = []
+        forced_bos = self._setting("forced_bos_token_id")
+        if forced_bos is not None:
+            processors.append(force_token(forced_bos, at="first"))
+        forced_eos = _as_ids(self._setting("forced_eos_token_id"))
+        if forced_eos:
+            processors.append(force_token(forced_eos[0], at="last"))
         stats = self.stats = GenerationStats(prompt_tokens=source.shape[1])
-        stats.stop_reason = "max_new_tokens"
-        if context and 1 + max_new_tokens > context:  # decoder positions share the table
-            max_new_tokens = context - 1
-            stats.stop_reason = "context_length"
         started = time.perf_counter()
         mask = np.ones_like(source)
         encoded = self.encoder.run(None, {"input_ids": source, "attention_mask": mask})
-        cross = self._cross_cache(encoded)
-        cache = self._empty_cache()
-        ids = np.asarray([[int(start)]], dtype=np.int64)
-        first_at = None
-        for step in range(max_new_tokens):
-            feeds = {"input_ids": ids, "encoder_attention_mask": mask, **cross, **cache}
-            logits, *present = self.decoder.run(["logits", *self._present_names], feeds)
-            cache = {p.name: value for p, value in zip(self._self_cache, present, strict=True)}
-            if step == 0 and forced_bos is not None:
-                token = int(forced_bos)
-            elif step == max_new_tokens - 1 and forced_eos is not None:
-                token = _as_ids(forced_eos)[0]
-            else:
-                token = sample_next_token(logits[0, -1].astype(np.float32), rng, **options)
-            now = time.perf_counter()
-            if first_at is None:
-                first_at = now
-                stats.time_to_first_token_s = now - started
-            stats.new_tokens += 1
-            stats.decode_time_s = now - first_at
-            if token in stop:
-                stats.stop_reason = "eos"
-                return
-            yield token
-            ids = np.asarray([[token]], dtype=np.int64)
+        cross = {"encoder_attention_mask": mask, **self._cross_cache(encoded)}
+        yield from decode_loop(
+            self.decoder_step(cross),
+            [int(start)],
+            stats=stats,
+            max_new_tokens=max_new_tokens,
+            room=context - 1 if context else None,  # decoder positions share the table
+            eos_token_ids=self.eos_token_ids if eos_token_ids is None else eos_token_ids,
+            processors=processors,
+            do_sample=do_sample,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            seed=seed,
+            started=started,
+        )
 
 
 def open_generator(package_dir: str | os.PathLike, **options) -> _Generator:
-    """The generator a package's layout calls for: ``SpeechToTextGenerator`` (:mod:`mobius._speech`)
-    when its encoder takes ``input_features``, :class:`Seq2SeqGenerator` when it has
-    ``encoder/`` and ``decoder/`` graphs, else :class:`TextGenerator`."""
+    """The generator a package's layout calls for: :class:`Seq2SeqGenerator` when it has
+    ``encoder/`` and ``decoder/`` graphs, else :class:`TextGenerator`.
+
+    Packages of other kinds are run by the runners domain packages register
+    (``mobius generate`` asks them first).
+    """
     package = Path(package_dir)
     if (package / "vision" / "model.onnx").is_file() or _takes_pixels(package / "model.onnx"):
         raise MobiusError(
@@ -666,13 +795,65 @@ def open_generator(package_dir: str | os.PathLike, **options) -> _Generator:
             "encoder–decoder packages only (run its vision/, embedding/ and decoder/ graphs "
             "in ONNX Runtime, or a genai_config.json package in onnxruntime-genai)"
         )
-    from mobius._speech import SpeechToTextGenerator, is_speech_package
-
-    if is_speech_package(package):  # an encoder over input_features: transcribes a WAV file
-        return SpeechToTextGenerator(package, **options)
     if (package / "encoder" / "model.onnx").is_file() or (package / "decoder").is_dir():
         return Seq2SeqGenerator(package, **options)
     return TextGenerator(package, **options)
+
+
+def stream_to_stdout(generator: _Generator, prompt: str, options: dict) -> int:
+    """What ``mobius generate`` does with a text generator: stream, then the stats on stderr.
+
+    ``options`` are the parsed ``mobius generate`` options by dest (``max_new_tokens``,
+    ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``seed``, ``no_chat_template``,
+    ``system``). Sampling values not given come from the package's generation config.
+    """
+    sampling = generator.sampling_defaults()
+    explicit = {k: options.get(k) for k in ("temperature", "top_k", "top_p")}
+    do_sample = options.get("do_sample") or any(v is not None for v in explicit.values())
+    chosen = {k: sampling[k] if v is None else v for k, v in explicit.items()}
+    if chosen["temperature"] < 0 or not 0 < chosen["top_p"] <= 1 or chosen["top_k"] < 0:
+        raise MobiusError("need --temperature >= 0, 0 < --top-p <= 1 and --top-k >= 0")
+    pieces = generator.stream(
+        prompt,
+        chat_template=not options.get("no_chat_template"),
+        system=options.get("system"),
+        max_new_tokens=options.get("max_new_tokens", 128),
+        do_sample=do_sample,
+        seed=options.get("seed"),
+        **chosen,
+    )
+    for piece in pieces:
+        sys.stdout.write(piece)
+        sys.stdout.flush()  # stream: each piece appears as soon as it is decoded
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    print(generator.stats.summary(), file=sys.stderr)
+    return 0
+
+
+def run_text_cli(package_dir: str | os.PathLike, prompt: str, options: dict) -> int:
+    """Core's ``mobius generate`` runner: causal-LM and seq2seq packages (see :func:`open_generator`)."""
+    _refuse_plugin_options(package_dir, options)
+    if prompt.lower().endswith(".wav"):
+        raise MobiusError(
+            f"{package_dir} is not a speech-to-text package: it cannot transcribe {prompt}"
+        )
+    generator = open_generator(package_dir, threads=options.get("threads"))
+    return stream_to_stdout(generator, prompt, options)
+
+
+def _refuse_plugin_options(package_dir: str | os.PathLike, options: dict) -> None:
+    """Refuse a domain runner's ``mobius generate`` option set for a package core runs, naming it."""
+    from mobius._registry import registry
+
+    for option in registry.options("generate"):
+        if option.dest in options and options[option.dest] != option.default:
+            flag = option.flags[0]
+            if option.group:  # the kind of package it is for, as its --help section names it
+                raise MobiusError(f"{flag} applies to {option.group}; {package_dir} is not one")
+            raise MobiusError(
+                f"{flag} does not apply to {package_dir}: no runner that takes it accepts it"
+            )
 
 
 def _takes_pixels(graph: Path) -> bool:

@@ -4,13 +4,13 @@ Importing the package registers its architectures with ``mobius.registry``;
 the ``mobius.plugins`` entry point does the same without an import. Each model
 file in ``mobius_diffusion.models`` declares the diffusers ``_class_name`` keys it
 builds in a ``MODEL_TYPES`` table, next to the classes themselves. A component's
-``config.json`` is read as it is (:class:`mobius._config.ComponentConfig`):
+``config.json`` is read as it is (:class:`mobius_diffusion.config.ComponentConfig`):
 diffusers is not needed to build.
 """
 
 from __future__ import annotations
 
-from mobius.discovery import discover_model_types, register_model_types
+from mobius.discovery import discover_model_types, register_model_types, registrations
 
 __version__ = "0.1.0"
 
@@ -28,10 +28,12 @@ def model_types() -> dict[str, type]:
 
 
 def register(registry) -> None:
-    """Add mobius-diffusion's architectures to ``registry``; calling it again changes nothing."""
-    register_model_types(
-        registry, PACKAGE, model_types(), LOAD_ERRORS, "mobius_diffusion:verified.json"
-    )
+    """Register mobius-diffusion's slice: its model types, and its tasks, sources, options and runners."""
+    from mobius_diffusion.plugin import register_slice
+
+    table = registrations("mobius_diffusion", model_types)  # the index: no model file imported
+    register_model_types(registry, PACKAGE, table, LOAD_ERRORS, "mobius_diffusion:verified.json")
+    register_slice(registry)
 
 
 def _register_default() -> None:

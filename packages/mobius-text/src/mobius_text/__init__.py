@@ -8,7 +8,7 @@ a ``MODEL_TYPES`` table, next to the classes themselves.
 
 from __future__ import annotations
 
-from mobius.discovery import discover_model_types, register_model_types
+from mobius.discovery import discover_model_types, register_model_types, registrations
 
 __version__ = "0.1.0"
 
@@ -26,8 +26,12 @@ def model_types() -> dict[str, type]:
 
 
 def register(registry) -> None:
-    """Add mobius-text's architectures to ``registry``; calling it again changes nothing."""
-    register_model_types(registry, PACKAGE, model_types(), LOAD_ERRORS, "mobius_text:verified.json")
+    """Register mobius-text's slice: its model types, and its tasks, sources, options and runners."""
+    from mobius_text.plugin import register_slice
+
+    table = registrations("mobius_text", model_types)  # the index: no model file imported
+    register_model_types(registry, PACKAGE, table, LOAD_ERRORS, "mobius_text:verified.json")
+    register_slice(registry)
 
 
 def _register_default() -> None:

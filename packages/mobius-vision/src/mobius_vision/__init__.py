@@ -1,4 +1,4 @@
-"""mobius-vision: vision encoders and image classification (vision–language models next).
+"""mobius-vision: vision encoders, image classification, zero-shot image–text and vision–language models.
 
 Importing the package registers its architectures with ``mobius.registry``;
 the ``mobius.plugins`` entry point does the same without an import. Each model
@@ -8,7 +8,7 @@ a ``MODEL_TYPES`` table, next to the classes themselves.
 
 from __future__ import annotations
 
-from mobius.discovery import discover_model_types, register_model_types
+from mobius.discovery import discover_model_types, register_model_types, registrations
 
 __version__ = "0.1.0"
 
@@ -26,10 +26,12 @@ def model_types() -> dict[str, type]:
 
 
 def register(registry) -> None:
-    """Add mobius-vision's architectures to ``registry``; calling it again changes nothing."""
-    register_model_types(
-        registry, PACKAGE, model_types(), LOAD_ERRORS, "mobius_vision:verified.json"
-    )
+    """Register mobius-vision's slice: its model types, and its tasks, sources, options and runners."""
+    from mobius_vision.plugin import register_slice
+
+    table = registrations("mobius_vision", model_types)  # the index: no model file imported
+    register_model_types(registry, PACKAGE, table, LOAD_ERRORS, "mobius_vision:verified.json")
+    register_slice(registry)
 
 
 def _register_default() -> None:

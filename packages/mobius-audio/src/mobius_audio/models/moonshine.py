@@ -12,7 +12,7 @@ partial_rotary_factor)``; cross-attention has no rotation. The encoder MLP is
 ``fc2(act(gate) * value)``. ``o_proj`` has no bias; ``proj_out`` is tied to the
 decoder's embeddings. The module tree follows
 ``MoonshineForConditionalGeneration`` checkpoints; graphs follow the masked form
-of :class:`mobius.tasks._speech_to_text.SpeechToTextTask`.
+of :class:`mobius_audio.tasks.SpeechToTextTask`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from typing import Any
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius._config import RopeConfig
 from mobius.components import (
     Attention,
     Embedding,
@@ -36,6 +35,7 @@ from mobius.components import (
     padding_bias,
 )
 from mobius.components._rope import default_inv_freq
+from mobius.config import RopeConfig
 from mobius.errors import ConfigError
 from mobius_audio.models.whisper import WhisperForConditionalGeneration, _length
 

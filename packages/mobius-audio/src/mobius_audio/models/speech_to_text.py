@@ -11,7 +11,7 @@ cache length. Layers are Whisper's (pre-norm, exact activations) with biases on
 every projection and padding masks on encoder self-attention and cross-attention.
 The module tree follows ``Speech2TextForConditionalGeneration`` checkpoints
 (``model.encoder.conv.conv_layers.0``..., ``lm_head``); graphs follow the masked
-form of :class:`mobius.tasks._speech_to_text.SpeechToTextTask`.
+form of :class:`mobius_audio.tasks.SpeechToTextTask`.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ has causal self-attention, cross-attention over the encoder and an MLP. Keys are
 projected without a bias (queries, values and outputs have one). ``proj_out`` is
 tied to the decoder's embeddings. The module tree follows
 ``WhisperForConditionalGeneration`` checkpoints (``model.encoder.conv1...``);
-graphs follow :class:`mobius.tasks._speech_to_text.SpeechToTextTask`.
+graphs follow :class:`mobius_audio.tasks.SpeechToTextTask`.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ from mobius.components._rope import (
     make_rotary_embedding,
     rotary_dim,
 )
-from mobius.components._runtime import EXECUTION_PROVIDERS, execution_provider, fused_ops
+from mobius.components._runtime import EXECUTION_PROVIDERS, execution_provider_of, fused_ops
 from mobius.components._scan import scan_body
 from mobius.components._scope import module_scope, realize_parameters
 
@@ -84,7 +84,7 @@ __all__ = [
     "causal_bias",
     "checkpoint_shape",
     "embeddings_given",
-    "execution_provider",
+    "execution_provider_of",
     "float_constant",
     "fused_ops",
     "gather_by_distance",

@@ -35,20 +35,6 @@ def alibi_slopes(num_heads: int) -> np.ndarray:
     return np.asarray(slopes, dtype=np.float32)
 
 
-def mpt_alibi_slopes(num_heads: int, alibi_bias_max: float = 8.0) -> np.ndarray:
-    """Per-head slopes ``[heads]`` float32, as MPT computes them.
-
-    ``1 / 2**(i * max / n)`` for ``n`` = heads rounded up to a power of two; when
-    that rounding changed ``n``, the odd-indexed slopes come first, then the even.
-    """
-    padded = 2 ** math.ceil(math.log2(num_heads))
-    exponents = np.arange(1, padded + 1, dtype=np.float32) * np.float32(alibi_bias_max / padded)
-    slopes = (np.float32(1.0) / np.power(np.float32(2.0), exponents)).astype(np.float32)
-    if padded != num_heads:
-        slopes = np.concatenate([slopes[1::2], slopes[::2]])[:num_heads]
-    return slopes
-
-
 def cumulative_positions(op, attention_mask: ir.Value) -> ir.Value:
     """Key positions ``[batch, total]`` int64 that count real tokens only (0 at padding).
 

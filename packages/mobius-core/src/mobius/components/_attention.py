@@ -13,7 +13,7 @@ from onnxscript import nn
 
 from mobius.components._linear import Linear
 from mobius.components._rope import ROTARY_TABLE, RotaryTable, apply_rotary
-from mobius.components._runtime import MS_DOMAIN, current_execution_provider, fused_ops
+from mobius.components._runtime import MS_DOMAIN, execution_provider_of, fused_ops
 
 _NUMPY_FLOAT = {
     ir.DataType.FLOAT: np.float32,
@@ -181,7 +181,7 @@ def scaled_dot_product_attention(
     outside the kernel, so cached keys are rotated by HF's positions (for caches
     that other layers read with their own queries).
     """
-    half_only = current_execution_provider() == "cuda" and past_key.dtype == ir.DataType.FLOAT
+    half_only = execution_provider_of(op) == "cuda" and past_key.dtype == ir.DataType.FLOAT
     kernel_fits = (
         bias is not None
         and not bias.meta.get(SEES_AHEAD)  # the kernel is causal
@@ -189,7 +189,7 @@ def scaled_dot_product_attention(
         and head_dim % 8 == 0  # the kernel's own limits
         and value_dim in (None, head_dim)
     )
-    if fused_ops() and not half_only and kernel_fits:
+    if fused_ops(op) and not half_only and kernel_fits:
         return _group_query_attention(
             op, q, k, v, bias, past_key, past_value, num_heads, num_kv_heads, head_dim, scale,
             softcap, sinks, rotary_in_kernel,

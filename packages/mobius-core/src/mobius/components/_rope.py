@@ -15,7 +15,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius._config import RopeConfig
+from mobius.config import RopeConfig
 from mobius.errors import ConfigError
 
 # ``Value.meta`` key of the RotaryTable behind a cos/sin value (not saved in the model).

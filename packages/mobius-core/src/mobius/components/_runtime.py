@@ -2,41 +2,48 @@
 
 ``default`` graphs use only standard ONNX operators and run anywhere. ``cpu`` and
 ``cuda`` graphs use ONNX Runtime's ``com.microsoft`` kernels where they are
-faster: components ask :func:`fused_ops` while the graph is built, and the
-build applies the matching graph passes afterwards (``mobius.passes``).
+faster. The target is an argument of the task that makes the graph
+(:func:`mobius.tasks.new_graph`), which records it in the graph's metadata;
+components read it from the graph they emit into (:func:`execution_provider_of`),
+and the build applies the matching graph passes afterwards (``mobius.passes``).
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-from contextvars import ContextVar
+import onnx_ir as ir
 
-EXECUTION_PROVIDERS = ("default", "cpu", "cuda")
+from mobius.options import EXECUTION_PROVIDERS
+
 MS_DOMAIN = "com.microsoft"
+#: The graph metadata key that holds the graph's execution provider.
+EP_META = "mobius.execution_provider"
 
-_target: ContextVar[str] = ContextVar("mobius_execution_provider", default="default")
+__all__ = ["EXECUTION_PROVIDERS", "MS_DOMAIN", "execution_provider_of", "fused_ops", "mark_target"]
 
 
-@contextlib.contextmanager
-def execution_provider(ep: str) -> Iterator[None]:
-    """Build the graphs created inside this block for ``ep`` (one of ``EXECUTION_PROVIDERS``)."""
+def mark_target(graph: ir.Graph, ep: str) -> None:
+    """Record that ``graph`` is built for ``ep`` (one of ``EXECUTION_PROVIDERS``)."""
     if ep not in EXECUTION_PROVIDERS:
         raise ValueError(
             f"unknown execution provider {ep!r}; choose one of {', '.join(EXECUTION_PROVIDERS)}"
         )
-    token = _target.set(ep)
-    try:
-        yield
-    finally:
-        _target.reset(token)
+    graph.meta[EP_META] = ep
 
 
-def current_execution_provider() -> str:
-    """The execution provider of the graph being built."""
-    return _target.get()
+def execution_provider_of(op) -> str:
+    """The execution provider of the graph ``op`` (a builder's ``op``) emits into.
+
+    A subgraph (a Scan or Loop body) has the target of the graph that holds it.
+    """
+    builder = op.builder
+    while builder is not None:
+        ep = builder.graph.meta.get(EP_META)
+        if ep is not None:
+            return ep
+        builder = builder.parent
+    return "default"
 
 
-def fused_ops() -> bool:
-    """Whether the graph being built may use ONNX Runtime's fused contrib ops."""
-    return _target.get() != "default"
+def fused_ops(op) -> bool:
+    """Whether the graph ``op`` emits into may use ONNX Runtime's fused contrib ops."""
+    return execution_provider_of(op) != "default"

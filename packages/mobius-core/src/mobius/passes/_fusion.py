@@ -18,6 +18,29 @@ _SKIP_NORMS = {
     "LayerNormalization": ("SkipLayerNormalization", 2),
 }
 
+# Ops that may sit between the head's MatMul/Gemm and ``logits``: reshapes, a
+# bias, a final softcap (``tanh(x / c) * c``), a cast.
+_HEAD_PASS_THROUGH = frozenset(
+    {"Reshape", "Identity", "Add", "Mul", "Div", "Tanh", "Cast", "Squeeze", "Unsqueeze"}
+)
+
+
+def head_nodes(graph: ir.Graph) -> set[ir.Node]:
+    """The MatMul/Gemm nodes whose output becomes the ``logits`` output."""
+    heads = set()
+    for output in graph.outputs:
+        if output.name != "logits":
+            continue
+        node = output.producer()
+        while node is not None and node.domain == "":
+            if node.op_type in ("MatMul", "Gemm"):
+                heads.add(node)
+                break
+            if node.op_type not in _HEAD_PASS_THROUGH or not node.inputs or not node.inputs[0]:
+                break
+            node = node.inputs[0].producer()
+    return heads
+
 
 def _computed(value: ir.Value | None) -> bool:
     """A value made by a node at run time (not a constant, an initializer or a graph input)."""
@@ -204,8 +227,6 @@ def pack_parallel_matmuls(model: ir.Model) -> int:
     weights. Output heads are left alone, so the int4 pass can still find them.
     Must run after the weights are applied. Returns how many MatMuls were merged away.
     """
-    from mobius.passes._int4_pass import head_nodes  # the int4 pass reads this module
-
     graph = model.graph
     heads = head_nodes(graph)
     groups: dict[int, list[ir.Node]] = {}

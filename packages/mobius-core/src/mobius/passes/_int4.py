@@ -233,7 +233,7 @@ def _free_name(graph: ir.Graph, base: str) -> str:
 class _RepackedParts(_LazyParts):
     """The ``MatMulNBits`` parts of GGUF weights stacked along N, repacked on first use.
 
-    Each source has ``repack()`` (a :class:`~mobius.weights._gguf_hf.GGUFWeight`).
+    Each source has ``repack()`` giving a :class:`~mobius.weights.RepackedWeight`.
     Sources without offsets get zero offsets when others have them.
     """
 

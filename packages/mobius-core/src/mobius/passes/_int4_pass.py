@@ -9,7 +9,7 @@ import onnx_ir as ir
 
 from mobius.components._linear import TransposedParameter
 from mobius.components._runtime import MS_DOMAIN
-from mobius.passes._fusion import CONCAT_OF
+from mobius.passes._fusion import CONCAT_OF, head_nodes
 from mobius.passes._int4 import (
     BLOCK_SIZES,
     FLOAT_TYPES,
@@ -19,12 +19,6 @@ from mobius.passes._int4 import (
     repacked_weight,
 )
 from mobius.weights._gguf_quant import HAS_OFFSETS, REPACKED_BITS
-
-# Ops that may sit between the head's MatMul/Gemm and ``logits``: reshapes, a
-# bias, a final softcap (``tanh(x / c) * c``), a cast.
-_HEAD_PASS_THROUGH = frozenset(
-    {"Reshape", "Identity", "Add", "Mul", "Div", "Tanh", "Cast", "Squeeze", "Unsqueeze"}
-)
 
 
 def quantize_int4(
@@ -50,8 +44,9 @@ def quantize_int4(
       and zero points.
 
     - ``prequantized`` maps initializer names to the GGUF weights they were
-      applied from (:class:`~mobius.weights.GGUFCheckpoint` items; other values
-      are ignored). A weight stored as Q4_0, Q4_1 or Q8_0 keeps its blocks: they
+      applied from (items of a checkpoint whose weights are ``repackable`` and
+      ``repack()`` to :class:`~mobius.weights.RepackedWeight`, as mobius-text's
+      GGUF checkpoint's are; other values are ignored). A weight stored as Q4_0, Q4_1 or Q8_0 keeps its blocks: they
       are repacked for ``MatMulNBits`` (4 or 8 bits, block size 32 whatever
       ``block_size`` says, Q4_1's block minimums as ``(x @ block_ones) @
       offsets``), not dequantized and re-rounded. A tied Q4_0/Q8_0 table serves
@@ -99,23 +94,6 @@ def _quantizable(weight: ir.Value | None) -> bool:
         and len(weight.shape) == 2
         and weight.dtype in FLOAT_TYPES
     )
-
-
-def head_nodes(graph: ir.Graph) -> set[ir.Node]:
-    """The MatMul/Gemm nodes whose output becomes the ``logits`` output."""
-    heads = set()
-    for output in graph.outputs:
-        if output.name != "logits":
-            continue
-        node = output.producer()
-        while node is not None and node.domain == "":
-            if node.op_type in ("MatMul", "Gemm"):
-                heads.add(node)
-                break
-            if node.op_type not in _HEAD_PASS_THROUGH or not node.inputs or not node.inputs[0]:
-                break
-            node = node.inputs[0].producer()
-    return heads
 
 
 def _is_token_embedding(node: ir.Node) -> bool:

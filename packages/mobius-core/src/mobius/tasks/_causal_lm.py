@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from mobius.tasks._base import IR_VERSION, ModelTask, new_graph, set_output
+from mobius.tasks._base import IR_VERSION, ModelTask, set_output
 
 INT64 = ir.DataType.INT64
 
@@ -45,9 +45,15 @@ class CausalLMTask(ModelTask):
     """Text generation with a cache; the module returns ``(logits, [per-layer present tuple])``."""
 
     name = "causal-lm"
+    genai = True
+
+    def genai_config(self, package) -> dict:
+        from mobius._genai import genai_config
+
+        return genai_config(package, ep=self.ep)
 
     def build(self, module, config, dtype: ir.DataType) -> dict[str, ir.Model]:
-        graph, builder = new_graph("causal_lm")
+        graph, builder = self.new_graph("causal_lm")
         input_ids = builder.input("input_ids", INT64, ["batch", "sequence"])
         attention_mask = builder.input("attention_mask", INT64, ["batch", "total_sequence"])
         position_ids = builder.input("position_ids", INT64, ["batch", "sequence"])

@@ -21,10 +21,14 @@ when its head has weights); the sentence embedding is pooled here, for every fam
 
 from __future__ import annotations
 
+import dataclasses
+
 import onnx_ir as ir
 
 from mobius.components._encoder import pool_tokens
-from mobius.tasks._base import IR_VERSION, ModelTask, new_graph, set_output
+from mobius.errors import ConfigError
+from mobius.options import ENCODER_HEADS, POOLING_MODES
+from mobius.tasks._base import IR_VERSION, ModelTask, set_output
 
 INT64 = ir.DataType.INT64
 
@@ -38,13 +42,51 @@ def logits_shape(config) -> list:
     return ["batch", "sequence", config.num_labels]
 
 
+# A checkpoint's architecture class names its head: what ``--head auto`` builds.
+_HEAD_OF_ARCHITECTURE = {
+    "ForMaskedLM": "masked-lm",
+    "ForSequenceClassification": "sequence-classification",
+    "ForTokenClassification": "token-classification",
+}
+
+
+def encoder_head(options, hf_config, defaults: dict) -> dict:
+    """The head, pooling and normalisation of an encoder build (``--head``, ``--pooling``...).
+
+    ``head="auto"`` reads the checkpoint: a source that sets defaults (a
+    sentence-transformers directory: head, pooling, normalize) gives them;
+    otherwise the architecture class decides (``*ForMaskedLM``: masked-lm; a bare
+    encoder: none). Explicit options win over the source's defaults.
+    """
+    head = options.head
+    if head not in ("auto", *ENCODER_HEADS):
+        raise ConfigError(f"unknown head {head!r}; choose auto or {', '.join(ENCODER_HEADS)}")
+    if head == "auto":
+        architecture = next(iter(getattr(hf_config, "architectures", None) or []), "") or ""
+        suffix = next((s for s in _HEAD_OF_ARCHITECTURE if architecture.endswith(s)), None)
+        head = defaults.get("head") or _HEAD_OF_ARCHITECTURE.get(suffix, "none")
+    pooling = options.pooling or defaults.get("pooling", "mean")
+    if pooling not in POOLING_MODES:
+        raise ConfigError(f"unknown pooling {pooling!r}; choose {', '.join(POOLING_MODES)}")
+    normalize = options.normalize
+    if normalize is None:
+        normalize = bool(defaults.get("normalize", False))
+    return dict(head=head, pooling=pooling, normalize=normalize)
+
+
 class FeatureExtractionTask(ModelTask):
     """Encoder outputs; the module takes ``(input_ids, attention_mask, token_type_ids)``."""
 
     name = "feature-extraction"
 
+    def configure(self, config, options, source):
+        """Apply ``--head``, ``--pooling`` and ``--normalize`` (see :func:`encoder_head`)."""
+        return dataclasses.replace(
+            config, **encoder_head(options, source.hf_config, source.defaults)
+        )
+
     def build(self, module, config, dtype: ir.DataType) -> dict[str, ir.Model]:
-        graph, builder = new_graph("feature_extraction")
+        graph, builder = self.new_graph("feature_extraction")
         input_ids = builder.input("input_ids", INT64, ["batch", "sequence"])
         attention_mask = builder.input("attention_mask", INT64, ["batch", "sequence"])
         token_type_ids = None

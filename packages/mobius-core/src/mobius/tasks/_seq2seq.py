@@ -21,7 +21,7 @@
 The module provides ``encode(op, input_ids, attention_mask) -> (hidden, [(k, v)])``,
 ``decode(op, input_ids, encoder_attention_mask, self_cache, cross_cache) ->
 (logits, [(k, v)])`` and ``cache_shapes() -> (layers, heads, head_dim)``. A task over
-another kind of source (:mod:`mobius.tasks._speech_to_text`) overrides
+another kind of source (mobius-audio's speech-to-text task) overrides
 :meth:`Seq2SeqTask.encoder_inputs` and :meth:`Seq2SeqTask.decoder_source_inputs`.
 """
 
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from mobius.tasks._base import IR_VERSION, ModelTask, new_graph, set_output, twin_module
+from mobius.tasks._base import IR_VERSION, ModelTask, set_output, twin_module
 
 INT64 = ir.DataType.INT64
 
@@ -55,7 +55,7 @@ class Seq2SeqTask(ModelTask):
         cache = ["batch", heads, "encoder_sequence", head_dim]
         hidden_size = config.hidden_size
 
-        graph, builder = new_graph("encoder")
+        graph, builder = self.new_graph("encoder")
         hidden, cross = module.encode(builder.op, *self.encoder_inputs(builder, config, dtype))
         set_output(
             builder, hidden, "last_hidden_state", dtype, ["batch", "encoder_sequence", hidden_size]
@@ -66,7 +66,7 @@ class Seq2SeqTask(ModelTask):
         encoder = ir.Model(graph, ir_version=IR_VERSION, producer_name="mobius")
 
         decoder_module = twin_module(module)
-        graph, builder = new_graph("decoder")
+        graph, builder = self.new_graph("decoder")
         input_ids = builder.input("input_ids", INT64, ["batch", "decoder_sequence"])
         source = self.decoder_source_inputs(builder)
         past = ["batch", heads, "past_decoder_sequence", head_dim]

@@ -2,8 +2,6 @@
 
 from mobius.weights._apply import DerivedTensor, apply_weights, parameters
 from mobius.weights._gguf import GGUFFile, GGUFTensor
-from mobius.weights._gguf_config import gguf_config
-from mobius.weights._gguf_hf import GGUFCheckpoint, GGUFWeight
 from mobius.weights._gguf_quant import RepackedWeight
 from mobius.weights._resolve import resolve_model
 from mobius.weights._safetensors import CheckpointTensor, SafetensorsCheckpoint, checkpoint_dtype
@@ -11,15 +9,12 @@ from mobius.weights._safetensors import CheckpointTensor, SafetensorsCheckpoint,
 __all__ = [
     "CheckpointTensor",
     "DerivedTensor",
-    "GGUFCheckpoint",
     "GGUFFile",
     "GGUFTensor",
-    "GGUFWeight",
     "RepackedWeight",
     "SafetensorsCheckpoint",
     "apply_weights",
     "checkpoint_dtype",
-    "gguf_config",
     "parameters",
     "resolve_model",
 ]

@@ -78,12 +78,7 @@ def resolve_model(
     if path.is_dir():
         return path
     if path.is_file():
-        if path.suffix.lower() in (".gguf", ".safetensors"):
-            return path
-        raise ModelSourceError(
-            f"expected a model directory, a .gguf file or a single-file adapter (.safetensors), "
-            f"got file: {path}"
-        )
+        return path  # which files a build reads is up to the source recognisers
     if not isinstance(model, str) or not _is_repo_id(model):
         what = "file" if path.suffix.lower() == ".gguf" else "directory"
         raise ModelSourceError(f"no such {what}: {model}")

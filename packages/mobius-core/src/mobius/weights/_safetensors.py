@@ -255,11 +255,18 @@ class SafetensorsCheckpoint(Closing, Mapping[str, CheckpointTensor]):
 
 
 def checkpoint_dtype(checkpoint: Mapping[str, CheckpointTensor]) -> ir.DataType | None:
-    """Return the floating-point dtype holding the most bytes, or None if there is none."""
+    """Return the floating-point dtype holding the most bytes, or None if there is none.
+
+    A tensor's bytes are its stored ``nbytes``, or for a source that has none
+    (a :class:`~mobius.weights.DerivedTensor`) its element count times the itemsize.
+    """
     totals: dict[ir.DataType, int] = {}
     for tensor in checkpoint.values():
         if tensor.dtype.is_floating_point():
-            totals[tensor.dtype] = totals.get(tensor.dtype, 0) + tensor.nbytes
+            size = getattr(tensor, "nbytes", None)
+            if size is None:
+                size = math.prod(tensor.shape) * tensor.dtype.itemsize
+            totals[tensor.dtype] = totals.get(tensor.dtype, 0) + size
     if not totals:
         return None
     return max(totals, key=lambda dtype: totals[dtype])

@@ -22,8 +22,8 @@ from onnxscript import nn
 
 from mobius.components import Conv2d, GroupNorm
 from mobius.errors import ConfigError
-from mobius.tasks import GraphSpec
 from mobius_diffusion.models._resnet import DownBlock2D, UNetMidBlock2D, UpBlock2D, activation
+from mobius_diffusion.tasks import GraphSpec
 
 _EPS = 1e-6  # diffusers' Encoder and Decoder fix every norm's epsilon
 

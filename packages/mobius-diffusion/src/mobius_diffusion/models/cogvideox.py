@@ -31,10 +31,10 @@ from onnxscript import nn
 
 from mobius.components import Conv2d, LayerNorm, Linear
 from mobius.errors import ConfigError
-from mobius.tasks import GraphSpec
 from mobius_diffusion.models._attention import Attention, FeedForward
 from mobius_diffusion.models._dit_blocks import WeightlessLayerNorm, modulate, per_token, sincos_1d
 from mobius_diffusion.models._embeddings import TimestepEmbedding, Timesteps
+from mobius_diffusion.tasks import GraphSpec
 
 
 def _ints(op, values):

@@ -22,12 +22,12 @@ from typing import Any
 
 from onnxscript import nn
 
-from mobius._config import ComponentConfig
 from mobius.components import Conv2d, get_activation
 from mobius.errors import ConfigError
-from mobius.tasks import GraphSpec
+from mobius_diffusion.config import ComponentConfig
 from mobius_diffusion.models._resnet import UNetMidBlock2D
 from mobius_diffusion.models.unet_2d_condition import UNet2DConditionConfig, UNetEncoder
+from mobius_diffusion.tasks import GraphSpec
 
 _UP = {"CrossAttnDownBlock2D": "CrossAttnUpBlock2D", "DownBlock2D": "UpBlock2D"}
 

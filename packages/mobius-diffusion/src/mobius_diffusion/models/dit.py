@@ -20,7 +20,6 @@ from onnxscript import nn
 
 from mobius.components import Embedding, Linear
 from mobius.errors import ConfigError
-from mobius.tasks import GraphSpec
 from mobius_diffusion.models._attention import Attention, FeedForward
 from mobius_diffusion.models._dit_blocks import (
     AdaLayerNormZero,
@@ -32,6 +31,7 @@ from mobius_diffusion.models._dit_blocks import (
     unpatchify,
 )
 from mobius_diffusion.models._embeddings import TimestepEmbedding, Timesteps
+from mobius_diffusion.tasks import GraphSpec
 
 
 @dataclass

@@ -20,7 +20,6 @@ from onnxscript import nn
 
 from mobius.components import Linear
 from mobius.errors import ConfigError
-from mobius.tasks import GraphSpec
 from mobius_diffusion.models._dit_blocks import (
     AdaLayerNormContinuous,
     AdaLayerNormZeroSingle,
@@ -31,6 +30,7 @@ from mobius_diffusion.models._dit_blocks import (
     gated,
 )
 from mobius_diffusion.models._embeddings import TimestepEmbedding
+from mobius_diffusion.tasks import GraphSpec
 
 
 @dataclass

@@ -27,7 +27,7 @@ from onnxscript import nn
 
 from mobius.components import LayerNorm, Linear
 from mobius.errors import ConfigError
-from mobius.tasks import GraphSpec
+from mobius_diffusion.tasks import GraphSpec
 
 logger = logging.getLogger("mobius")
 

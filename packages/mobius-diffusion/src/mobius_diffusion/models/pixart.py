@@ -22,7 +22,6 @@ from onnxscript import nn
 
 from mobius.components import Linear, bidirectional_attention
 from mobius.errors import ConfigError
-from mobius.tasks import GraphSpec
 from mobius_diffusion.models._attention import Attention, FeedForward
 from mobius_diffusion.models._dit_blocks import (
     PatchEmbed,
@@ -32,6 +31,7 @@ from mobius_diffusion.models._dit_blocks import (
     unpatchify,
 )
 from mobius_diffusion.models._embeddings import TimestepEmbedding, Timesteps
+from mobius_diffusion.tasks import GraphSpec
 
 
 @dataclass

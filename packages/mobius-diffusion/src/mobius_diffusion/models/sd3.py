@@ -21,7 +21,6 @@ from onnxscript import nn
 
 from mobius.components import Linear
 from mobius.errors import ConfigError
-from mobius.tasks import GraphSpec
 from mobius_diffusion.models._dit_blocks import (
     AdaLayerNormContinuous,
     CombinedTimestepTextProjEmbeddings,
@@ -32,6 +31,7 @@ from mobius_diffusion.models._dit_blocks import (
     gated,
     unpatchify,
 )
+from mobius_diffusion.tasks import GraphSpec
 
 
 @dataclass

@@ -18,7 +18,7 @@ from onnxscript import nn
 
 from mobius.components import Conv2d
 from mobius.errors import ConfigError
-from mobius.tasks import GraphSpec
+from mobius_diffusion.tasks import GraphSpec
 
 
 @dataclass

@@ -28,7 +28,6 @@ from onnxscript import nn
 
 from mobius.components import Conv2d, GroupNorm
 from mobius.errors import ConfigError
-from mobius.tasks import GraphSpec
 from mobius_diffusion.models._embeddings import TimestepEmbedding, Timesteps
 from mobius_diffusion.models._resnet import DownBlock2D, UNetMidBlock2D, UpBlock2D, activation
 from mobius_diffusion.models._unet_blocks import (
@@ -37,6 +36,7 @@ from mobius_diffusion.models._unet_blocks import (
     CrossAttnUpBlock2D,
     UNetMidBlock2DCrossAttn,
 )
+from mobius_diffusion.tasks import GraphSpec
 
 _DOWN = ("CrossAttnDownBlock2D", "DownBlock2D")
 _UP = ("CrossAttnUpBlock2D", "UpBlock2D")

@@ -11,8 +11,8 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius._config import RopeConfig
 from mobius.components import lowest_value, make_rotary_embedding
+from mobius.config import RopeConfig
 
 
 def sequence_positions(op, input_ids: ir.Value) -> ir.Value:

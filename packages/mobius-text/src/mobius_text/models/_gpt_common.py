@@ -13,7 +13,6 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius._config import ArchitectureConfig
 from mobius.components import (
     Embedding,
     Linear,
@@ -22,6 +21,7 @@ from mobius.components import (
     get_activation,
     scaled_dot_product_attention,
 )
+from mobius.config import ArchitectureConfig
 
 
 class Conv1D(nn.Module):

@@ -20,7 +20,7 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius.components import Embedding, GatedMLP, Linear, RMSNorm, rotary_dim
-from mobius.components._moe import ExpertList, flatten_tokens, top_k_routing, unflatten_tokens
+from mobius.components.moe import ExpertList, flatten_tokens, top_k_routing, unflatten_tokens
 from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM, LlamaModel
 from mobius_text.models.qwen import QKNormAttention
 

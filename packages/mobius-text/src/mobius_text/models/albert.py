@@ -15,7 +15,6 @@ from typing import Any
 
 from onnxscript import nn
 
-from mobius._config import EncoderConfig
 from mobius.components import (
     Embedding,
     LayerNorm,
@@ -24,6 +23,7 @@ from mobius.components import (
     get_activation,
     padding_bias,
 )
+from mobius.config import EncoderConfig
 from mobius_text.models.bert import BertEmbeddings
 
 
@@ -157,7 +157,7 @@ class AlbertMLMHead(nn.Module):
 
 
 class AlbertForFeatureExtraction(nn.Module):
-    """The encoder and the head its config names (see :class:`mobius._config.EncoderConfig`)."""
+    """The encoder and the head its config names (see :class:`mobius.config.EncoderConfig`)."""
 
     config_class = AlbertConfig
     task = "feature-extraction"

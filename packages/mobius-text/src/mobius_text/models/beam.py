@@ -23,7 +23,6 @@ from types import SimpleNamespace
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius._config import RopeConfig
 from mobius.components import (
     GatedMLP,
     Linear,
@@ -32,6 +31,7 @@ from mobius.components import (
     make_rotary_embedding,
     softcap,
 )
+from mobius.config import RopeConfig
 from mobius_text.models.deepseek_v2 import DeepseekMoEConfig, DeepseekV2MoE
 from mobius_text.models.llama import LlamaForCausalLM, LlamaModel
 from mobius_text.models.qwen import QKNormAttention

@@ -11,7 +11,6 @@ from typing import Any
 
 from onnxscript import nn
 
-from mobius._config import EncoderConfig
 from mobius.components import (
     Embedding,
     LayerNorm,
@@ -20,6 +19,7 @@ from mobius.components import (
     get_activation,
     padding_bias,
 )
+from mobius.config import EncoderConfig
 from mobius.errors import ConfigError
 
 
@@ -216,7 +216,7 @@ class BertOnlyMLMHead(nn.Module):
 
 
 class BertForFeatureExtraction(nn.Module):
-    """The encoder and the head its config names (see :class:`mobius._config.EncoderConfig`)."""
+    """The encoder and the head its config names (see :class:`mobius.config.EncoderConfig`)."""
 
     config_class = BertConfig
     task = "feature-extraction"

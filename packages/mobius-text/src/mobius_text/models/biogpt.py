@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from onnxscript import nn
 
-from mobius._config import ArchitectureConfig
 from mobius.components import LayerNorm
+from mobius.config import ArchitectureConfig
 from mobius_text.models._gpt_common import (
     GPTBackbone,
     GPTForCausalLM,

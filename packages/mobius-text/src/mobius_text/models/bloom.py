@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 from onnxscript import nn
 
-from mobius._config import ArchitectureConfig
 from mobius.components import (
     Attention,
     Embedding,
@@ -27,6 +26,7 @@ from mobius.components._alibi import (
     alibi_slopes,
     cumulative_positions,
 )
+from mobius.config import ArchitectureConfig
 
 
 @dataclass

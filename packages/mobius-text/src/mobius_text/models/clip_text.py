@@ -25,7 +25,6 @@ from typing import Any
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius._config import EncoderConfig
 from mobius.components import (
     Embedding,
     LayerNorm,
@@ -35,6 +34,7 @@ from mobius.components import (
     get_activation,
     module_scope,
 )
+from mobius.config import EncoderConfig
 from mobius.errors import ConfigError
 
 #: ``--head`` values a text tower builds: the bare features, or them pooled by the task.

@@ -193,7 +193,7 @@ class ConvBertClassificationHead(ElectraClassificationHead):
 
 
 class ConvBertForFeatureExtraction(ElectraForFeatureExtraction):
-    """The encoder and the head its config names (see :class:`mobius._config.EncoderConfig`)."""
+    """The encoder and the head its config names (see :class:`mobius.config.EncoderConfig`)."""
 
     config_class = ConvBertConfig
     base_model_prefix = "convbert"

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 from onnxscript import nn
 
-from mobius._config import ArchitectureConfig
 from mobius.components import LayerNorm, Linear
+from mobius.config import ArchitectureConfig
 from mobius_text.models._gpt_common import (
     FixedPositions,
     GPTBackbone,

@@ -29,7 +29,7 @@ from mobius.components import (
     get_activation,
     make_rotary_embedding,
 )
-from mobius.components._moe import dispatch_experts, flatten_tokens, top_k_routing, unflatten_tokens
+from mobius.components.moe import dispatch_experts, flatten_tokens, top_k_routing, unflatten_tokens
 from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM
 
 LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default, which DBRX uses everywhere

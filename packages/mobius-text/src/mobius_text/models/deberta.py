@@ -18,7 +18,6 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius._config import EncoderConfig
 from mobius.components import (
     Embedding,
     LayerNorm,
@@ -33,6 +32,7 @@ from mobius.components import (
     relative_positions,
     sequence_length,
 )
+from mobius.config import EncoderConfig
 from mobius.errors import ConfigError
 from mobius_text.models.bert import BertIntermediate, BertResidualOutput
 
@@ -319,7 +319,7 @@ class ContextPooler(nn.Module):
 
 
 class DebertaForFeatureExtraction(nn.Module):
-    """The DeBERTa encoder and the head its config names (see :class:`mobius._config.EncoderConfig`)."""
+    """The DeBERTa encoder and the head its config names (see :class:`mobius.config.EncoderConfig`)."""
 
     config_class = DebertaConfig
     model_class = DebertaModel

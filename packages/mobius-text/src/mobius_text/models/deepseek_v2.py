@@ -10,7 +10,7 @@ qk_rope_head_dim]``; every step re-expands the whole latent through ``kv_b_proj`
 
 The router returns a dense ``[tokens, experts]`` weight matrix, zero off each
 token's top k; the experts (one module per expert, as checkpoints store them) run
-on the tokens routed to them only (``mobius.components._moe``).
+on the tokens routed to them only (``mobius.components.moe``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius._config import ArchitectureConfig
 from mobius.components import (
     DecoderLayer,
     GatedMLP,
@@ -29,7 +28,8 @@ from mobius.components import (
     RMSNorm,
     TransposedParameter,
 )
-from mobius.components._moe import ExpertList, flatten_tokens, unflatten_tokens
+from mobius.components.moe import ExpertList, flatten_tokens, unflatten_tokens
+from mobius.config import ArchitectureConfig
 from mobius_text.models.llama import LlamaForCausalLM, LlamaModel
 
 FLOAT = ir.DataType.FLOAT

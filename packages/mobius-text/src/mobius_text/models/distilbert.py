@@ -14,7 +14,6 @@ from typing import Any
 
 from onnxscript import nn
 
-from mobius._config import EncoderConfig
 from mobius.components import (
     Embedding,
     LayerNorm,
@@ -23,6 +22,7 @@ from mobius.components import (
     get_activation,
     padding_bias,
 )
+from mobius.config import EncoderConfig
 
 # DistilBERT's LayerNorms have a fixed epsilon; the config has no field for it.
 LAYER_NORM_EPS = 1e-12
@@ -121,7 +121,7 @@ class DistilBertModel(nn.Module):
 
 
 class DistilBertForFeatureExtraction(nn.Module):
-    """The encoder and the head its config names (see :class:`mobius._config.EncoderConfig`).
+    """The encoder and the head its config names (see :class:`mobius.config.EncoderConfig`).
 
     masked-lm: ``vocab_transform`` (activation, ``vocab_layer_norm``) then
     ``vocab_projector``, whose weight is the word embeddings unless untied;

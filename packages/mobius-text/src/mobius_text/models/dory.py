@@ -29,7 +29,6 @@ from types import SimpleNamespace
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius._config import ArchitectureConfig, RopeConfig
 from mobius.components import (
     Attention,
     Embedding,
@@ -38,6 +37,7 @@ from mobius.components import (
     get_activation,
     make_rotary_embedding,
 )
+from mobius.config import ArchitectureConfig, RopeConfig
 
 
 @dataclass

@@ -91,7 +91,7 @@ class ElectraClassificationHead(nn.Module):
 
 
 class ElectraForFeatureExtraction(nn.Module):
-    """The encoder and the head its config names (see :class:`mobius._config.EncoderConfig`)."""
+    """The encoder and the head its config names (see :class:`mobius.config.EncoderConfig`)."""
 
     config_class = ElectraConfig
     task = "feature-extraction"

@@ -16,7 +16,7 @@ from onnxscript import nn
 
 from mobius.components import DecoderLayer, GatedMLP, Linear, RMSNorm
 from mobius.components._linear import TransposedParameter
-from mobius.components._moe import (
+from mobius.components.moe import (
     ExpertList,
     dispatch_experts,
     flatten_tokens,

@@ -21,7 +21,6 @@ from typing import Any
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius._config import EncoderConfig
 from mobius.components import (
     Embedding,
     LayerNorm,
@@ -30,6 +29,7 @@ from mobius.components import (
     get_activation,
     padding_bias,
 )
+from mobius.config import EncoderConfig
 from mobius.errors import ConfigError
 from mobius_text.models._encoder_rotary import rotate_heads, sequence_positions
 

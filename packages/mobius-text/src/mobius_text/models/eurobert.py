@@ -21,8 +21,8 @@ from typing import Any
 
 from onnxscript import nn
 
-from mobius._config import EncoderConfig, RopeConfig
 from mobius.components import Embedding, GatedMLP, Linear, RMSNorm, get_activation, padding_bias
+from mobius.config import EncoderConfig, RopeConfig
 from mobius.errors import ConfigError
 from mobius_text.models._encoder_rotary import EncoderRotary, rotate_heads, sequence_positions
 from mobius_text.models.modernbert import ModernBertDecoder, pool_first_or_mean

@@ -21,7 +21,6 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius._config import ArchitectureConfig
 from mobius.components import (
     Embedding,
     LayerNorm,
@@ -31,6 +30,7 @@ from mobius.components import (
     make_rotary_embedding,
 )
 from mobius.components._alibi import alibi_attention_bias, alibi_slopes, cumulative_positions
+from mobius.config import ArchitectureConfig
 from mobius_text.models.bloom import DenseMLP, FusedQKVAttention
 
 

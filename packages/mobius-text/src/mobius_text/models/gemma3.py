@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from mobius._config import RopeConfig
 from mobius.components import Attention, make_rotary_embedding
+from mobius.config import RopeConfig
 from mobius_text.models.gemma import GemmaRMSNorm
 from mobius_text.models.gemma2 import Gemma2Config, Gemma2ForCausalLM, Gemma2Model
 

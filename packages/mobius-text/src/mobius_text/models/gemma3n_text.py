@@ -25,7 +25,6 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius._config import ArchitectureConfig, RopeConfig
 from mobius.components import (
     Attention,
     Embedding,
@@ -39,6 +38,7 @@ from mobius.components import (
     make_rotary_embedding,
     softcap,
 )
+from mobius.config import ArchitectureConfig, RopeConfig
 from mobius_text.models.gemma import ScaledEmbedding
 
 

@@ -23,7 +23,6 @@ from types import SimpleNamespace
 import numpy as np
 from onnxscript import nn
 
-from mobius._config import ArchitectureConfig, RopeConfig
 from mobius.components import (
     Attention,
     GatedMLP,
@@ -37,6 +36,7 @@ from mobius.components import (
     rotary_dim,
     softcap,
 )
+from mobius.config import ArchitectureConfig, RopeConfig
 from mobius_text.models.gemma import ScaledEmbedding
 from mobius_text.models.gemma3n_text import (
     Gemma3nSharedKVAttention,

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from onnxscript import nn
 
-from mobius._config import ArchitectureConfig
 from mobius.components import Embedding, LayerNorm, get_activation
+from mobius.config import ArchitectureConfig
 from mobius_text.models._gpt_common import Conv1D, GPTBackbone, GPTForCausalLM, SelfAttention
 
 

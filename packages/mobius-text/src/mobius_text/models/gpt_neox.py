@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 from onnxscript import nn
 
-from mobius._config import ArchitectureConfig
 from mobius.components import (
     Embedding,
     LayerNorm,
@@ -17,6 +16,7 @@ from mobius.components import (
     make_rotary_embedding,
     rotary_dim,
 )
+from mobius.config import ArchitectureConfig
 from mobius_text.models._gpt_common import GPTBackbone, GPTForCausalLM, SelfAttention
 
 

@@ -31,7 +31,7 @@ from mobius.components import (
     rotary_dim,
     scaled_dot_product_attention,
 )
-from mobius.components._moe import (
+from mobius.components.moe import (
     dispatch_experts,
     flatten_tokens,
     top_k_routing,
@@ -72,7 +72,7 @@ class SinkAttention(Attention):
         self.sinks = nn.Parameter([self.num_heads])
 
     def attend(self, op, q, k, v, bias, past_key, past_value):
-        if fused_ops():  # GroupQueryAttention takes the sinks as its ``head_sink``
+        if fused_ops(op):  # GroupQueryAttention takes the sinks as its ``head_sink``
             return scaled_dot_product_attention(
                 op, q, k, v, bias, past_key, past_value, **self.attention_shape(), sinks=self.sinks
             )

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from onnxscript import nn
 
-from mobius._config import ArchitectureConfig, RopeConfig
 from mobius.components import Embedding, LayerNorm, Linear, get_activation, make_rotary_embedding
+from mobius.config import ArchitectureConfig, RopeConfig
 from mobius_text.models._gpt_common import GPTBackbone, GPTForCausalLM, QKVOutAttention
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from onnxscript import nn
 
 from mobius.components import Attention, Embedding, Linear, RMSNorm, get_activation, rotary_dim
-from mobius.components._moe import (
+from mobius.components.moe import (
     StackedLinear,
     dispatch_experts,
     flatten_tokens,

@@ -25,7 +25,6 @@ from typing import Any
 
 from onnxscript import nn
 
-from mobius._config import EncoderConfig, RopeConfig
 from mobius.components import (
     Embedding,
     LayerNorm,
@@ -34,6 +33,7 @@ from mobius.components import (
     get_activation,
     padding_bias,
 )
+from mobius.config import EncoderConfig, RopeConfig
 from mobius_text.models._encoder_rotary import EncoderRotary, rotate_heads, sequence_positions
 from mobius_text.models.bert import BertModel
 

@@ -13,7 +13,7 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius.components import DecoderLayer, GatedMLP, Linear, RMSNorm
-from mobius.components._moe import ExpertList, flatten_tokens, top_k_routing, unflatten_tokens
+from mobius.components.moe import ExpertList, flatten_tokens, top_k_routing, unflatten_tokens
 from mobius_text.models.hunyuan_v1_dense import (
     HunYuanDenseV1Config,
     HunYuanDenseV1ForCausalLM,

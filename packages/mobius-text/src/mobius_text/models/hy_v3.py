@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius._config import ArchitectureConfig
 from mobius.components import DecoderLayer, GatedMLP, RMSNorm, rotary_dim
-from mobius.components._moe import ExpertList, flatten_tokens, top_k_routing, unflatten_tokens
+from mobius.components.moe import ExpertList, flatten_tokens, top_k_routing, unflatten_tokens
+from mobius.config import ArchitectureConfig
 from mobius_text.models.afmoe import AfmoeTokenChoiceRouter
 from mobius_text.models.llama import LlamaForCausalLM, LlamaModel
 from mobius_text.models.qwen import QKNormAttention

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from onnxscript import nn
 
 from mobius.components import Attention, Embedding, GatedMLP, Linear, RMSNorm
-from mobius.components._moe import ExpertList, TopKRouter, flatten_tokens, unflatten_tokens
+from mobius.components.moe import ExpertList, TopKRouter, flatten_tokens, unflatten_tokens
 from mobius_text.models.llama import LlamaConfig
 from mobius_text.models.mamba import MambaConfig, MambaMixer, run_hybrid_layers
 

@@ -20,7 +20,7 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius.components import Linear, RMSNorm, apply_rotary
-from mobius.components._moe import (
+from mobius.components.moe import (
     StackedLinear,
     flatten_tokens,
     scatter_add_rows,

@@ -16,7 +16,7 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius.components import GatedMLP, RMSNorm, TransposedParameter
-from mobius.components._moe import ExpertList, flatten_tokens, scatter_top_k, unflatten_tokens
+from mobius.components.moe import ExpertList, flatten_tokens, scatter_top_k, unflatten_tokens
 from mobius_text.models.deepseek_v2 import DeepseekMoEConfig
 from mobius_text.models.exaone_moe import ExaoneMoeModel
 from mobius_text.models.llama import LlamaForCausalLM

@@ -24,7 +24,6 @@ from types import SimpleNamespace
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius._config import ArchitectureConfig, RopeConfig
 from mobius.components import (
     DecoderLayer,
     GatedMLP,
@@ -36,7 +35,8 @@ from mobius.components import (
     rotary_dim,
     softcap,
 )
-from mobius.components._moe import ExpertList, flatten_tokens, top_k_routing, unflatten_tokens
+from mobius.components.moe import ExpertList, flatten_tokens, top_k_routing, unflatten_tokens
+from mobius.config import ArchitectureConfig, RopeConfig
 from mobius_text.models.llama import LlamaForCausalLM, LlamaModel
 from mobius_text.models.qwen import QKNormAttention
 

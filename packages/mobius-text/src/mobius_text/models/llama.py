@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 from onnxscript import nn
 
-from mobius._config import ArchitectureConfig
 from mobius.components import (
     Attention,
     DecoderLayer,
@@ -19,11 +18,30 @@ from mobius.components import (
     make_rotary_embedding,
     rotary_dim,
 )
+from mobius.config import ArchitectureConfig
+
+# onnxruntime-genai model types written as themselves: the generator (0.18) runs them as
+# plain decoders, and mobius's tiny random builds of each generate like transformers in
+# it. Every other family derived from Llama runs as the generator's generic decoder.
+GENAI_TYPES = frozenset(
+    """ernie4_5 gemma gemma2 gemma3_text granite llama mistral nemotron olmo phi phimoe
+    phi3 qwen2 qwen3 smollm3""".split()
+)
 
 
 @dataclass
 class LlamaConfig(ArchitectureConfig):
     """Llama needs nothing beyond the normalised fields."""
+
+    @property
+    def genai_type(self) -> str | None:
+        """The family's own onnxruntime-genai model type where it has one (:data:`GENAI_TYPES`).
+
+        Answered by ``model_type``, not by class: families share config classes
+        (Qwen2 and Qwen3, Mistral and Ministral), and a family derived from one of
+        these is not thereby one the generator was checked with.
+        """
+        return self.model_type if self.model_type in GENAI_TYPES else None
 
 
 class LlamaModel(nn.Module):

@@ -31,7 +31,7 @@ from mobius.components import (
     attention_bias,
     make_rotary_embedding,
 )
-from mobius.components._moe import (
+from mobius.components.moe import (
     ExpertList,
     dispatch_experts,
     flatten_tokens,

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from mobius._config import RopeConfig
 from mobius.components import GatedMLP, attention_bias, make_rotary_embedding
+from mobius.config import RopeConfig
 from mobius_text.models.mixtral import SparseMoeBlock
 from mobius_text.models.qwen import QwenConfig
 from mobius_text.models.qwen2_moe import make_experts

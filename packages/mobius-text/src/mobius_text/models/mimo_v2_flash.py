@@ -18,7 +18,6 @@ from types import SimpleNamespace
 
 from onnxscript import nn
 
-from mobius._config import RopeConfig
 from mobius.components import (
     Attention,
     DecoderLayer,
@@ -28,6 +27,7 @@ from mobius.components import (
     repeat_kv,
     rotary_dim,
 )
+from mobius.config import RopeConfig
 from mobius_text.models.deepseek_v2 import DeepseekMoEConfig, DeepseekV2MoE
 from mobius_text.models.laguna import LagunaModel
 from mobius_text.models.llama import LlamaForCausalLM

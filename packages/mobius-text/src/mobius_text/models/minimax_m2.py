@@ -14,7 +14,7 @@ from onnxscript import nn
 
 from mobius.components import RMSNorm, rotary_dim
 from mobius.components._linear import TransposedParameter
-from mobius.components._moe import (
+from mobius.components.moe import (
     ExpertList,
     ExpertW123,
     flatten_tokens,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from onnxscript import nn
 
 from mobius.components import RMSNorm
-from mobius.components._moe import (
+from mobius.components.moe import (
     ExpertList,
     ExpertW123,
     TopKRouter,

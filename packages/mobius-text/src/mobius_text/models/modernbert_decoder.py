@@ -18,7 +18,6 @@ from types import SimpleNamespace
 
 from onnxscript import nn
 
-from mobius._config import RopeConfig
 from mobius.components import (
     Attention,
     Embedding,
@@ -29,6 +28,7 @@ from mobius.components import (
     get_activation,
     make_rotary_embedding,
 )
+from mobius.config import RopeConfig
 from mobius_text.models.llama import LlamaConfig
 
 

@@ -18,8 +18,8 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius._config import EncoderConfig
 from mobius.components import Embedding, LayerNorm, Linear, bidirectional_attention, padding_bias
+from mobius.config import EncoderConfig
 from mobius_text.models.bert import BertIntermediate, BertResidualOutput
 from mobius_text.models.roberta import RobertaForFeatureExtraction, padding_aware_position_ids
 

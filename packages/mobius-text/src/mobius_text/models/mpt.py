@@ -7,13 +7,29 @@ a power of two). LayerNorms have weights only.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+import numpy as np
 from onnxscript import nn
 
-from mobius._config import ArchitectureConfig
 from mobius.components import Attention, Embedding, LayerNorm, Linear, TiedLMHead
-from mobius.components._alibi import alibi, alibi_attention_bias, mpt_alibi_slopes
+from mobius.components._alibi import alibi, alibi_attention_bias
+from mobius.config import ArchitectureConfig
+
+
+def mpt_alibi_slopes(num_heads: int, alibi_bias_max: float = 8.0) -> np.ndarray:
+    """Per-head slopes ``[heads]`` float32, as MPT computes them.
+
+    ``1 / 2**(i * max / n)`` for ``n`` = heads rounded up to a power of two; when
+    that rounding changed ``n``, the odd-indexed slopes come first, then the even.
+    """
+    padded = 2 ** math.ceil(math.log2(num_heads))
+    exponents = np.arange(1, padded + 1, dtype=np.float32) * np.float32(alibi_bias_max / padded)
+    slopes = (np.float32(1.0) / np.power(np.float32(2.0), exponents)).astype(np.float32)
+    if padded != num_heads:
+        slopes = np.concatenate([slopes[1::2], slopes[::2]])[:num_heads]
+    return slopes
 
 
 @dataclass

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 
 from onnxscript import nn
 
-from mobius._config import RopeConfig
 from mobius.components import attention_bias, make_rotary_embedding
+from mobius.config import RopeConfig
 from mobius_text.models.olmo2 import Olmo2Config, Olmo2ForCausalLM, Olmo2Model
 
 

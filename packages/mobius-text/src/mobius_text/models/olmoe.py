@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mobius.components import Attention, DecoderLayer, GatedMLP, RMSNorm, rotary_dim
-from mobius.components._moe import ExpertList, TopKRouter
+from mobius.components.moe import ExpertList, TopKRouter
 from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM, LlamaModel
 from mobius_text.models.mixtral import SparseMoeBlock
 

@@ -10,8 +10,8 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius._config import ArchitectureConfig
 from mobius.components import Embedding, LayerNorm, Linear
+from mobius.config import ArchitectureConfig
 from mobius_text.models._gpt_common import (
     GPTBackbone,
     GPTForCausalLM,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mobius.components import Attention, DecoderLayer, GatedMLP, Linear, RMSNorm, rotary_dim
-from mobius.components._moe import ExpertList, TopKRouter, flatten_tokens, unflatten_tokens
+from mobius.components.moe import ExpertList, TopKRouter, flatten_tokens, unflatten_tokens
 from mobius_text.models.llama import LlamaForCausalLM, LlamaModel
 from mobius_text.models.mixtral import SparseMoeBlock
 from mobius_text.models.qwen import QwenConfig

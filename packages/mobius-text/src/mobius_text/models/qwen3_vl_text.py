@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mobius.components import GatedMLP
-from mobius.components._moe import StackedGatedExperts, TopKRouter
+from mobius.components.moe import StackedGatedExperts, TopKRouter
 from mobius.weights._apply import DerivedTensor
 from mobius_text.models.mixtral import SparseMoeBlock
 from mobius_text.models.qwen import Qwen3ForCausalLM, Qwen3Model

@@ -88,7 +88,7 @@ class RemBertOnlyMLMHead(nn.Module):
 
 
 class RemBertForFeatureExtraction(nn.Module):
-    """The encoder and the head its config names (see :class:`mobius._config.EncoderConfig`)."""
+    """The encoder and the head its config names (see :class:`mobius.config.EncoderConfig`)."""
 
     config_class = RemBertConfig
     task = "feature-extraction"

@@ -118,7 +118,7 @@ class RobertaClassificationHead(nn.Module):
 
 
 class RobertaForFeatureExtraction(nn.Module):
-    """The encoder and the head its config names (see :class:`mobius._config.EncoderConfig`)."""
+    """The encoder and the head its config names (see :class:`mobius.config.EncoderConfig`)."""
 
     config_class = RobertaConfig
     task = "feature-extraction"

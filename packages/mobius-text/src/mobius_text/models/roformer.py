@@ -18,7 +18,6 @@ from typing import Any
 
 from onnxscript import nn
 
-from mobius._config import EncoderConfig
 from mobius.components import (
     Embedding,
     LayerNorm,
@@ -27,6 +26,7 @@ from mobius.components import (
     get_activation,
     padding_bias,
 )
+from mobius.config import EncoderConfig
 from mobius.errors import ConfigError
 from mobius_text.models._encoder_rotary import rotate_heads, sequence_positions
 from mobius_text.models.bert import BertIntermediate, BertResidualOutput

@@ -14,8 +14,8 @@ from typing import Any
 
 import onnx_ir as ir
 
-from mobius._config import EncoderConfig
 from mobius.components import Linear, padding_bias
+from mobius.config import EncoderConfig
 from mobius_text.models.clip_text import CLIPTextModel, CLIPTextTransformer
 
 

@@ -23,7 +23,7 @@ from onnxscript import nn
 from mobius.components import RMSNorm
 from mobius.components._activations import ACTIVATIONS
 from mobius.components._linear import TransposedParameter
-from mobius.components._moe import dispatch_experts, flatten_tokens, unflatten_tokens
+from mobius.components.moe import dispatch_experts, flatten_tokens, unflatten_tokens
 from mobius.errors import ConfigError
 from mobius_text.models.t5 import (
     T5Block,

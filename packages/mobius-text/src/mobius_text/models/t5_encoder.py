@@ -16,8 +16,8 @@ from typing import Any
 
 from onnxscript import nn
 
-from mobius._config import EncoderConfig
 from mobius.components import Embedding, padding_bias
+from mobius.config import EncoderConfig
 from mobius.errors import ConfigError
 from mobius_text.models.t5 import T5Config, T5Stack, UMT5Stack, _length, _positions
 

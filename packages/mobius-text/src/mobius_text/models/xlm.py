@@ -21,7 +21,6 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius._config import EncoderConfig
 from mobius.components import (
     Embedding,
     LayerNorm,
@@ -31,6 +30,7 @@ from mobius.components import (
     lowest_value,
     padding_bias,
 )
+from mobius.config import EncoderConfig
 from mobius.errors import ConfigError
 from mobius_text.models._encoder_rotary import sequence_positions
 

@@ -29,7 +29,6 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius._config import ArchitectureConfig, RopeConfig
 from mobius.components import (
     Embedding,
     Linear,
@@ -41,7 +40,8 @@ from mobius.components import (
     repeat_kv,
     rotary_dim,
 )
-from mobius.components._moe import StackedGatedExperts, flatten_tokens, unflatten_tokens
+from mobius.components.moe import StackedGatedExperts, flatten_tokens, unflatten_tokens
+from mobius.config import ArchitectureConfig, RopeConfig
 
 FLOAT = ir.DataType.FLOAT
 # Whether each attention kind uses the sliding window.

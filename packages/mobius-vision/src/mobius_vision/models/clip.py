@@ -16,10 +16,10 @@ from typing import Any
 
 from onnxscript import nn
 
-from mobius._config import VisionConfig
 from mobius.components import Linear
 from mobius.errors import ConfigError
 from mobius_text.models.clip_text import CLIPTextConfig, CLIPTextTransformer
+from mobius_vision.config import VisionConfig
 from mobius_vision.models.clip_vision import CLIPVisionConfig, CLIPVisionTransformer
 
 

@@ -15,10 +15,10 @@ from typing import Any
 
 from onnxscript import nn
 
-from mobius._config import VisionConfig
 from mobius.components import LayerNorm, Linear
 from mobius_text.models import clip_text
 from mobius_text.models.clip_text import CLIPMLP  # noqa: F401  (the towers built on CLIP import it here)
+from mobius_vision.config import VisionConfig
 from mobius_vision.models.vit import PatchConv
 
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from onnxscript import nn
 
-from mobius._config import VisionLanguageConfig
 from mobius.components import Linear, module_scope
+from mobius_vision.config import VisionLanguageConfig
 from mobius_vision.models.aya_vision import (
     AyaVisionForConditionalGeneration,
     pixel_shuffle,

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from onnxscript import nn
 
-from mobius._config import VisionLanguageConfig
 from mobius.components import Linear, get_activation, module_scope
+from mobius_vision.config import VisionLanguageConfig
 from mobius_vision.models._vl import VisionLanguageModel, flatten_images
 
 

@@ -15,9 +15,9 @@ from typing import Any
 
 from onnxscript import nn
 
-from mobius._config import VisionConfig
 from mobius.components import LayerNorm, Linear, get_activation
 from mobius.errors import ConfigError
+from mobius_vision.config import VisionConfig
 from mobius_vision.models.vit import (
     ViTAttention,
     ViTConfig,

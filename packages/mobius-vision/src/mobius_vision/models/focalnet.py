@@ -21,9 +21,9 @@ from typing import Any
 
 from onnxscript import nn
 
-from mobius._config import VisionConfig, image_size_pair
 from mobius.components import LayerNorm, Linear, get_activation
 from mobius.errors import ConfigError
+from mobius_vision.config import VisionConfig, image_size_pair
 from mobius_vision.models._conv import (
     Activation,
     Conv2d,

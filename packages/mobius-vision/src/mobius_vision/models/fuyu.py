@@ -14,8 +14,8 @@ from typing import Any
 
 from onnxscript import nn
 
-from mobius._config import VisionLanguageConfig, composed_config
 from mobius.components import Linear
+from mobius_vision.config import VisionLanguageConfig, composed_config
 from mobius_vision.models._vl import VisionLanguageModel, text_decoder
 
 

@@ -18,10 +18,10 @@ from typing import Any
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius._config import VisionLanguageConfig
 from mobius.components import bidirectional_blocks
 from mobius.errors import ConfigError
 from mobius_text.models.gemma import GemmaRMSNorm
+from mobius_vision.config import VisionLanguageConfig
 from mobius_vision.models._vl import VisionLanguageModel, flatten_images
 
 

@@ -20,9 +20,9 @@ from typing import Any
 
 from onnxscript import nn
 
-from mobius._config import VisionConfig
 from mobius.components import Linear
 from mobius.errors import ConfigError
+from mobius_vision.config import VisionConfig
 from mobius_vision.models._conv import BATCHNORM_COUNTERS, BatchNorm2d, Conv2d, activation
 
 

@@ -28,9 +28,9 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius._config import VisionLanguageConfig
 from mobius.components import Linear
 from mobius.errors import ConfigError
+from mobius_vision.config import VisionLanguageConfig
 from mobius_vision.models._vl import VisionLanguageModel, flatten_images
 
 

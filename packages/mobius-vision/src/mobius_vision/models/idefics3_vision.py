@@ -19,9 +19,9 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius._config import VisionConfig
 from mobius.components import Embedding, LayerNorm, lowest_value
 from mobius.errors import ConfigError
+from mobius_vision.config import VisionConfig
 from mobius_vision.models.clip_vision import CLIPEncoder
 from mobius_vision.models.vit import PatchConv
 

@@ -16,9 +16,9 @@ from typing import Any
 
 from onnxscript import nn
 
-from mobius._config import VisionLanguageConfig
 from mobius.components import LayerNorm, module_scope
 from mobius.errors import ConfigError
+from mobius_vision.config import VisionLanguageConfig
 from mobius_vision.models._vl import VisionLanguageModel, flatten_images, layer_index
 from mobius_vision.models.llava import LlavaMultiModalProjector
 

@@ -17,9 +17,9 @@ from typing import Any
 
 from onnxscript import nn
 
-from mobius._config import VisionConfig
 from mobius.components import LayerNorm, Linear, RMSNorm, bidirectional_attention
 from mobius.errors import ConfigError
+from mobius_vision.config import VisionConfig
 from mobius_vision.models.clip_vision import CLIPMLP
 from mobius_vision.models.vit import PatchConv
 

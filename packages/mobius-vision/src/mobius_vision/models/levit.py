@@ -18,9 +18,9 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius._config import VisionConfig
 from mobius.components import Linear
 from mobius.errors import ConfigError
+from mobius_vision.config import VisionConfig
 from mobius_vision.models._conv import (
     BatchNorm2d,
     Conv2d,

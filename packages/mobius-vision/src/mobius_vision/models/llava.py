@@ -14,9 +14,9 @@ from typing import Any
 
 from onnxscript import nn
 
-from mobius._config import VisionLanguageConfig
 from mobius.components import Linear, get_activation
 from mobius.errors import ConfigError
+from mobius_vision.config import VisionLanguageConfig
 from mobius_vision.models._vl import VisionLanguageModel, flatten_images, layer_index
 
 _TO_END = 2**62

@@ -23,9 +23,9 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius._config import VisionLanguageConfig
 from mobius.components import Linear, RMSNorm, get_activation, module_scope
 from mobius.errors import ConfigError
+from mobius_vision.config import VisionLanguageConfig
 from mobius_vision.models._vl import VisionLanguageModel, layer_index
 from mobius_vision.models.pixtral import grid_cells
 

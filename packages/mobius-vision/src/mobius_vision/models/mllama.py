@@ -14,7 +14,7 @@ it to the text width.
 Nothing is merged into the token embeddings: the decoder (mobius-text's
 ``mllama_text``) cross-attends to those states at its ``cross_attention_layers``, so
 the vision graph outputs each such layer's keys and values (the contract of
-:mod:`mobius.tasks._cross_attention_vl`).
+:mod:`mobius_vision.tasks.cross_attention_vl`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius._config import VisionConfig, VisionLanguageConfig, image_size_pair
 from mobius.components import MLP, Embedding, LayerNorm, Linear, lowest_value
 from mobius.errors import ConfigError
 from mobius_text.models.mllama_text import (
@@ -35,6 +34,7 @@ from mobius_text.models.mllama_text import (
     MllamaTextForCausalLM,
     cross_attention_bias,
 )
+from mobius_vision.config import VisionConfig, VisionLanguageConfig, image_size_pair
 from mobius_vision.models.vit import PatchConv
 
 INT64 = ir.DataType.INT64

@@ -17,9 +17,9 @@ from typing import Any
 
 from onnxscript import nn
 
-from mobius._config import VisionConfig
 from mobius.components import LayerNorm, Linear
 from mobius.errors import ConfigError
+from mobius_vision.config import VisionConfig
 from mobius_vision.models._conv import (
     BatchNorm2d,
     Conv2d,

@@ -18,8 +18,8 @@ from typing import Any
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius._config import VisionLanguageConfig
 from mobius.components import Linear, bidirectional_blocks
+from mobius_vision.config import VisionLanguageConfig
 from mobius_vision.models._vl import VisionLanguageModel, flatten_images
 
 

@@ -19,9 +19,9 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius._config import VisionConfig
 from mobius.components import GatedMLP, Linear, RMSNorm, apply_rotary
 from mobius.errors import ConfigError
+from mobius_vision.config import VisionConfig
 from mobius_vision.models.vit import PatchConv
 
 _EPS = 1e-5  # transformers fixes every Pixtral RMSNorm's epsilon

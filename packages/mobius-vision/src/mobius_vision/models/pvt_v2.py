@@ -17,9 +17,9 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius._config import VisionConfig
 from mobius.components import LayerNorm, Linear, bidirectional_attention
 from mobius.errors import ConfigError
+from mobius_vision.config import VisionConfig
 from mobius_vision.models._conv import Conv2d, ConvNetForImageClassification, activation
 from mobius_vision.models.pvt import grid_to_tokens, tokens_to_grid
 

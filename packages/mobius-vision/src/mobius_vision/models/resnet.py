@@ -13,8 +13,8 @@ from typing import Any
 
 from onnxscript import nn
 
-from mobius._config import VisionConfig
 from mobius.errors import ConfigError
+from mobius_vision.config import VisionConfig
 from mobius_vision.models._conv import (
     BatchNorm2d,
     Conv2d,

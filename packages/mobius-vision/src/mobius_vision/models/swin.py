@@ -19,9 +19,9 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius._config import VisionConfig, image_size_pair
 from mobius.components import LayerNorm, Linear, bidirectional_attention, get_activation
 from mobius.errors import ConfigError
+from mobius_vision.config import VisionConfig, image_size_pair
 from mobius_vision.models._conv import Conv2d, ConvNetForImageClassification
 from mobius_vision.models.vit import ViTDense
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from onnxscript import nn
 
-from mobius._config import VisionConfig
 from mobius.components import LayerNorm, Linear, bidirectional_attention, get_activation
+from mobius_vision.config import VisionConfig
 
 
 @dataclass

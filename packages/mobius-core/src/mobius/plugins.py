@@ -1,0 +1,122 @@
+"""What a domain package contributes through its ``register(registry)``: the plugin API.
+
+A domain package (``mobius-text``, ``mobius-vision``...) owns a whole slice of
+mobius and hands it to core's :data:`mobius.registry` when it registers:
+
+- **model types**: ``registry.register(key, "pkg.models.file:Class", task=..., package=...)``;
+- **tasks** (I/O contracts): ``registry.register_task(TaskInfo(...))``; the class is
+  imported when a build first asks for it;
+- **source recognisers**: ``registry.register_source(SourceInfo(...))``: a function
+  ``recognise(path, options, registry) -> Source | None`` that claims what core's
+  own reader does not know (a diffusers pipeline directory, a lone adapter file, a
+  sentence-transformers directory, a GGUF file);
+- **CLI options**: ``registry.register_option(CliOption(...))``, added to
+  ``mobius build --help`` or ``mobius generate --help``; a build option's value
+  reaches the build in :attr:`mobius.BuildOptions.plugin` under its ``dest``;
+- **runners**: ``registry.register_runner(RunnerInfo(...))``: ``mobius generate``
+  runs a package with the first runner that accepts its directory.
+
+Everything here is plain data with lazy ``"module:attribute"`` strings, so that
+registering imports nothing heavy: ``mobius --help`` and ``mobius list`` stay fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def load(target: Any) -> Any:
+    """Resolve a lazy ``"module:attribute"`` string; anything else is returned as is."""
+    if not isinstance(target, str):
+        return target
+    module_name, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """A task (an I/O contract) by name, its class imported on first use.
+
+    ``heads`` lists the values of ``--head`` the task accepts besides ``auto``
+    (``"none"`` first): they become the choices of ``mobius build --head``.
+    """
+
+    name: str
+    task: Any  # a ModelTask subclass, or lazy "module:Class"
+    package: str
+    heads: tuple[str, ...] = ()
+
+    def task_class(self) -> type:
+        return load(self.task)
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """A source recogniser: ``recognise(path, options, registry) -> Source | None``.
+
+    ``path`` is the resolved local path (a directory or a file). A recogniser
+    returns None for what is not its own and raises a :class:`~mobius.errors.MobiusError`
+    for what is its own but broken. Recognisers run in registration order, before
+    core's own reader (a model directory with ``config.json``).
+    """
+
+    name: str
+    recognise: Any  # callable or lazy "module:function"
+    package: str
+    #: A sentence for ``mobius build --help``: what this source reads and builds.
+    help: str = ""
+
+    def function(self):
+        return load(self.recognise)
+
+
+@dataclass(frozen=True)
+class CliOption:
+    """A command-line option a domain package adds to ``mobius build`` or ``mobius generate``.
+
+    ``flags`` and ``kwargs`` are what ``argparse.add_argument`` takes (``kwargs``
+    must not name ``dest``: that is ``dest`` here). ``tasks`` (build options only)
+    names the tasks the option applies to: a build of another task given a
+    non-default value is refused, naming the option. ``group`` titles the section
+    of ``--help`` it appears under.
+    """
+
+    command: str  # "build" or "generate"
+    dest: str
+    flags: tuple[str, ...]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    tasks: tuple[str, ...] = ()
+    group: str | None = None
+    package: str = ""
+
+    @property
+    def default(self) -> Any:
+        return self.kwargs.get("default")
+
+
+@dataclass(frozen=True)
+class RunnerInfo:
+    """A runner for ``mobius generate``: ``accepts(package_dir) -> bool`` and ``run(package_dir, prompt, options) -> int``.
+
+    ``run`` gets every parsed ``mobius generate`` option by its ``dest``
+    (``max_new_tokens``, ``seed``, the runner's own options...) and returns the
+    exit code. Runners are asked in registration order; core's text runner
+    (causal LM, seq2seq) answers last.
+    """
+
+    name: str
+    accepts: Any  # callable or lazy "module:function"
+    run: Any  # callable or lazy "module:function"
+    package: str
+    #: A paragraph for ``mobius generate --help``: what the runner takes and does.
+    help: str = ""
+    #: Example command lines (without the leading two spaces) for ``--help``.
+    examples: tuple[str, ...] = ()
+
+    def accepts_dir(self, package_dir) -> bool:
+        return bool(load(self.accepts)(package_dir))
+
+    def run_cli(self, package_dir, prompt: str, options: dict[str, Any]) -> int:
+        return load(self.run)(package_dir, prompt, options)

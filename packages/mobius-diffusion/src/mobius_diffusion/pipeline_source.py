@@ -1,0 +1,221 @@
+"""A whole diffusers pipeline: every component of ``model_index.json`` built or copied into one package.
+
+A pipeline directory (``save_pretrained`` of a diffusers pipeline, or a hub snapshot
+of one) holds ``model_index.json``, which maps each component name to its
+``[library, class]``, and one subdirectory per component. :class:`PipelineSource`
+(recognised by :func:`recognise_pipeline`) builds a package that mirrors it:
+
+- a *model* component (its class registered, or for a transformers class its
+  ``config.json`` ``model_type``) is built as ``mobius build`` builds that
+  component's directory (:func:`mobius.source.open_source`), its graphs under the
+  component's name: ``unet/model.onnx``, ``vae/encoder/model.onnx``,
+  ``vae/decoder/model.onnx``, ``text_encoder/model.onnx``, each beside its
+  ``config.json``;
+- a tokenizer, image processor or scheduler is copied file by file
+  (``tokenizer/vocab.json``, ``scheduler/scheduler_config.json``);
+- ``model_index.json`` is copied as it is.
+
+A component whose value is ``null`` (or ``[null, null]``) is absent and skipped;
+any other component mobius neither builds nor copies is an error naming it, never
+skipped silently: ``--skip-component NAME`` (build option ``skip_component``)
+leaves it out on purpose (a safety checker). The package is saved atomically like
+any other (:class:`mobius.ModelPackage`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from mobius.errors import ConfigError, MobiusError, ModelSourceError
+from mobius.source import Source, open_source, read_json
+
+INDEX = "model_index.json"
+
+#: The build option (``--skip-component``) naming components to leave out.
+SKIP_OPTION = "skip_component"
+
+#: Class-name endings of the components copied as files: tokenizers, processors, schedulers.
+COPIED_SUFFIXES = (
+    "Tokenizer",
+    "TokenizerFast",
+    "ImageProcessor",
+    "ImageProcessorFast",
+    "FeatureExtractor",
+    "Processor",
+    "Scheduler",
+)
+
+#: transformers 5's tokenizer base classes, which a pipeline saved with a generic tokenizer names.
+TOKENIZER_BACKENDS = (
+    "PreTrainedTokenizer",
+    "PreTrainedTokenizerFast",
+    "TokenizersBackend",
+    "SentencePieceBackend",
+    "PythonBackend",
+)
+
+
+def is_pipeline(model_dir: Path) -> bool:
+    """Whether a directory is a diffusers pipeline (``model_index.json``, no ``config.json``)."""
+    return (model_dir / INDEX).is_file() and not (model_dir / "config.json").is_file()
+
+
+def read_index(model_dir: Path) -> dict:
+    """``model_index.json`` of a pipeline directory as a dict."""
+    return read_json(model_dir / INDEX)
+
+
+def pipeline_components(index: dict) -> dict[str, tuple[str | None, str]]:
+    """The present components of a ``model_index.json``: name -> ``(library, class name)``.
+
+    Keys starting with ``_`` are the pipeline's own fields (``_class_name``,
+    ``_diffusers_version``); plain values are its settings (``requires_safety_checker``).
+    A component whose value is ``null`` or ``[null, null]`` is absent.
+    """
+    components = {}
+    for name, value in index.items():
+        if name.startswith("_") or not isinstance(value, (list, tuple)):
+            continue
+        if len(value) != 2:
+            raise ConfigError(f"{INDEX}: component {name!r} is {value!r}, not [library, class]")
+        library, class_name = value
+        if class_name is None:
+            continue
+        if not isinstance(class_name, str) or not (library is None or isinstance(library, str)):
+            raise ConfigError(f"{INDEX}: component {name!r} is {value!r}, not [library, class]")
+        components[name] = (library, class_name)
+    return components
+
+
+def component_key(registry, component_dir: Path, class_name: str) -> str | None:
+    """The registry key a model component builds as, or None when it is not a model mobius builds.
+
+    Its class name first (diffusers classes, ``T5EncoderModel``), then for a
+    transformers class its ``config.json`` ``model_type`` (``CLIPTextModel`` is
+    registered as ``clip_text_model``).
+    """
+    if class_name in registry:
+        return class_name
+    config = component_dir / "config.json"
+    if config.is_file():
+        model_type = read_json(config).get("model_type")
+        if isinstance(model_type, str) and model_type in registry:
+            return model_type
+    return None
+
+
+def _copied(class_name: str) -> bool:
+    return class_name.endswith(COPIED_SUFFIXES) or class_name in TOKENIZER_BACKENDS
+
+
+@dataclass
+class PipelineSource(Source):
+    """A diffusers pipeline directory, built whole; see the module docstring."""
+
+    path: Path
+
+    def build(self, options, registry):
+        """Build every model component and gather the pipeline's files into one package.
+
+        ``options`` apply to each model component as to a build of its directory
+        (each keeps its checkpoint's dtype by default); ``options.plugin["skip_component"]``
+        names components to leave out. ``--quant``, ``--head``, ``--pooling`` and
+        ``--normalize`` are refused for a whole pipeline.
+
+        Raises:
+            MobiusError: a component mobius cannot build or copy (named), a missing
+                component directory, or any error of a component's build (prefixed
+                with the component's name).
+        """
+        from mobius import ModelPackage
+
+        if (
+            options.quant.method
+            or options.head != "auto"
+            or options.pooling is not None
+            or options.normalize is not None
+        ):
+            raise ConfigError(
+                "--quant, --head, --pooling and --normalize do not apply to a whole diffusers "
+                "pipeline; build one component's directory for them"
+            )
+        model_dir = self.path
+        skip = tuple(options.plugin.get(SKIP_OPTION) or ())
+        plugin = {k: v for k, v in options.plugin.items() if k != SKIP_OPTION}
+        index = read_index(model_dir)
+        components = pipeline_components(index)
+        unknown_skips = sorted(set(skip) - set(components))
+        if unknown_skips:
+            raise ConfigError(
+                f"cannot skip {', '.join(unknown_skips)}: {model_dir} has no such component "
+                f"(it has {', '.join(sorted(components))})"
+            )
+        plan: dict[str, str | None] = {}  # component -> registry key, or None: copied
+        for name, (library, class_name) in sorted(components.items()):
+            if name in skip:
+                continue
+            component_dir = model_dir / name
+            if not component_dir.is_dir():
+                raise ModelSourceError(
+                    f"pipeline component {name!r} ({class_name}) has no directory {component_dir}"
+                )
+            key = component_key(registry, component_dir, class_name)
+            if key is None and not _copied(class_name):
+                raise ConfigError(
+                    f"pipeline component {name!r} is a {library or '?'}.{class_name}, which mobius "
+                    f"neither builds nor copies (registered: mobius list); leave it out with "
+                    f"--skip-component {name}"
+                )
+            plan[name] = key
+        if not any(key is not None for key in plan.values()):
+            raise ConfigError(f"pipeline {model_dir} has no component that mobius builds")
+
+        package = ModelPackage(models={}, config=index, task="pipeline")
+        package.extra_files[INDEX] = model_dir / INDEX
+        for name, key in plan.items():
+            component_dir = model_dir / name
+            if key is None:
+                for path in sorted(component_dir.iterdir()):
+                    if path.is_file():
+                        package.extra_files[f"{name}/{path.name}"] = path
+                continue
+            part_options = dataclasses.replace(options, model_type=key, plugin=plugin)
+            try:
+                part = open_source(component_dir, part_options, registry).build(
+                    part_options, registry
+                )
+            except MobiusError as exc:
+                raise type(exc)(f"pipeline component {name!r}: {exc}") from exc
+            for graph, model in part.models.items():
+                package.models[f"{name}/{graph}"] = model
+            for file, path in part.aux_files().items():
+                package.extra_files[f"{name}/{file}"] = path
+            for file, text in part.text_files.items():
+                package.text_files[f"{name}/{file}"] = text
+        return package
+
+
+def recognise_pipeline(path: Path, options, registry) -> PipelineSource | None:
+    """The source recogniser of a pipeline directory (``model_index.json``, no ``config.json``)."""
+    return PipelineSource(path) if path.is_dir() and is_pipeline(path) else None
+
+
+def build_pipeline(
+    model_dir: Path, options=None, *, skip: tuple[str, ...] = (), registry=None, **keywords
+):
+    """The package of a pipeline directory, as ``mobius build`` makes it (before its last steps).
+
+    ``options`` is a :class:`mobius.BuildOptions` (keywords set its fields, as in
+    :func:`mobius.build`); ``skip`` names components to leave out. Unlike
+    :func:`mobius.build`, parameters of a weightless build stay initializers and no
+    generator config is added.
+    """
+    from mobius import registry as default_registry
+    from mobius.options import BuildOptions
+
+    options = BuildOptions.of(options, **keywords)
+    if skip:
+        options = BuildOptions.of(options, **{SKIP_OPTION: list(skip)})
+    return PipelineSource(Path(model_dir)).build(options, registry or default_registry)

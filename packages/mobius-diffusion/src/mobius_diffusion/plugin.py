@@ -1,0 +1,109 @@
+"""mobius-diffusion's slice beyond its model types: tasks, source recognisers, CLI options, runners.
+
+- tasks: ``vae``, ``denoising``, ``controlnet``, ``adapter`` (:mod:`mobius_diffusion.tasks`);
+- sources: a whole pipeline directory (:mod:`mobius_diffusion.pipeline_source`), a
+  component directory and a lone adapter ``.safetensors`` (:mod:`mobius_diffusion.source`);
+- ``mobius build --skip-component``;
+- the ``mobius generate`` runner of pipeline packages (:mod:`mobius_diffusion.runner`)
+  and its options (``--output``, ``--steps``, ``--guidance-scale``, ``--height``, ``--width``).
+
+Everything is named by lazy ``"module:attribute"`` strings: registering imports nothing.
+"""
+
+from __future__ import annotations
+
+from mobius.plugins import CliOption, RunnerInfo, SourceInfo, TaskInfo
+
+PACKAGE = "mobius-diffusion"
+
+TASKS = {
+    "vae": "VAETask",
+    "denoising": "DenoisingTask",
+    "controlnet": "ControlNetTask",
+    "adapter": "AdapterTask",
+}
+
+GROUP = "diffusion pipelines"
+
+PIPELINE_HELP = (
+    "A diffusers pipeline (model_index.json) is built whole: each model component into "
+    "OUTPUT_DIR/<component>/ (unet/model.onnx, vae/decoder/model.onnx, "
+    "text_encoder/model.onnx...), its tokenizers, scheduler and model_index.json copied "
+    "(mobius-diffusion)."
+)
+
+RUNNER_HELP = (
+    "A diffusion pipeline package (model_index.json: Stable Diffusion, Flux) turns\n"
+    "PROMPT into an image written to --output, from the noise of --seed over --steps\n"
+    "scheduler steps (mobius-diffusion; pip install mobius-diffusion[run])."
+)
+
+
+def register_slice(registry) -> None:
+    """Register what mobius-diffusion owns besides its model types (safe to call twice)."""
+    for name, task in TASKS.items():
+        registry.register_task(TaskInfo(name, f"mobius_diffusion.tasks:{task}", PACKAGE))
+    for name, recognise in (
+        ("diffusers-pipeline", "mobius_diffusion.pipeline_source:recognise_pipeline"),
+        ("diffusers-component", "mobius_diffusion.source:recognise_component"),
+        ("safetensors-adapter", "mobius_diffusion.source:recognise_weights_file"),
+    ):
+        help_text = PIPELINE_HELP if name == "diffusers-pipeline" else ""
+        registry.register_source(SourceInfo(name, recognise, PACKAGE, help_text))
+    registry.register_option(
+        CliOption(
+            "build",
+            "skip_component",
+            ("--skip-component",),
+            dict(
+                action="append",
+                metavar="NAME",
+                help="diffusers pipelines: leave out component NAME of model_index.json (a "
+                "safety_checker, say); a component mobius neither builds nor copies is "
+                "otherwise an error. Repeatable",
+            ),
+            tasks=("pipeline",),
+            group=GROUP,
+            package=PACKAGE,
+        )
+    )
+    for dest, flags, kwargs in (
+        (
+            "image_output",
+            ("--output",),
+            dict(default=None, metavar="FILE", help="the image file to write (default image.png)"),
+        ),
+        (
+            "steps",
+            ("--steps",),
+            dict(type=int, default=20, metavar="N", help="denoising steps (default 20)"),
+        ),
+        (
+            "guidance_scale",
+            ("--guidance-scale",),
+            dict(
+                type=float,
+                default=None,
+                metavar="G",
+                help="classifier-free guidance (Stable Diffusion, default 7.5; SDXL, 5.0) or "
+                "the guidance embedding (Flux dev, default 3.5)",
+            ),
+        ),
+        ("height", ("--height",), dict(type=int, default=None, metavar="PX", help="image height")),
+        ("width", ("--width",), dict(type=int, default=None, metavar="PX", help="image width")),
+    ):
+        registry.register_option(
+            CliOption("generate", dest, flags, kwargs, group=GROUP, package=PACKAGE)
+        )
+    registry.register_runner(
+        RunnerInfo(
+            "diffusion-pipeline",
+            accepts="mobius_diffusion.runner:is_pipeline_package",
+            run="mobius_diffusion.runner:run_image_cli",
+            package=PACKAGE,
+            help=RUNNER_HELP,
+            examples=(
+                'mobius generate sd-out/ "a red bicycle" --steps 20 --seed 0 --output bicycle.png',
+            ),
+        )
+    )

@@ -1,0 +1,23 @@
+"""GGUF files (llama.cpp) as HuggingFace checkpoints of mobius-text's families.
+
+Core reads the container (:class:`mobius.weights.GGUFFile`) and the block formats;
+this package knows what llama.cpp's converter did to each family: its metadata
+keys as an HF config (:func:`gguf_config`), its tensor names, permutations and
+offsets (:class:`GGUFCheckpoint`), and its vocabulary as tokenizer files
+(:func:`gguf_tokenizer_files`). :func:`recognise` is the ``.gguf`` source
+recogniser that mobius-text registers.
+"""
+
+from mobius_text.gguf._checkpoint import GGUFCheckpoint, GGUFWeight
+from mobius_text.gguf._config import gguf_config
+from mobius_text.gguf._source import recognise
+from mobius_text.gguf._tokenizer import UnsupportedTokenizerError, gguf_tokenizer_files
+
+__all__ = [
+    "GGUFCheckpoint",
+    "GGUFWeight",
+    "UnsupportedTokenizerError",
+    "gguf_config",
+    "gguf_tokenizer_files",
+    "recognise",
+]

@@ -1,0 +1,70 @@
+"""The ``.gguf`` source recogniser: a llama.cpp file builds like the HF checkpoint it came from.
+
+A GGUF file carries its config (metadata under llama.cpp's keys) and its
+vocabulary beside the weights. The header alone gives the registration, the HF
+config and the tokenizer files; the tensors are read when the build applies them,
+and Q4_0/Q4_1/Q8_0 blocks are repacked by the int4 pass as they are.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from pathlib import Path
+
+from mobius.source import ModelSource, hf_config_from_dict
+from mobius_text.gguf._checkpoint import GGUFCheckpoint
+from mobius_text.gguf._tokenizer import UnsupportedTokenizerError, gguf_tokenizer_files
+
+
+def tokenizer_files(checkpoint: GGUFCheckpoint) -> dict[str, str]:
+    """The tokenizer files a GGUF file's metadata describes, or none (with a warning).
+
+    A vocabulary mobius cannot rebuild does not stop the build: the graphs and
+    weights are right, and a missing tokenizer is plain to see where a guessed one
+    would tokenize wrongly without a word.
+    """
+    try:
+        return gguf_tokenizer_files(checkpoint.file.metadata)
+    except UnsupportedTokenizerError as exc:
+        warnings.warn(f"no tokenizer files written: {exc}", stacklevel=3)
+        return {}
+
+
+def stored_dtype(checkpoint: GGUFCheckpoint) -> str | None:
+    """The GGML type that holds most of the weights' bytes, as ``"Q4_1 (GGUF)"``."""
+    stored: Counter[str] = Counter()
+    for weight in checkpoint.values():
+        stored[weight.type_name] += weight.tensor.nbytes
+    return f"{stored.most_common(1)[0][0]} (GGUF)" if stored else None
+
+
+def recognise(path: Path, options, registry) -> ModelSource | None:
+    """The :class:`~mobius.source.ModelSource` of a ``.gguf`` file, or None for anything else.
+
+    The header is parsed here (cheap: the tensors stay on disk) and again when the
+    build asks for the weights.
+
+    Raises:
+        CheckpointError: The file is missing, truncated or corrupt.
+        ModelSourceError: Its architecture is not one mobius maps.
+        UnknownModelTypeError: No installed package builds its model type.
+    """
+    if not (path.is_file() and path.suffix.lower() == ".gguf"):
+        return None
+    with GGUFCheckpoint.open(path) as checkpoint:
+        fields = dict(checkpoint.config)
+        entry = registry.get(fields["model_type"])
+        hf_config = hf_config_from_dict(fields)
+        text_files = tokenizer_files(checkpoint)
+        dtype = stored_dtype(checkpoint)
+    return ModelSource(
+        path=path,
+        entry=entry,
+        hf_config=hf_config,
+        checkpoint=lambda: GGUFCheckpoint.open(path),
+        source_dir=None,
+        text_files=text_files,
+        stored_dtype=dtype,
+        prequantized=True,
+    )

@@ -1,0 +1,14 @@
+"""mobius-vision's tasks: the I/O contracts of vision encoders and vision–language models.
+
+- ``image-classification`` (:mod:`.image_classification`): a vision encoder's
+  features and, with ``--head image-classification``, class logits;
+- ``zero-shot-image-classification`` (:mod:`.zero_shot`): a dual encoder's
+  image–text similarity;
+- ``vision-language`` (:mod:`.vision_language`): image features merged into a
+  text decoder's embeddings, split into three graphs or as one (``--form``);
+- ``cross-attention-vision-language`` (:mod:`.cross_attention_vl`): a decoder
+  that cross-attends to the image's cache (Mllama).
+
+:mod:`mobius_vision.plugin` registers them by name, lazily: nothing here is
+imported until a build asks for one.
+"""

@@ -1,0 +1,201 @@
+"""The vision–language contracts: one graph, or the split form runtimes load.
+
+``--form split`` (the default) writes three graphs:
+
+- ``vision/model.onnx``: ``pixel_values`` float [num_images, channels, height, width]
+  (the module may declare more vision inputs) -> ``image_features``
+  [num_image_tokens, hidden], every image's tokens in order, already projected to
+  the text decoder's width;
+- ``embedding/model.onnx``: ``input_ids`` int64 [batch, sequence] and
+  ``image_features`` -> ``inputs_embeds`` [batch, sequence, hidden], the token
+  embeddings with the image placeholders replaced by the features in order
+  (feed ``image_features`` with no rows when the ids hold no placeholder);
+- ``decoder/model.onnx``: the causal-LM contract with ``inputs_embeds`` in place of
+  ``input_ids`` (``attention_mask``, ``position_ids``, ``past_key_values.{i}.*`` ->
+  ``logits``, ``present.{i}.*``).
+
+``--form single`` writes ``model.onnx``: the causal-LM contract plus
+``pixel_values``; decode steps pass ``pixel_values`` with no images (an ``If``
+skips the vision tower then).
+
+The module gives ``vision_inputs(dtype)``, ``vision_modules()`` (the submodules
+``image_features`` reads), ``image_features(op, *vision_inputs)``,
+``embed(op, input_ids, image_features)`` and ``decode(op, inputs_embeds,
+attention_mask, position_ids, past, *extras)``, and describes its cache like a
+causal LM. ``extras`` are the family's own decoder inputs, ``decoder_inputs()``
+(Gemma 3's ``token_type_ids``, which mark the image tokens that attend both ways);
+the single graph derives them from ``input_ids`` (``decoder_inputs_from_ids``).
+
+A family whose decoder reads more of the images than the merged embeddings
+(Qwen3-VL's DeepStack features, added to the hidden states of its first layers)
+names them: ``vision_outputs()`` lists the vision graph's outputs, ``image_features``
+first (``image_features`` then returns one value per entry), which the embedding
+graph takes by name; ``embedding_outputs()`` lists the embedding graph's outputs
+beyond ``inputs_embeds`` (``embed`` then returns them after it), which the decoder
+graph takes by name, before ``decoder_inputs()``.
+
+The form comes from the build option ``form`` (``mobius build --form``, registered
+by mobius-vision). onnxruntime-genai's generator runs the split form of the
+families it has a class for (:mod:`mobius_vision.genai`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import onnx_ir as ir
+from onnx_ir.passes.common import RemoveUnusedNodesPass
+
+from mobius.components import realize_parameters, scan_body
+from mobius.errors import MobiusError
+from mobius.tasks._base import IR_VERSION, ModelTask, set_output, twin_module
+from mobius.tasks._causal_lm import INT64, _present_shape, cache_layout
+from mobius_vision.config import VISION_LANGUAGE_FORMS, VisionLanguageConfig
+
+
+def apply_form(config, options):
+    """``config`` with the package layout ``options.plugin["form"]`` asks (``"split"`` by default)."""
+    form = options.plugin.get("form", "split")
+    if form not in VISION_LANGUAGE_FORMS:
+        raise MobiusError(f"unknown form {form!r}; choose {', '.join(VISION_LANGUAGE_FORMS)}")
+    if isinstance(config, VisionLanguageConfig):
+        config = dataclasses.replace(config, form=form)
+    return config
+
+
+def _decoder_inputs(builder, module, dtype):
+    attention_mask = builder.input("attention_mask", INT64, ["batch", "total_sequence"])
+    shape = getattr(module, "position_ids_shape", lambda: ["batch", "sequence"])()
+    position_ids = builder.input("position_ids", INT64, shape)
+    layout = cache_layout(module)
+    past = [
+        tuple(builder.input(f"past_key_values.{i}.{kind}", dtype, shape) for kind, shape in layer)
+        for i, layer in enumerate(layout)
+    ]
+    return attention_mask, position_ids, past, layout
+
+
+def _decoder_outputs(builder, module, logits, present, layout, dtype) -> None:
+    set_output(builder, logits, "logits", dtype, ["batch", "sequence", module.config.vocab_size])
+    for i, (values, layer) in enumerate(zip(present, layout, strict=True)):
+        for value, (kind, shape) in zip(values, layer, strict=True):
+            set_output(builder, value, f"present.{i}.{kind}", dtype, _present_shape(shape))
+
+
+def _values(result) -> list:
+    """A module result of one value or several as a list."""
+    return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
+def _model(graph: ir.Graph) -> ir.Model:
+    model = ir.Model(graph, ir_version=IR_VERSION, producer_name="mobius")
+    RemoveUnusedNodesPass()(model)  # a graph reads only its part of the weights
+    return model
+
+
+class VisionLanguageTask(ModelTask):
+    """Image features merged into a text decoder's embeddings (see the module docstring)."""
+
+    name = "vision-language"
+    genai = True
+
+    def configure(self, config, options, source):
+        """The config in the form the build asks (:func:`apply_form`); encoder options refused."""
+        return apply_form(super().configure(config, options, source), options)
+
+    def genai_config(self, package) -> dict:
+        """``genai_config.json`` for a split package of a family the generator has a class for."""
+        from mobius_vision.genai import vision_language_genai_config
+
+        return vision_language_genai_config(package, ep=self.ep)
+
+    def build(self, module, config, dtype: ir.DataType) -> dict[str, ir.Model]:
+        if config.form == "single":
+            return {"model": self._single(module, dtype)}
+        return {  # each graph from its own tree (a tied head shares the embedding's weight)
+            "vision/model": self._vision(module, dtype),
+            "embedding/model": self._embedding(twin_module(module), dtype),
+            "decoder/model": self._decoder(twin_module(module), dtype),
+        }
+
+    def _vision_inputs(self, builder, module, dtype) -> list:
+        return [builder.input(name, t, shape) for name, t, shape in module.vision_inputs(dtype)]
+
+    def _single(self, module, dtype) -> ir.Model:
+        graph, builder = self.new_graph("vision_language")
+        op = builder.op
+        input_ids = builder.input("input_ids", INT64, ["batch", "sequence"])
+        vision = self._vision_inputs(builder, module, dtype)
+        attention_mask, position_ids, past, layout = _decoder_inputs(builder, module, dtype)
+        features = _values(self._features_if_any(op, module, vision, dtype))
+        embeds, *extras = _values(module.embed(op, input_ids, *features))
+        extras += module.decoder_inputs_from_ids(op, input_ids)
+        logits, present = module.decode(op, embeds, attention_mask, position_ids, past, *extras)
+        _decoder_outputs(builder, module, logits, present, layout, dtype)
+        return _model(graph)
+
+    def _features_if_any(self, op, module, vision, dtype):
+        """``image_features``, or none when ``pixel_values`` holds no image (a decode step).
+
+        An ``If`` keeps the vision tower off decode steps (its ops refuse an empty batch).
+        """
+        for part in module.vision_modules():
+            realize_parameters(op, part)  # named in the root graph, not the branch's scope
+        outputs = module.vision_outputs()
+
+        def with_images(op):
+            return [op.Identity(v) for v in _values(module.image_features(op, *vision))]
+
+        def without_images(op):  # every output with its symbolic dimensions at zero
+            return [
+                op.ConstantOfShape(
+                    op.Constant(value_ints=[0 if isinstance(d, str) else d for d in shape]),
+                    value=ir.tensor([0], dtype=dtype),
+                )
+                for _, shape in outputs
+            ]
+
+        def branch(trace, name):
+            outs = [ir.Value(name=f"{name}_{n}", type=ir.TensorType(dtype)) for n, _ in outputs]
+            return scan_body(op, trace, inputs=[], outputs=outs, name=name)  # its own names
+
+        count = op.Shape(vision[0], start=0, end=1)
+        has_images = op.Squeeze(op.Greater(count, op.Constant(value_ints=[0])), [0])
+        return op.If(
+            has_images,
+            then_branch=branch(with_images, "with_images"),
+            else_branch=branch(without_images, "without_images"),
+            _outputs=len(outputs),
+        )
+
+    def _vision(self, module, dtype) -> ir.Model:
+        graph, builder = self.new_graph("vision")
+        features = module.image_features(builder.op, *self._vision_inputs(builder, module, dtype))
+        outputs = module.vision_outputs()
+        for value, (name, shape) in zip(_values(features), outputs, strict=True):
+            set_output(builder, value, name, dtype, shape)
+        return _model(graph)
+
+    def _embedding(self, module, dtype) -> ir.Model:
+        graph, builder = self.new_graph("embedding")
+        input_ids = builder.input("input_ids", INT64, ["batch", "sequence"])
+        hidden = module.config.text.hidden_size
+        features = [builder.input(name, dtype, shape) for name, shape in module.vision_outputs()]
+        embeds, *extras = _values(module.embed(builder.op, input_ids, *features))
+        set_output(builder, embeds, "inputs_embeds", dtype, ["batch", "sequence", hidden])
+        for value, (name, shape) in zip(extras, module.embedding_outputs(), strict=True):
+            set_output(builder, value, name, dtype, shape)
+        return _model(graph)
+
+    def _decoder(self, module, dtype) -> ir.Model:
+        graph, builder = self.new_graph("decoder")
+        hidden = module.config.text.hidden_size
+        embeds = builder.input("inputs_embeds", dtype, ["batch", "sequence", hidden])
+        attention_mask, position_ids, past, layout = _decoder_inputs(builder, module, dtype)
+        extras = [builder.input(name, dtype, shape) for name, shape in module.embedding_outputs()]
+        extras += [builder.input(name, t, shape) for name, t, shape in module.decoder_inputs()]
+        logits, present = module.decode(
+            builder.op, embeds, attention_mask, position_ids, past, *extras
+        )
+        _decoder_outputs(builder, module, logits, present, layout, dtype)
+        return _model(graph)

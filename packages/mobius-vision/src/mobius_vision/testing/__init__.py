@@ -1,0 +1,54 @@
+"""mobius-vision's parity kits (need torch and transformers: test-only).
+
+Built on core's kit (:mod:`mobius.testing`): a tiny HF model is made from a
+config, every parameter perturbed with seeded noise, saved with
+``save_pretrained``, built through the same path as ``mobius build``, and
+compared in ONNX Runtime against PyTorch at fp32.
+
+- vision encoders (``image-classification``): :func:`check_vision_parity`;
+- dual encoders (``zero-shot-image-classification``): :func:`check_zero_shot_parity`;
+- vision–language models, split and single forms: :func:`check_vision_language_parity`;
+- cross-attention vision–language models (Mllama): :func:`check_cross_attention_vl_parity`.
+"""
+
+from mobius_vision.testing._cross_vl_parity import (
+    OnnxCrossAttentionVL,
+    check_cross_attention_vl_parity,
+)
+from mobius_vision.testing._vision_parity import (
+    VisionParity,
+    check_vision_parity,
+    compare_vision,
+    make_random_vision_model,
+    random_pixels,
+)
+from mobius_vision.testing._vl_parity import (
+    OnnxVisionLanguage,
+    check_vision_language_parity,
+    make_random_vl_model,
+    random_images,
+)
+from mobius_vision.testing._zero_shot_parity import (
+    ZeroShotParity,
+    check_zero_shot_parity,
+    make_random_dual_encoder,
+    naflex_inputs,
+)
+
+__all__ = [
+    "OnnxCrossAttentionVL",
+    "OnnxVisionLanguage",
+    "VisionParity",
+    "ZeroShotParity",
+    "check_cross_attention_vl_parity",
+    "check_vision_language_parity",
+    "check_vision_parity",
+    "check_zero_shot_parity",
+    "compare_vision",
+    "make_random_dual_encoder",
+    "make_random_vision_model",
+    "make_random_vl_model",
+    "naflex_inputs",
+    "random_images",
+    "random_pixels",
+]

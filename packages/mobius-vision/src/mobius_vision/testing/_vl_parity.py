@@ -1,0 +1,255 @@
+"""Vision–language parity: prefill with images and cached decode, ONNX Runtime against PyTorch.
+
+The prompts go through the family's real transformers processor (built from a
+config by the case, over :func:`mobius.testing.tiny_tokenizer`), so the image placeholders sit
+where the processor puts them; the images are random pixels at a size the
+processor resizes from.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from mobius.testing._parity import (
+    PARITY_ATOL,
+    CausalLMParity,
+    OnnxCausalLM,
+    build_with_cli,
+    perturb_parameters,
+)
+
+PROMPTS = ("USER: <image>\nw5 w7 w9 ASSISTANT:", "USER: w3 <image>\nw2 ASSISTANT: w4")
+
+
+def random_images(count: int, size: tuple[int, int], seed: int) -> list[np.ndarray]:
+    """``count`` random RGB images ``[height, width, 3]`` uint8."""
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 256, (*size, 3), dtype=np.uint8) for _ in range(count)]
+
+
+def make_random_vl_model(hf_config, seed: int = 0):
+    """A float32 transformers image-text-to-text model, every parameter perturbed, eval."""
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    torch.manual_seed(seed)
+    model = AutoModelForImageTextToText.from_config(
+        hf_config, dtype=torch.float32, attn_implementation="eager"
+    )
+    perturb_parameters(model, seed)
+    return model.eval()
+
+
+def _empty(info) -> np.ndarray:
+    """An ONNX Runtime input's value with its symbolic dimensions at zero (no images)."""
+    dtype = np.int64 if info.type == "tensor(int64)" else np.float32
+    return np.zeros([0 if isinstance(d, str) or d is None else d for d in info.shape], dtype)
+
+
+class OnnxVisionLanguage:
+    """A built VL package (``--form single`` or ``split``) driven step by step."""
+
+    def __init__(self, package: Path) -> None:
+        import onnxruntime as ort
+
+        self.single = (package / "model.onnx").exists()
+        decoder = package / ("model.onnx" if self.single else "decoder/model.onnx")
+        self.decoder = OnnxCausalLM(decoder)
+        if not self.single:
+            load = lambda p: ort.InferenceSession(str(p), providers=["CPUExecutionProvider"])  # noqa: E731
+            self.vision = load(package / "vision/model.onnx")
+            self.embedding = load(package / "embedding/model.onnx")
+        inputs = self.decoder.session.get_inputs()
+        text = ("input_ids", "attention_mask", "position_ids", "token_type_ids")
+        self.vision_names = [  # pixel_values and any other vision input (image_sizes...)
+            i.name
+            for i in inputs
+            if i.name not in text and not i.name.startswith("past_key_values.")
+        ]
+        self.decoder_inputs = {i.name for i in inputs}
+
+    def empty_cache(self, batch: int) -> dict[str, np.ndarray]:
+        return self.decoder.empty_cache(batch)
+
+    def __call__(
+        self, input_ids, vision: dict[str, np.ndarray] | None, mask, positions, cache, types=None
+    ):
+        """Logits and the next cache; ``vision`` holds the processor's image inputs, or None.
+
+        ``types`` is the processor's ``token_type_ids``, for decoders that take them
+        (zeros on decode steps).
+        """
+        if self.single:
+            if vision is None:  # no images on a decode step: empty image inputs
+                vision = {n: self._no_images(n) for n in self.vision_names}
+            return self._run_decoder({"input_ids": input_ids, **vision}, mask, positions, cache)
+        if vision is not None:  # image_features and any other vision output, by name
+            names = [i.name for i in self.vision.get_inputs()]
+            values = self.vision.run(None, {n: vision[n] for n in names})
+            features = dict(zip([o.name for o in self.vision.get_outputs()], values, strict=True))
+        else:  # no images: every vision output empty
+            features = {
+                i.name: _empty(i) for i in self.embedding.get_inputs() if i.name != "input_ids"
+            }
+        values = self.embedding.run(None, {"input_ids": input_ids, **features})
+        names = [o.name for o in self.embedding.get_outputs()]
+        # inputs_embeds and any other embedding output the decoder takes (DeepStack's)
+        feeds = {n: v for n, v in zip(names, values, strict=True) if n in self.decoder_inputs}
+        if "token_type_ids" in self.decoder_inputs:
+            feeds["token_type_ids"] = np.zeros_like(input_ids) if types is None else types
+        return self._run_decoder(feeds, mask, positions, cache)
+
+    def _no_images(self, name: str) -> np.ndarray:
+        return _empty(next(i for i in self.decoder.session.get_inputs() if i.name == name))
+
+    def _run_decoder(self, feeds, mask, positions, cache):
+        session = self.decoder.session
+        feeds = dict(feeds, attention_mask=mask, position_ids=positions, **cache)
+        outputs = dict(zip(self.decoder.output_names, session.run(None, feeds), strict=True))
+        present = {
+            name.replace("present.", "past_key_values."): value
+            for name, value in outputs.items()
+            if name.startswith("present.")
+        }
+        return outputs["logits"], present
+
+
+def compare_vision_language(
+    torch_model,
+    onnx_model: OnnxVisionLanguage,
+    inputs: dict[str, Any],
+    decode_steps: int = 8,
+    first_position: int = 0,
+    rope_positions=None,
+) -> CausalLMParity:
+    """Prefill with the processor's ``inputs``, then greedy decode steps through both caches.
+
+    ``rope_positions(torch_model, inputs) -> (positions [3, batch, sequence], deltas [batch, 1])``
+    gives families with 3-D rotary positions (Qwen2-VL's M-RoPE) the prefill positions
+    their model computes; decode steps then feed the text position plus ``deltas`` on all
+    three streams, as their ``generate`` does.
+    """
+    import torch
+    from transformers import DynamicCache
+
+    input_ids = inputs["input_ids"].astype(np.int64)
+    mask = inputs["attention_mask"].astype(np.int64)
+    types = inputs.get("token_type_ids")
+    text_inputs = ("input_ids", "attention_mask", "token_type_ids", "labels", "mm_token_type_ids")
+    vision = {k: v for k, v in inputs.items() if k not in text_inputs}
+    # transformers reads token_type_ids at prefill where the model takes them (Gemma 3's images)
+    takes_types = "token_type_ids" in inspect.signature(torch_model.forward).parameters
+    positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0) + first_position
+    real = mask.astype(bool)
+    deltas = None
+    if rope_positions is not None:
+        rope, deltas = (np.asarray(a, np.int64) for a in rope_positions(torch_model, inputs))
+    cache = DynamicCache(config=torch_model.config)
+    onnx_cache = onnx_model.empty_cache(len(input_ids))
+    result = CausalLMParity()
+    for step in range(decode_steps + 1):
+        fed_positions = positions
+        if deltas is not None:  # 3-D rotary positions
+            fed_positions = rope if step == 0 else np.stack([positions + deltas] * 3)
+        feeds = dict(
+            input_ids=torch.from_numpy(input_ids),
+            attention_mask=torch.from_numpy(mask),
+            position_ids=torch.from_numpy(fed_positions),
+            past_key_values=cache,
+            use_cache=True,
+        )
+        if step == 0:
+            feeds.update({k: torch.from_numpy(v) for k, v in vision.items()})
+            if takes_types and types is not None:
+                feeds["token_type_ids"] = torch.from_numpy(types)
+        with torch.no_grad():
+            torch_logits = torch_model(**feeds).logits.float().numpy()
+        onnx_logits, onnx_cache = onnx_model(
+            input_ids,
+            vision if step == 0 else None,
+            mask,
+            fed_positions,
+            onnx_cache,
+            types if step == 0 and takes_types else None,
+        )
+        if step == 0:  # padded positions carry no meaning: compare real tokens only
+            result.prefill_diff = float(np.abs(torch_logits - onnx_logits)[real].max())
+        else:
+            result.decode_diffs.append(float(np.abs(torch_logits - onnx_logits).max()))
+        torch_next = torch_logits[:, -1].argmax(-1)
+        result.torch_tokens.append(torch_next.tolist())
+        result.onnx_tokens.append(onnx_logits[:, -1].argmax(-1).tolist())
+        input_ids = torch_next[:, None].astype(np.int64)
+        positions = positions[:, -1:] + 1
+        mask = np.concatenate([mask, np.ones_like(input_ids)], axis=1)
+    return result
+
+
+def check_vision_language_parity(
+    hf_config,
+    processor,
+    workdir: Path,
+    *,
+    prompts: tuple[str, ...] = PROMPTS,
+    image_size: tuple[int, int] = (37, 45),
+    image_sizes: tuple[tuple[int, int], ...] | None = None,
+    decode_steps: int = 8,
+    seed: int = 0,
+    atol: float = PARITY_ATOL,
+    forms: tuple[str, ...] = ("split", "single"),
+    eps: tuple[str, ...] = ("default", "cpu"),
+    images_per_prompt: bool = False,
+    first_position: int = 0,
+    image_counts: tuple[int, ...] | None = None,
+    rope_positions=None,
+) -> list[CausalLMParity]:
+    """Build a perturbed tiny VL model with the CLI per form and ep, and check it against PyTorch.
+
+    ``processor`` is the family's transformers processor; each prompt holds one
+    image placeholder and gets one random image of ``image_size`` (``images_per_prompt``:
+    passed as one list per prompt, for processors that want them so). Positions count
+    from ``first_position``, as the family's ``generate`` counts them. ``image_counts``
+    gives each prompt that many images instead (its prompt holds as many placeholders),
+    ``image_sizes`` one size per image. ``rope_positions``: see :func:`compare_vision_language`.
+    """
+    workdir = Path(workdir)
+    torch_model = make_random_vl_model(hf_config, seed)
+    torch_model.save_pretrained(workdir / "hf")
+    count = len(prompts) if image_counts is None else sum(image_counts)
+    if image_sizes is None:
+        images = random_images(count, image_size, seed)
+    else:  # one size per image (images of different shapes in one batch)
+        images = [random_images(1, size, seed + i)[0] for i, size in enumerate(image_sizes)]
+    if image_counts is not None:  # several images in a prompt: one list of images per prompt
+        ends = np.cumsum(image_counts).tolist()
+        images = [images[end - n : end] for n, end in zip(image_counts, ends, strict=True)]
+    if images_per_prompt:
+        images = [[image] for image in images]
+    inputs = dict(processor(text=list(prompts), images=images, return_tensors="np", padding=True))
+    inputs = {k: v.astype(np.float32) if v.dtype == np.float64 else v for k, v in inputs.items()}
+    results = []
+    for form in forms:
+        for ep in eps:
+            out = build_with_cli(
+                workdir / "hf", workdir / f"{form}-{ep}", "--ep", ep, "--form", form
+            )
+            if ep == "default":
+                for path in sorted(out.rglob("*.onnx")):
+                    onnx.checker.check_model(str(path), full_check=True)
+            result = compare_vision_language(
+                torch_model,
+                OnnxVisionLanguage(out),
+                inputs,
+                decode_steps,
+                first_position,
+                rope_positions,
+            )
+            result.ep = f"{ep} --form {form}"
+            result.assert_close(atol)
+            results.append(result)
+    return results
