@@ -37,3 +37,16 @@ def test_registered_entries_resolve_lazily():
     entry = registry.get("whisper")
     assert isinstance(entry.module, str) and entry.module.startswith("mobius_audio.models.")
     assert entry.module_class().__module__ == entry.module.partition(":")[0]
+
+
+def test_every_registered_class_is_a_mobius_model():
+    """Core calls only the hooks mobius.Model declares: every registered class must subclass it."""
+    from mobius.model import Model
+    from mobius.plugins import load
+
+    offenders = []
+    for package in ("mobius_text", "mobius_vision", "mobius_audio", "mobius_diffusion"):
+        for key, entry in read_index(package).items():
+            if not issubclass(load(entry["module"]), Model):
+                offenders.append(f"{package}: {key} ({entry['module']})")
+    assert offenders == []

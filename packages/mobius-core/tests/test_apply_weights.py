@@ -12,7 +12,13 @@ from safetensors.numpy import save_file
 
 import mobius
 from mobius.errors import MobiusError, WeightMismatchError
-from mobius.weights import DerivedTensor, SafetensorsCheckpoint, apply_weights, parameters
+from mobius.weights import (
+    DerivedTensor,
+    SafetensorsCheckpoint,
+    apply_weights,
+    parameters,
+    rename_prefixes,
+)
 
 
 def tiny_package(dtype: str = "f32") -> mobius.ModelPackage:
@@ -37,7 +43,7 @@ def tensors(tiny_llama_arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def as_sources(tensors: dict[str, np.ndarray]) -> dict[str, DerivedTensor]:
-    """In-memory weight sources (what ``preprocess_weights`` may hand over)."""
+    """In-memory weight sources (what ``sanitize`` may hand over)."""
     return {
         name: DerivedTensor(lambda a=a: a, a.shape, ir.DataType.from_numpy(a.dtype))
         for name, a in tensors.items()
@@ -207,3 +213,14 @@ def test_several_models_are_filled_together(tensors: dict[str, np.ndarray]) -> N
     third = tiny_package()
     message = mismatch(third, as_sources({**tensors, **renamed}))
     assert "unexpected (21)" in message  # only one graph given: the other's weights are extra
+
+
+def test_rename_prefixes_takes_the_first_matching_prefix() -> None:
+    renames = {"model.visual.": "vision.", "model.": "text.model.", "lm_head.": "text.lm_head."}
+    weights = {"model.visual.a": 1, "model.b": 2, "lm_head.weight": 3, "other.c": 4}
+    assert rename_prefixes(weights, renames) == {
+        "vision.a": 1,
+        "text.model.b": 2,
+        "text.lm_head.weight": 3,
+        "other.c": 4,
+    }

@@ -19,8 +19,38 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+TOY_MODEL = '''
+"""The toy family: its config and model (imported only when a build needs them)."""
+
+from onnxscript import nn
+
+from mobius.model import Model
+
+
+class ToyConfig:
+    def __init__(self, size, scale=1.0):
+        self.size, self.scale, self.model_type = size, scale, "toy"
+
+    @classmethod
+    def from_hf(cls, fields):
+        return cls(int(fields["size"]))
+
+
+class ToyModel(Model):
+    task = "toy-task"
+    config_class = ToyConfig
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.weight = nn.Parameter([config.size])
+
+    def forward(self, op, x):
+        return op.Mul(op.Mul(x, self.weight), op.Constant(value_float=self.config.scale))
+'''
+
 TOY_PACKAGE = '''
-"""A toy mobius domain package: everything a domain registers, in one file."""
+"""A toy mobius domain package: everything a domain registers (nothing heavy at import)."""
 
 import json
 from pathlib import Path
@@ -31,7 +61,7 @@ PACKAGE = "toy-mobius"
 
 
 def register(registry):
-    registry.register("toy", "toy_mobius:ToyModel", task="toy-task", package=PACKAGE)
+    registry.register("toy", "toy_mobius.model:ToyModel", task="toy-task", package=PACKAGE)
     registry.register_task(TaskInfo("toy-task", "toy_mobius:ToyTask", PACKAGE))
     registry.register_source(SourceInfo("toy-file", "toy_mobius:recognise", PACKAGE))
     registry.register_option(
@@ -54,33 +84,6 @@ def register(registry):
             examples=("mobius generate toy-out/ hello",),
         )
     )
-
-
-class ToyConfig:
-    def __init__(self, size, scale=1.0):
-        self.size, self.scale, self.model_type = size, scale, "toy"
-
-    @classmethod
-    def from_hf(cls, fields):
-        return cls(int(fields["size"]))
-
-
-class ToyModel:
-    config_class = ToyConfig
-
-    def __new__(cls, config):
-        from onnxscript import nn
-
-        class Toy(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.config = config
-                self.weight = nn.Parameter([config.size])
-
-            def forward(self, op, x):
-                return op.Mul(op.Mul(x, self.weight), op.Constant(value_float=config.scale))
-
-        return Toy()
 
 
 class ToyTask:
@@ -140,7 +143,9 @@ def run(package_dir, prompt, options):
 def toy_site(tmp_path_factory) -> Path:
     """A folder holding the toy distribution as an installer would lay it out."""
     site = tmp_path_factory.mktemp("toy-site")
-    (site / "toy_mobius.py").write_text(TOY_PACKAGE)
+    (site / "toy_mobius").mkdir()
+    (site / "toy_mobius" / "__init__.py").write_text(TOY_PACKAGE)
+    (site / "toy_mobius" / "model.py").write_text(TOY_MODEL)
     info = site / "toy_mobius-0.1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-mobius\nVersion: 0.1.0\n")

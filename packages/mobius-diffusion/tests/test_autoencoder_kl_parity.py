@@ -60,7 +60,7 @@ def test_deprecated_attention_names_are_renamed():
         "encoder.mid_block.attentions.0.group_norm.weight": 3,
         "decoder.up_blocks.0.resnets.0.conv1.weight": 4,
     }
-    assert AutoencoderKL(config).preprocess_weights(old) == {
+    assert AutoencoderKL(config).sanitize(old) == {
         "encoder.mid_block.attentions.0.to_q.weight": 1,
         "decoder.mid_block.attentions.0.to_out.0.bias": 2,
         "encoder.mid_block.attentions.0.group_norm.weight": 3,

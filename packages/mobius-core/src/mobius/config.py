@@ -56,7 +56,11 @@ class RopeConfig:
         )
 
 
-def _first(hf_config: Any, *names: str, default: Any = None) -> Any:
+def first_of(hf_config: Any, *names: str, default: Any = None) -> Any:
+    """The first of ``names`` that ``hf_config`` sets (not None), else ``default``.
+
+    HF configs spell one idea several ways (``num_attention_heads``, ``n_head``).
+    """
     for name in names:
         value = getattr(hf_config, name, None)
         if value is not None:
@@ -116,11 +120,11 @@ class ArchitectureConfig:
     @classmethod
     def hf_fields(cls, hf_config: Any) -> dict[str, Any]:
         """The constructor arguments read from ``hf_config``; subclasses add to this dict."""
-        hidden = _first(hf_config, "hidden_size", "n_embd", "d_model")
-        heads = _first(hf_config, "num_attention_heads", "n_head")
-        kv_heads = _first(hf_config, "num_key_value_heads", "num_kv_heads", default=heads)
-        layers = _first(hf_config, "num_hidden_layers", "n_layer")
-        head_dim = _first(hf_config, "head_dim", default=None) or hidden // heads
+        hidden = first_of(hf_config, "hidden_size", "n_embd", "d_model")
+        heads = first_of(hf_config, "num_attention_heads", "n_head")
+        kv_heads = first_of(hf_config, "num_key_value_heads", "num_kv_heads", default=heads)
+        layers = first_of(hf_config, "num_hidden_layers", "n_layer")
+        head_dim = first_of(hf_config, "head_dim", default=None) or hidden // heads
         layer_types = list(getattr(hf_config, "layer_types", None) or [])
         sliding = getattr(hf_config, "sliding_window", None)
         if sliding is not None and not layer_types:
@@ -129,16 +133,18 @@ class ArchitectureConfig:
             model_type=hf_config.model_type,
             vocab_size=hf_config.vocab_size,
             hidden_size=hidden,
-            intermediate_size=_first(hf_config, "intermediate_size", "n_inner", default=4 * hidden),
+            intermediate_size=first_of(
+                hf_config, "intermediate_size", "n_inner", default=4 * hidden
+            ),
             num_hidden_layers=layers,
             num_attention_heads=heads,
             num_key_value_heads=kv_heads,
             head_dim=head_dim,
-            max_position_embeddings=_first(
+            max_position_embeddings=first_of(
                 hf_config, "max_position_embeddings", "n_positions", default=2048
             ),
-            hidden_act=_first(hf_config, "hidden_act", "activation_function", default="silu"),
-            rms_norm_eps=_first(hf_config, "rms_norm_eps", "layer_norm_eps", default=1e-6),
+            hidden_act=first_of(hf_config, "hidden_act", "activation_function", default="silu"),
+            rms_norm_eps=first_of(hf_config, "rms_norm_eps", "layer_norm_eps", default=1e-6),
             attention_bias=bool(getattr(hf_config, "attention_bias", False)),
             mlp_bias=bool(getattr(hf_config, "mlp_bias", False)),
             tie_word_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)),
@@ -151,22 +157,11 @@ class ArchitectureConfig:
         )
 
 
-#: Heads an encoder build can add to ``last_hidden_state`` (``mobius build --head``).
-ENCODER_HEADS = (
-    "none",
-    "masked-lm",
-    "sequence-classification",
-    "token-classification",
-    "sentence-embedding",
-)
-POOLING_MODES = ("mean", "cls", "max")
-
-
 @dataclass
 class EncoderConfig:
     """The fields every encoder family needs, normalised from an HF config, and the head to build.
 
-    ``head`` is one of :data:`ENCODER_HEADS`; ``pooling`` and ``normalize`` shape the
+    ``head`` is one of :data:`~mobius.options.ENCODER_HEADS`; ``pooling`` and ``normalize`` shape the
     ``sentence-embedding`` head. Families subclass this and extend :meth:`hf_fields`.
     """
 
@@ -199,20 +194,20 @@ class EncoderConfig:
     @classmethod
     def hf_fields(cls, hf_config: Any) -> dict[str, Any]:
         """The constructor arguments read from ``hf_config``; subclasses add to this dict."""
-        hidden = _first(hf_config, "hidden_size", "dim", "d_model")
+        hidden = first_of(hf_config, "hidden_size", "dim", "d_model")
         return dict(
             model_type=hf_config.model_type,
             vocab_size=hf_config.vocab_size,
             hidden_size=hidden,
-            intermediate_size=_first(
+            intermediate_size=first_of(
                 hf_config, "intermediate_size", "hidden_dim", default=4 * hidden
             ),
-            num_hidden_layers=_first(hf_config, "num_hidden_layers", "n_layers"),
-            num_attention_heads=_first(hf_config, "num_attention_heads", "n_heads"),
-            max_position_embeddings=_first(hf_config, "max_position_embeddings", default=512),
-            type_vocab_size=_first(hf_config, "type_vocab_size", default=0),
-            hidden_act=_first(hf_config, "hidden_act", "activation", default="gelu"),
-            layer_norm_eps=_first(hf_config, "layer_norm_eps", "norm_eps", default=1e-12),
+            num_hidden_layers=first_of(hf_config, "num_hidden_layers", "n_layers"),
+            num_attention_heads=first_of(hf_config, "num_attention_heads", "n_heads"),
+            max_position_embeddings=first_of(hf_config, "max_position_embeddings", default=512),
+            type_vocab_size=first_of(hf_config, "type_vocab_size", default=0),
+            hidden_act=first_of(hf_config, "hidden_act", "activation", default="gelu"),
+            layer_norm_eps=first_of(hf_config, "layer_norm_eps", "norm_eps", default=1e-12),
             pad_token_id=getattr(hf_config, "pad_token_id", None),
             tie_word_embeddings=bool(getattr(hf_config, "tie_word_embeddings", True)),
             num_labels=int(getattr(hf_config, "num_labels", 2) or 2),

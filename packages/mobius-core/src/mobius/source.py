@@ -227,7 +227,7 @@ class ModelSource(Source):
 
         The graphs are made for the task's contract (``options.ep`` targets the
         runtime), the checkpoint's tensors (after the family's
-        ``preprocess_weights``) applied, every parameter filled and every tensor
+        :meth:`~mobius.model.Model.sanitize`) applied, every parameter filled and every tensor
         used or ignored, then the ``weights`` and ``quantize`` stages of
         :mod:`mobius.passes` run.
         """
@@ -249,11 +249,8 @@ class ModelSource(Source):
         package.text_files.update(self.text_files)
         if checkpoint is None:
             return package
-        weights = dict(checkpoint)
-        preprocess = getattr(module, "preprocess_weights", None)
-        if preprocess is not None:
-            weights = preprocess(weights)
-        apply_weights(models.values(), weights, ignore=getattr(module, "ignored_weights", ()))
+        weights = module.sanitize(dict(checkpoint))
+        apply_weights(models.values(), weights, ignore=module.ignored)
         run_stage("weights", models.values(), options, weights)
         run_stage("quantize", models.values(), options, weights if self.prequantized else None)
         return package

@@ -12,16 +12,8 @@ import copy
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from mobius.config import first_of
 from mobius.errors import ConfigError
-
-
-def _first(hf_config: Any, *names: str, default: Any = None) -> Any:
-    for name in names:
-        value = getattr(hf_config, name, None)
-        if value is not None:
-            return value
-    return default
-
 
 #: Heads a vision encoder build can add to its features (``mobius build --head``).
 VISION_HEADS = ("none", "image-classification")
@@ -68,8 +60,8 @@ class VisionConfig:
         """The constructor arguments read from ``hf_config``; subclasses add to this dict."""
         return dict(
             model_type=hf_config.model_type,
-            image_size=image_size_pair(_first(hf_config, "image_size", default=224)),
-            num_channels=int(_first(hf_config, "num_channels", default=3)),
+            image_size=image_size_pair(first_of(hf_config, "image_size", default=224)),
+            num_channels=int(first_of(hf_config, "num_channels", default=3)),
             num_labels=int(getattr(hf_config, "num_labels", 2) or 2),
             architectures=tuple(getattr(hf_config, "architectures", None) or ()),
         )
@@ -111,7 +103,7 @@ class VisionLanguageConfig:
             model_type=hf_config.model_type,
             vision=composed_config(hf_config.vision_config),
             text=composed_config(cls.text_hf_config(hf_config)),
-            image_token_id=int(_first(hf_config, "image_token_id", "image_token_index")),
+            image_token_id=int(first_of(hf_config, "image_token_id", "image_token_index")),
         )
 
     #: Output-head fields of :data:`TEXT_HEAD_FIELDS` that the family's transformers class

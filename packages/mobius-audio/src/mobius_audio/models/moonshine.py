@@ -25,6 +25,7 @@ from onnxscript import nn
 
 from mobius.components import (
     Attention,
+    CrossAttention,
     Embedding,
     GroupNorm,
     LayerNorm,
@@ -152,20 +153,10 @@ class MoonshineEncoderAttention(MoonshineAttention):
         return self.o_proj(op, self.merge(op, y))
 
 
-class MoonshineCrossAttention(MoonshineAttention):
-    """``encoder_attn``: decoder queries over the encoder's cached keys and values (no rotation)."""
+class MoonshineCrossAttention(CrossAttention):
+    """``encoder_attn``: no rotation; ``o_proj`` has no bias."""
 
-    def project_kv(self, op, states):
-        """The cross-attention cache ``(key, value)`` ``[batch, heads, source, dim]``."""
-        return (
-            self.split_heads(op, self.k_proj(op, states)),
-            self.split_heads(op, self.v_proj(op, states)),
-        )
-
-    def forward(self, op, x, key, value, bias):
-        q = self.split_heads(op, self.q_proj(op, x))
-        y = op.Attention(q, key, value, bias, scale=self.scale)
-        return self.o_proj(op, self.merge(op, y))
+    projection_names = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
 class MoonshineEncoderMLP(nn.Module):
@@ -211,7 +202,9 @@ class MoonshineDecoderLayer(nn.Module):
         super().__init__()
         d = config.hidden_size
         self.self_attn = MoonshineAttention(config)
-        self.encoder_attn = MoonshineCrossAttention(config)
+        self.encoder_attn = MoonshineCrossAttention(
+            d, config.num_heads, config.head_dim, bias=config.attention_bias, out_bias=False
+        )
         self.input_layernorm = LayerNorm(d, 1e-5, bias=False)
         self.post_attention_layernorm = LayerNorm(d, 1e-5, bias=False)
         self.final_layernorm = LayerNorm(d, 1e-5, bias=False)
@@ -222,7 +215,7 @@ class MoonshineDecoderLayer(nn.Module):
             op, self.input_layernorm(op, x), position_embeddings, causal, *past
         )
         x = op.Add(x, h)
-        h = self.encoder_attn(op, self.post_attention_layernorm(op, x), *cross, cross_bias)
+        h = self.encoder_attn(op, self.post_attention_layernorm(op, x), cross_bias, *cross)
         x = op.Add(x, h)
         return op.Add(x, self.mlp(op, self.final_layernorm(op, x))), present
 

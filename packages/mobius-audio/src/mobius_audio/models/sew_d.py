@@ -200,8 +200,8 @@ class SEWDForCTC(SEWForCTC):
     model_class = SEWDModel
 
     @property
-    def ignored_weights(self) -> tuple[str, ...]:
-        ignored = super().ignored_weights
+    def ignored(self) -> tuple[str, ...]:
+        ignored = super().ignored
         if not self.config.relative_attention and "layer_norm" in self.config.norm_rel_ebd:
             ignored += (
                 "sew_d.encoder.encoder.LayerNorm.*",

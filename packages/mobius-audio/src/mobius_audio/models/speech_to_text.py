@@ -25,16 +25,16 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius.components import (
+    CrossAttention,
     Embedding,
     LayerNorm,
-    Linear,
+    Seq2SeqAttention,
     causal_bias,
     padding_bias,
 )
 from mobius.errors import ConfigError
 from mobius_audio.models.whisper import (
     Conv1d,
-    WhisperAttention,
     WhisperConfig,
     WhisperDecoderLayer,
     WhisperEncoderLayer,
@@ -109,27 +109,10 @@ def padding_aware_positions(op, ids, padding_idx: int, past_length):
     return op.Add(op.Mul(counts, real), pad)
 
 
-class Speech2TextAttention(WhisperAttention):
-    """Whisper's attention with a bias on ``k_proj`` too."""
-
-    def __init__(self, hidden_size: int, num_heads: int) -> None:
-        super().__init__(hidden_size, num_heads)
-        self.k_proj = Linear(hidden_size, hidden_size, bias=True)
-
-
-class Speech2TextCrossAttention(Speech2TextAttention):
-    """``encoder_attn`` over the cached encoder keys and values, padded frames masked."""
-
-    def forward(self, op, x, key, value, bias):
-        q = self.heads(op, self.q_proj(op, x))
-        y = op.Attention(q, key, value, bias, scale=self.head_dim**-0.5)
-        return self.out_proj(op, self.merge(op, y))
-
-
 class Speech2TextEncoderLayer(WhisperEncoderLayer):
     def __init__(self, config: Speech2TextConfig, heads: int, ffn_dim: int) -> None:
         super().__init__(config, heads, ffn_dim)
-        self.self_attn = Speech2TextAttention(config.hidden_size, heads)
+        self.self_attn = Seq2SeqAttention(config.hidden_size, heads)  # k_proj has a bias too
 
     def forward(self, op, x, bias):
         x = op.Add(x, self.self_attn(op, self.self_attn_layer_norm(op, x), bias))
@@ -139,13 +122,13 @@ class Speech2TextEncoderLayer(WhisperEncoderLayer):
 class Speech2TextDecoderLayer(WhisperDecoderLayer):
     def __init__(self, config: Speech2TextConfig, heads: int, ffn_dim: int) -> None:
         super().__init__(config, heads, ffn_dim)
-        self.self_attn = Speech2TextAttention(config.hidden_size, heads)
-        self.encoder_attn = Speech2TextCrossAttention(config.hidden_size, heads)
+        self.self_attn = Seq2SeqAttention(config.hidden_size, heads)
+        self.encoder_attn = CrossAttention(config.hidden_size, heads)
 
     def forward(self, op, x, causal, cross_bias, cross, past):
         h, present = self.self_attn(op, self.self_attn_layer_norm(op, x), causal, *past)
         x = op.Add(x, h)
-        h = self.encoder_attn(op, self.encoder_attn_layer_norm(op, x), *cross, cross_bias)
+        h = self.encoder_attn(op, self.encoder_attn_layer_norm(op, x), cross_bias, *cross)
         x = op.Add(x, h)
         return op.Add(x, self.mlp(op, x)), present
 
@@ -255,7 +238,7 @@ class Speech2TextForConditionalGeneration(WhisperForConditionalGeneration):
     model_class = Speech2TextModel
     head_name = "lm_head"
     # Older checkpoints saved the sinusoid tables; they are computed in the graph.
-    ignored_weights = (
+    ignored = (
         "model.encoder.embed_positions.weights",
         "model.decoder.embed_positions.weights",
     )

@@ -24,6 +24,7 @@ from mobius.components import (
     padding_bias,
 )
 from mobius.errors import ConfigError
+from mobius.model import Model
 
 
 @dataclass
@@ -351,7 +352,7 @@ class Wav2Vec2Model(nn.Module):
         return hidden, states, mask
 
 
-class Wav2Vec2ForCTC(nn.Module):
+class Wav2Vec2ForCTC(Model):
     """The encoder and the checkpoint's head: ``lm_head`` (CTC) or ``projector``+``classifier``."""
 
     config_class = Wav2Vec2Config
@@ -405,7 +406,7 @@ class Wav2Vec2ForCTC(nn.Module):
         return outputs
 
     @property
-    def ignored_weights(self) -> tuple[str, ...]:
+    def ignored(self) -> tuple[str, ...]:
         """The training-only mask embedding and the heads this build does not have."""
         ignored = [f"{self.base_model_prefix}.masked_spec_embed"]
         if self.lm_head is None:
@@ -414,7 +415,7 @@ class Wav2Vec2ForCTC(nn.Module):
             ignored += ["projector.*", "classifier.*", "layer_weights"]
         return tuple(ignored)
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         """The ``wav2vec2.`` prefix on a bare checkpoint; weight-norm tensors under both spellings."""
         prefix = f"{self.base_model_prefix}."
         heads = ("lm_head", "projector", "classifier", "layer_weights")

@@ -290,10 +290,10 @@ class Wav2Vec2ConformerForCTC(Wav2Vec2ForCTC):
     )
 
     @property
-    def ignored_weights(self) -> tuple[str, ...]:
+    def ignored(self) -> tuple[str, ...]:
         """Also :attr:`unused_weights`: tensors the checkpoint has that transformers never uses."""
         prefix = self.base_model_prefix
-        return (*super().ignored_weights, *(f"{prefix}.{p}" for p in self.unused_weights))
+        return (*super().ignored, *(f"{prefix}.{p}" for p in self.unused_weights))
 
 
 MODEL_TYPES = {"wav2vec2-conformer": Wav2Vec2ConformerForCTC}

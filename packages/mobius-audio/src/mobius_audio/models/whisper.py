@@ -20,16 +20,17 @@ from typing import Any
 from onnxscript import nn
 
 from mobius.components import (
+    CrossAttention,
     Embedding,
     LayerNorm,
     Linear,
+    Seq2SeqAttention,
     TiedLMHead,
-    bidirectional_attention,
     causal_bias,
     get_activation,
     module_scope,
-    scaled_dot_product_attention,
 )
+from mobius.model import Model
 
 
 @dataclass
@@ -100,62 +101,13 @@ class Conv1d(nn.Module):
         )  # fmt: skip
 
 
-class WhisperAttention(nn.Module):
-    """Multi-head attention; ``k_proj`` has no bias. Queries are scaled by ``1/sqrt(head_dim)``."""
-
-    def __init__(self, hidden_size: int, num_heads: int) -> None:
-        super().__init__()
-        self.q_proj = Linear(hidden_size, hidden_size, bias=True)
-        self.k_proj = Linear(hidden_size, hidden_size, bias=False)
-        self.v_proj = Linear(hidden_size, hidden_size, bias=True)
-        self.out_proj = Linear(hidden_size, hidden_size, bias=True)
-        self.num_heads, self.head_dim = num_heads, hidden_size // num_heads
-
-    def heads(self, op, x):
-        """``[batch, seq, heads*dim]`` → ``[batch, heads, seq, dim]``."""
-        x = op.Reshape(x, op.Constant(value_ints=[0, 0, self.num_heads, self.head_dim]))
-        return op.Transpose(x, perm=[0, 2, 1, 3])
-
-    def merge(self, op, y):
-        """``[batch, heads, seq, dim]`` → ``[batch, seq, heads*dim]``."""
-        return op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
-
-    def project_kv(self, op, states):
-        """The cross-attention cache ``(key, value)`` ``[batch, heads, source, dim]`` of ``states``."""
-        return self.heads(op, self.k_proj(op, states)), self.heads(op, self.v_proj(op, states))
-
-    def forward(self, op, x, bias=None, past_key=None, past_value=None):
-        """Encoder self-attention over every frame (no cache), or decoder self-attention through the cache."""
-        scale = self.head_dim**-0.5
-        if past_key is None:
-            q, k, v = self.q_proj(op, x), self.k_proj(op, x), self.v_proj(op, x)
-            return self.out_proj(
-                op, bidirectional_attention(op, q, k, v, bias, self.num_heads, scale)
-            )
-        q, (k, v) = self.heads(op, self.q_proj(op, x)), self.project_kv(op, x)
-        y, present_key, present_value = scaled_dot_product_attention(
-            op, q, k, v, bias, past_key, past_value, num_heads=self.num_heads,
-            num_kv_heads=self.num_heads, head_dim=self.head_dim, scale=scale,
-        )  # fmt: skip
-        return self.out_proj(op, self.merge(op, y)), (present_key, present_value)
-
-
-class WhisperCrossAttention(WhisperAttention):
-    """``encoder_attn``: decoder queries over the keys and values the encoder graph cached."""
-
-    def forward(self, op, x, key, value):
-        q = self.heads(op, self.q_proj(op, x))
-        y = op.Attention(q, key, value, scale=self.head_dim**-0.5)  # every frame is real
-        return self.out_proj(op, self.merge(op, y))
-
-
 class WhisperEncoderLayer(nn.Module):
     """Pre-norm: normalise, transform, add; for self-attention, then the MLP."""
 
     def __init__(self, config: WhisperConfig, heads: int, ffn_dim: int) -> None:
         super().__init__()
         d = config.hidden_size
-        self.self_attn = WhisperAttention(d, heads)
+        self.self_attn = Seq2SeqAttention(d, heads, key_bias=False)
         self.self_attn_layer_norm = LayerNorm(d, 1e-5)
         self.fc1 = Linear(d, ffn_dim, bias=True)
         self.fc2 = Linear(ffn_dim, d, bias=True)
@@ -173,13 +125,14 @@ class WhisperEncoderLayer(nn.Module):
 class WhisperDecoderLayer(WhisperEncoderLayer):
     def __init__(self, config: WhisperConfig, heads: int, ffn_dim: int) -> None:
         super().__init__(config, heads, ffn_dim)
-        self.encoder_attn = WhisperCrossAttention(config.hidden_size, heads)
+        self.encoder_attn = CrossAttention(config.hidden_size, heads, key_bias=False)
         self.encoder_attn_layer_norm = LayerNorm(config.hidden_size, 1e-5)
 
     def forward(self, op, x, causal, cross, past):
         h, present = self.self_attn(op, self.self_attn_layer_norm(op, x), causal, *past)
         x = op.Add(x, h)
-        x = op.Add(x, self.encoder_attn(op, self.encoder_attn_layer_norm(op, x), *cross))
+        h = self.encoder_attn(op, self.encoder_attn_layer_norm(op, x), None, *cross)  # no mask
+        x = op.Add(x, h)
         return op.Add(x, self.mlp(op, x)), present
 
 
@@ -255,7 +208,7 @@ class WhisperModel(nn.Module):
         self.decoder = WhisperDecoder(config)
 
 
-class WhisperForConditionalGeneration(nn.Module):
+class WhisperForConditionalGeneration(Model):
     """``model`` (encoder, decoder) and ``proj_out``, tied to the decoder's embeddings.
 
     The speech seq2seq families subclass it with their own ``model_class`` and
@@ -308,7 +261,7 @@ class WhisperForConditionalGeneration(nn.Module):
             logits = getattr(self, self.head_name)(op, hidden)
         return logits, presents
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         """A tied head reads the decoder's embeddings (checkpoints may still carry a copy)."""
         if self.config.tie_word_embeddings:
             weights.pop(f"{self.head_name}.weight", None)

@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 
 from mobius.testing import PARITY_ATOL, build_with_cli, perturb_parameters
+from mobius.testing._parity_log import record_parity
 
 #: ``head`` -> the transformers auto class of its checkpoint.
 _AUTO_CLASSES = {
@@ -75,6 +76,7 @@ class AudioParity:
     diffs: dict[str, float] = field(default_factory=dict)
 
     def assert_close(self, atol: float = PARITY_ATOL) -> None:
+        record_parity(self)
         what = f"--ep {self.ep} head {self.head} mask={self.with_mask}"
         assert self.diffs, f"{what}: no output was compared"
         assert max(self.diffs.values()) <= atol, f"{what}: {self.diffs} > {atol:g}"

@@ -10,6 +10,7 @@ from mobius.components._attention import (
     scaled_dot_product_attention,
 )
 from mobius.components._conv import BatchNorm, Conv2d, Conv3d, GroupNorm
+from mobius.components._cross_attention import CrossAttention, Seq2SeqAttention
 from mobius.components._decoder import DecoderLayer
 from mobius.components._disentangled import (
     DisentangledSelfAttention,
@@ -23,7 +24,6 @@ from mobius.components._disentangled import (
     positions_as_keys,
     relative_positions,
     sequence_length,
-    split_heads,
 )
 from mobius.components._encoder import (
     bidirectional_attention,
@@ -31,6 +31,7 @@ from mobius.components._encoder import (
     padding_bias,
     pool_tokens,
 )
+from mobius.components._heads import merge_heads, split_heads
 from mobius.components._linear import (
     Embedding,
     Linear,
@@ -61,6 +62,7 @@ __all__ = [
     "BatchNorm",
     "Conv2d",
     "Conv3d",
+    "CrossAttention",
     "DecoderLayer",
     "DisentangledSelfAttention",
     "DynamicNTKRotaryEmbedding",
@@ -73,6 +75,7 @@ __all__ = [
     "RMSNorm",
     "RelativeEmbeddings",
     "RotaryEmbedding",
+    "Seq2SeqAttention",
     "TiedLMHead",
     "TransposedParameter",
     "WeightlessRMSNorm",
@@ -93,6 +96,7 @@ __all__ = [
     "lowest_value",
     "make_rotary_embedding",
     "masked_softmax_attention",
+    "merge_heads",
     "merge_image_features",
     "module_scope",
     "p2c_scores",

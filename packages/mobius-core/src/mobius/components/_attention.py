@@ -11,6 +11,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
+from mobius.components._heads import merge_heads, split_heads
 from mobius.components._linear import Linear
 from mobius.components._rope import ROTARY_TABLE, RotaryTable, apply_rotary
 from mobius.components._runtime import MS_DOMAIN, execution_provider_of, fused_ops
@@ -200,8 +201,8 @@ def scaled_dot_product_attention(
     return op.Attention(q, k, v, bias, past_key, past_value, scale=scale, _outputs=3, **extra)
 
 
-def _merge_heads(op, x: ir.Value) -> ir.Value:
-    """``[batch, heads, seq, dim]`` → ``[batch, seq, heads*dim]``, undoing a head split when it can."""
+def _merge_or_unsplit_heads(op, x: ir.Value) -> ir.Value:
+    """:func:`merge_heads`, or when ``x`` is a head split's Transpose, a Reshape of what it split."""
     producer = x.producer()
     split = (
         producer is not None
@@ -210,21 +211,20 @@ def _merge_heads(op, x: ir.Value) -> ir.Value:
     )
     if split:  # x = Transpose(heads): read the [batch, seq, heads, dim] tensor directly
         return op.Reshape(producer.inputs[0], op.Constant(value_ints=[0, 0, -1]))
-    x = op.Transpose(x, perm=[0, 2, 1, 3])
-    return op.Reshape(x, op.Constant(value_ints=[0, 0, -1]))
+    return merge_heads(op, x)
 
 
 def _merge_rotated_heads(op, x: ir.Value, num_heads: int) -> ir.Value:
-    """Like :func:`_merge_heads`, moving a last ``RotaryEmbedding`` onto the merged tensor.
+    """Like :func:`_merge_or_unsplit_heads`, moving a last ``RotaryEmbedding`` onto the merged tensor.
 
     ONNX ``RotaryEmbedding`` also takes ``[batch, seq, heads*dim]`` with ``num_heads``,
     so the split/merge transposes around it disappear.
     """
     source = _rotary_source(x)
     if source is None:
-        return _merge_heads(op, x)
+        return _merge_or_unsplit_heads(op, x)
     x_in, node = source
-    merged = _merge_heads(op, x_in)
+    merged = _merge_or_unsplit_heads(op, x_in)
     cos, sin = (_recast(op, value, merged) for value in node.inputs[1:3])
     attributes = {name: attr.value for name, attr in node.attributes.items()}
     return op.RotaryEmbedding(merged, cos, sin, **attributes, num_heads=num_heads)
@@ -331,7 +331,7 @@ def _group_query_attention(
     y, present_key, present_value = op.GroupQueryAttention(
         _merge_rotated_heads(op, q, num_heads),
         _merge_rotated_heads(op, k, num_kv_heads),
-        _merge_heads(op, v),
+        _merge_or_unsplit_heads(op, v),
         past_key,
         past_value,
         seqlens_k,
@@ -351,8 +351,7 @@ def _group_query_attention(
         _version=1,
         _outputs=3,
     )
-    y = op.Reshape(y, op.Constant(value_ints=[0, 0, num_heads, head_dim]))
-    return op.Transpose(y, perm=[0, 2, 1, 3]), present_key, present_value
+    return split_heads(op, y, num_heads, head_dim), present_key, present_value
 
 
 class Attention(nn.Module):
@@ -384,8 +383,7 @@ class Attention(nn.Module):
 
     def split_heads(self, op, x: ir.Value) -> ir.Value:
         """``[batch, seq, heads*head_dim]`` → ``[batch, heads, seq, head_dim]``."""
-        x = op.Reshape(x, op.Constant(value_ints=[0, 0, -1, self.head_dim]))
-        return op.Transpose(x, perm=[0, 2, 1, 3])
+        return split_heads(op, x, head_dim=self.head_dim)
 
     def project_qkv(self, op, x: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
         """Query, key and value, each ``[batch, heads, seq, head_dim]``; variants add norms here."""
@@ -431,6 +429,4 @@ class Attention(nn.Module):
         q, k, v = self.project_qkv(op, x)
         q, k = self.rotate(op, q, k, position_embeddings)
         y, present_key, present_value = self.attend(op, q, k, v, bias, past_key, past_value)
-        # y: [batch, heads, seq, head_dim] -> [batch, seq, heads*head_dim]
-        y = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
-        return self.o_proj(op, y), (present_key, present_value)
+        return self.o_proj(op, merge_heads(op, y)), (present_key, present_value)

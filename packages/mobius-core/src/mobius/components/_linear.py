@@ -58,13 +58,16 @@ class TiedLMHead(nn.Module):
     """An output projection that reuses an embedding matrix ``[vocab, hidden]``.
 
     ``Gemm`` with ``transB`` reads the shared matrix as it is, so the graph keeps
-    a single copy and the runtime makes no transposed one.
+    a single copy and the runtime makes no transposed one. With ``bias`` the head
+    still owns a ``bias [vocab]`` (tied Phi, CTRL and GPT-J checkpoints keep one),
+    added to the logits.
     """
 
-    def __init__(self, embedding: Embedding) -> None:
+    def __init__(self, embedding: Embedding, bias: bool = False) -> None:
         super().__init__()
         # Held as a plain attribute: the parameter belongs to the embedding.
         object.__setattr__(self, "embedding", embedding)
+        self.bias = nn.Parameter([embedding.weight.shape[0]]) if bias else None
 
     def forward(self, op, x: ir.Value) -> ir.Value:
         flat = op.Reshape(x, op.Constant(value_ints=[-1, self.embedding.weight.shape[1]]))
@@ -72,4 +75,5 @@ class TiedLMHead(nn.Module):
         out_shape = op.Concat(
             op.Slice(op.Shape(x), [0], [-1]), op.Constant(value_ints=[-1]), axis=0
         )
-        return op.Reshape(logits, out_shape)  # [batch, seq, vocab]
+        logits = op.Reshape(logits, out_shape)  # [batch, seq, vocab]
+        return op.Add(logits, self.bias) if self.bias is not None else logits

@@ -25,16 +25,8 @@ CacheLayout = list[list[tuple[str, list]]]
 
 
 def cache_layout(module) -> CacheLayout:
-    """The module's cache layout; attention-only modules give ``(kv_heads, key_dim, value_dim)``."""
-    if hasattr(module, "cache_layout"):
-        return module.cache_layout()
-    return [
-        [
-            ("key", ["batch", kv_heads, "past_sequence", key_dim]),
-            ("value", ["batch", kv_heads, "past_sequence", value_dim]),
-        ]
-        for kv_heads, key_dim, value_dim in module.kv_cache_shapes()
-    ]
+    """The module's cache layout (:meth:`mobius.model.Model.cache_layout`)."""
+    return module.cache_layout()
 
 
 def _present_shape(shape: list) -> list:

@@ -90,7 +90,7 @@ class FeatureExtractionTask(ModelTask):
         input_ids = builder.input("input_ids", INT64, ["batch", "sequence"])
         attention_mask = builder.input("attention_mask", INT64, ["batch", "sequence"])
         token_type_ids = None
-        if getattr(module, "uses_token_type_ids", False):
+        if module.uses_token_type_ids:
             token_type_ids = builder.input("token_type_ids", INT64, ["batch", "sequence"])
 
         outputs = module(builder.op, input_ids, attention_mask, token_type_ids)
@@ -102,7 +102,7 @@ class FeatureExtractionTask(ModelTask):
         if "logits" in outputs:
             set_output(builder, outputs["logits"], "logits", dtype, logits_shape(config))
         # Outputs a family adds, with their shapes (CLIP's pooler_output and text_embeds).
-        extra = module.output_shapes() if hasattr(module, "output_shapes") else {}
+        extra = module.output_shapes()
         for name, shape in extra.items():
             set_output(builder, outputs[name], name, dtype, shape)
         if config.head == "sentence-embedding":

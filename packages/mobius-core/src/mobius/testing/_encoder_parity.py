@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 
 from mobius.testing._parity import PARITY_ATOL, build_with_cli, perturb_parameters
+from mobius.testing._parity_log import record_parity
 
 # The transformers auto class of each head that has weights.
 HEAD_CLASSES = {
@@ -81,6 +82,7 @@ class EncoderParity:
     diffs: dict[str, float] = field(default_factory=dict)
 
     def assert_close(self, atol: float = PARITY_ATOL) -> None:
+        record_parity(self)
         worst = max(self.diffs.values())
         assert worst <= atol, f"--ep {self.ep} --head {self.head}: {self.diffs} > {atol:g}"
 

@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from mobius.testing._parity_log import record_parity
+
 PARITY_ATOL = 1e-4
 
 
@@ -131,6 +133,7 @@ class CausalLMParity:
         return max([self.prefill_diff, *self.decode_diffs])
 
     def assert_close(self, atol: float = PARITY_ATOL) -> None:
+        record_parity(self)
         assert self.onnx_tokens == self.torch_tokens, (
             f"--ep {self.ep}: greedy tokens differ: onnx {self.onnx_tokens} "
             f"torch {self.torch_tokens}"

@@ -9,6 +9,7 @@ import numpy as np
 
 from mobius.testing._encoder_parity import right_padded_batch
 from mobius.testing._parity import PARITY_ATOL, build_with_cli, perturb_parameters
+from mobius.testing._parity_log import record_parity
 
 
 def make_random_seq2seq(hf_config, seed: int = 0, auto_class: str = "AutoModelForSeq2SeqLM"):
@@ -91,6 +92,7 @@ class Seq2SeqParity:
     generate_match: bool = True
 
     def assert_close(self, atol: float = PARITY_ATOL) -> None:
+        record_parity(self)
         assert self.onnx_tokens == self.torch_tokens, f"--ep {self.ep}: greedy tokens differ"
         assert self.generate_match, f"--ep {self.ep}: greedy tokens differ from generate()"
         worst = max(self.encoder_diff, self.prefill_diff, *self.decode_diffs)

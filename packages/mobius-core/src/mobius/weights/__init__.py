@@ -1,6 +1,6 @@
 """The weight pipeline: resolve a model, read its checkpoint lazily, apply it strictly."""
 
-from mobius.weights._apply import DerivedTensor, apply_weights, parameters
+from mobius.weights._apply import DerivedTensor, apply_weights, parameters, rename_prefixes
 from mobius.weights._gguf import GGUFFile, GGUFTensor
 from mobius.weights._gguf_quant import RepackedWeight
 from mobius.weights._resolve import resolve_model
@@ -16,5 +16,6 @@ __all__ = [
     "apply_weights",
     "checkpoint_dtype",
     "parameters",
+    "rename_prefixes",
     "resolve_model",
 ]

@@ -36,13 +36,27 @@ class WeightSource(Protocol):
 
 
 class DerivedTensor:
-    """A tensor computed from others on demand (a split, a merge, a reshape) by ``preprocess_weights``."""
+    """A tensor computed from others on demand (a split, a merge, a reshape) by ``sanitize``."""
 
     def __init__(self, fn, shape: tuple[int, ...], dtype: ir.DataType) -> None:
         self._fn, self.shape, self.dtype = fn, tuple(shape), dtype
 
     def numpy(self) -> np.ndarray:
         return self._fn()
+
+
+def rename_prefixes(weights: Mapping[str, Any], renames: Mapping[str, str]) -> dict[str, Any]:
+    """``weights`` with each name's checkpoint prefix replaced by its module path.
+
+    ``renames`` maps old prefixes to new ones and is tried in order, the first match
+    winning, so a longer prefix goes before a shorter one it starts with. Names no
+    prefix matches are kept as they are.
+    """
+    renamed = {}
+    for name, tensor in weights.items():
+        old = next((prefix for prefix in renames if name.startswith(prefix)), None)
+        renamed[name if old is None else renames[old] + name[len(old) :]] = tensor
+    return renamed
 
 
 def parameters(model: ir.Model) -> dict[str, ir.Value]:

@@ -22,6 +22,7 @@ from onnxscript import nn
 
 from mobius.components import Conv2d, GroupNorm
 from mobius.errors import ConfigError
+from mobius.model import Model
 from mobius_diffusion.models._resnet import DownBlock2D, UNetMidBlock2D, UpBlock2D, activation
 from mobius_diffusion.tasks import GraphSpec
 
@@ -152,7 +153,7 @@ _DEPRECATED_ATTENTION = {"query": "to_q", "key": "to_k", "value": "to_v", "proj_
 _DEPRECATED_KEY = re.compile(r"(mid_block\.attentions\.\d+)\.(query|key|value|proj_attn)\.")
 
 
-class AutoencoderKL(nn.Module):
+class AutoencoderKL(Model):
     """diffusers' ``AutoencoderKL``: ``encoder/model`` and ``decoder/model``.
 
     The video autoencoders subclass it with their own encoder, decoder, 1x1 conv and axes.
@@ -175,7 +176,7 @@ class AutoencoderKL(nn.Module):
         self.quant_conv = conv(2 * latent, 2 * latent, 1) if config.use_quant_conv else None
         self.post_quant_conv = conv(latent, latent, 1) if config.use_post_quant_conv else None
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         """Rename the mid-block attention of old checkpoints (``query``, ``proj_attn``), as diffusers does."""
         return {
             _DEPRECATED_KEY.sub(lambda m: f"{m[1]}.{_DEPRECATED_ATTENTION[m[2]]}.", k): v

@@ -31,6 +31,7 @@ from onnxscript import nn
 
 from mobius.components import Conv2d, LayerNorm, Linear
 from mobius.errors import ConfigError
+from mobius.model import Model
 from mobius_diffusion.models._attention import Attention, FeedForward
 from mobius_diffusion.models._dit_blocks import WeightlessLayerNorm, modulate, per_token, sincos_1d
 from mobius_diffusion.models._embeddings import TimestepEmbedding, Timesteps
@@ -315,7 +316,7 @@ class AdaLayerNorm(nn.Module):
         return modulate(op, self.norm(op, x), shift, scale)
 
 
-class CogVideoXTransformer3DModel(nn.Module):
+class CogVideoXTransformer3DModel(Model):
     """diffusers' ``CogVideoXTransformer3DModel``; see the module docstring for the graph."""
 
     config_class = CogVideoXConfig

@@ -20,6 +20,7 @@ from onnxscript import nn
 
 from mobius.components import Embedding, Linear
 from mobius.errors import ConfigError
+from mobius.model import Model
 from mobius_diffusion.models._attention import Attention, FeedForward
 from mobius_diffusion.models._dit_blocks import (
     AdaLayerNormZero,
@@ -135,7 +136,7 @@ class DiTBlock(nn.Module):
         return op.Add(x, gated(op, gate_mlp, ff))
 
 
-class DiTTransformer2DModel(nn.Module):
+class DiTTransformer2DModel(Model):
     """diffusers' ``DiTTransformer2DModel`` (facebook/DiT-XL-2-256 / 512)."""
 
     config_class = DiTConfig

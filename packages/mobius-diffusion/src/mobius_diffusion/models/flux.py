@@ -20,6 +20,7 @@ from onnxscript import nn
 
 from mobius.components import Linear
 from mobius.errors import ConfigError
+from mobius.model import Model
 from mobius_diffusion.models._dit_blocks import (
     AdaLayerNormContinuous,
     AdaLayerNormZeroSingle,
@@ -104,7 +105,7 @@ class FluxSingleTransformerBlock(nn.Module):
         return op.Add(x, gated(op, gate, self.proj_out(op, both)))
 
 
-class FluxTransformer2DModel(nn.Module):
+class FluxTransformer2DModel(Model):
     """diffusers' ``FluxTransformer2DModel`` (Flux.1 dev / schnell and their tiny relatives)."""
 
     config_class = FluxConfig

@@ -27,6 +27,7 @@ from onnxscript import nn
 
 from mobius.components import LayerNorm, Linear
 from mobius.errors import ConfigError
+from mobius.model import Model
 from mobius_diffusion.tasks import GraphSpec
 
 logger = logging.getLogger("mobius")
@@ -116,13 +117,13 @@ class FullImageProjection(nn.Module):
         return self.proj[3](op, self.proj[2](op, hidden))
 
 
-class IPAdapterImageProjection(nn.Module):
+class IPAdapterImageProjection(Model):
     """The ``image_proj`` half of an IP-Adapter checkpoint, recognised by :meth:`config_from_weights`."""
 
     config_class = IPAdapterConfig
     task = "adapter"
     #: The UNet's image cross-attention projections: not part of this graph (see the module doc).
-    ignored_weights = ("ip_adapter.*",)
+    ignored = ("ip_adapter.*",)
 
     def __init__(self, config: IPAdapterConfig) -> None:
         super().__init__()

@@ -22,6 +22,7 @@ from onnxscript import nn
 
 from mobius.components import Linear, bidirectional_attention
 from mobius.errors import ConfigError
+from mobius.model import Model
 from mobius_diffusion.models._attention import Attention, FeedForward
 from mobius_diffusion.models._dit_blocks import (
     PatchEmbed,
@@ -180,7 +181,7 @@ class PixArtBlock(nn.Module):
         return op.Add(x, op.Mul(gate_mlp, self.ff(op, normed)))
 
 
-class PixArtTransformer2DModel(nn.Module):
+class PixArtTransformer2DModel(Model):
     """diffusers' ``PixArtTransformer2DModel`` (PixArt-alpha 256 / 512 / 1024, PixArt-sigma)."""
 
     config_class = PixArtConfig

@@ -21,6 +21,7 @@ from onnxscript import nn
 
 from mobius.components import Linear
 from mobius.errors import ConfigError
+from mobius.model import Model
 from mobius_diffusion.models._dit_blocks import (
     AdaLayerNormContinuous,
     CombinedTimestepTextProjEmbeddings,
@@ -117,7 +118,7 @@ class DualAttentionJointBlock(JointTransformerBlock):
         return op.Add(hidden, gated(op, gate2, self.attn2(op, normed2))), mlp, context_attn
 
 
-class SD3Transformer2DModel(nn.Module):
+class SD3Transformer2DModel(Model):
     """diffusers' ``SD3Transformer2DModel`` (SD3 medium, SD3.5 medium / large)."""
 
     config_class = SD3Config

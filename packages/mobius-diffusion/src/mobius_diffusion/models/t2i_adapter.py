@@ -18,6 +18,7 @@ from onnxscript import nn
 
 from mobius.components import Conv2d
 from mobius.errors import ConfigError
+from mobius.model import Model
 from mobius_diffusion.tasks import GraphSpec
 
 
@@ -124,7 +125,7 @@ class FullAdapter(nn.Module):
         return features
 
 
-class T2IAdapter(nn.Module):
+class T2IAdapter(Model):
     """diffusers' ``T2IAdapter`` (``full_adapter`` and ``full_adapter_xl``)."""
 
     config_class = T2IAdapterConfig

@@ -28,6 +28,7 @@ from onnxscript import nn
 
 from mobius.components import Conv2d, GroupNorm
 from mobius.errors import ConfigError
+from mobius.model import Model
 from mobius_diffusion.models._embeddings import TimestepEmbedding, Timesteps
 from mobius_diffusion.models._resnet import DownBlock2D, UNetMidBlock2D, UpBlock2D, activation
 from mobius_diffusion.models._unet_blocks import (
@@ -206,7 +207,7 @@ def _flat(value) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-class UNetEncoder(nn.Module):
+class UNetEncoder(Model):
     """What the UNet and the ControlNet share: ``conv_in``, the time embedding, the down and mid blocks."""
 
     def __init__(self, config: UNet2DConditionConfig) -> None:

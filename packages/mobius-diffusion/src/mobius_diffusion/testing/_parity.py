@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 
 from mobius.testing import PARITY_ATOL, build_with_cli, perturb_parameters
+from mobius.testing._parity_log import record_parity
 
 #: How far apart two batch rows' reference outputs must be for a comparison to count.
 _MIN_INPUT_SPREAD = 1e-4
@@ -45,6 +46,7 @@ class DiffusionParity:
     diffs: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def assert_close(self, atol: float = PARITY_ATOL) -> None:
+        record_parity(self)
         assert self.diffs, f"--ep {self.ep}: no output was compared"
         worst = {k: d for k, (d, s) in self.diffs.items() if d > atol * max(1.0, s)}
         assert not worst, f"--ep {self.ep}: {worst} over {atol:g} x max(1, scale): {self.diffs}"

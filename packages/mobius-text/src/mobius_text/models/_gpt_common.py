@@ -1,4 +1,4 @@
-"""Parts shared by the GPT-2 lineage: Conv1D, tied heads with a bias, absolute positions,
+"""Parts shared by the GPT-2 lineage: Conv1D, the LM head, absolute positions,
 a self-attention base with per-family projections, and the decoder skeleton.
 
 These families name every submodule differently (``transformer.h.0.attn.c_attn``,
@@ -19,9 +19,12 @@ from mobius.components import (
     TiedLMHead,
     attention_bias,
     get_activation,
+    merge_heads,
     scaled_dot_product_attention,
+    split_heads,
 )
 from mobius.config import ArchitectureConfig
+from mobius.model import Model
 
 
 class Conv1D(nn.Module):
@@ -37,21 +40,13 @@ class Conv1D(nn.Module):
         return op.Add(y, self.bias) if self.bias is not None else y
 
 
-class TiedBiasedLMHead(TiedLMHead):
-    """A head tied to the embeddings that still owns a bias ``[vocab]`` (CTRL, tied GPT-J)."""
-
-    def __init__(self, embedding: Embedding) -> None:
-        super().__init__(embedding)
-        self.bias = nn.Parameter([embedding.weight.shape[0]])
-
-    def forward(self, op, x: ir.Value) -> ir.Value:
-        return op.Add(super().forward(op, x), self.bias)
-
-
 def make_lm_head(embedding: Embedding, tied: bool, hidden_size: int, bias: bool = False):
-    """The output projection: tied to ``embedding`` or its own ``weight [vocab, hidden]``."""
+    """The output projection: tied to ``embedding`` or its own ``weight [vocab, hidden]``.
+
+    A tied head may still own a ``bias [vocab]`` (CTRL, tied GPT-J).
+    """
     if tied:
-        return TiedBiasedLMHead(embedding) if bias else TiedLMHead(embedding)
+        return TiedLMHead(embedding, bias)
     return Linear(hidden_size, embedding.weight.shape[0], bias)
 
 
@@ -110,16 +105,14 @@ class SelfAttention(nn.Module):
 
     def split_heads(self, op, x: ir.Value) -> ir.Value:
         """``[batch, seq, heads*head_dim]`` → ``[batch, heads, seq, head_dim]``."""
-        x = op.Reshape(x, op.Constant(value_ints=[0, 0, -1, self.head_dim]))
-        return op.Transpose(x, perm=[0, 2, 1, 3])
+        return split_heads(op, x, head_dim=self.head_dim)
 
     def split_fused_heads(self, op, qkv: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
         """A per-head fused projection ``[batch, seq, heads*(q|k|v)]`` → q, k, v per head.
 
         GPT-NeoX and multi-head GPT-BigCode lay each head's query, key and value side by side.
         """
-        qkv = op.Reshape(qkv, op.Constant(value_ints=[0, 0, self.num_heads, 3 * self.head_dim]))
-        qkv = op.Transpose(qkv, perm=[0, 2, 1, 3])  # [batch, heads, seq, 3*head_dim]
+        qkv = split_heads(op, qkv, self.num_heads, 3 * self.head_dim)
         q, k, v = op.Split(qkv, num_outputs=3, axis=-1, _outputs=3)
         return q, k, v
 
@@ -141,9 +134,7 @@ class SelfAttention(nn.Module):
             num_heads=self.num_heads, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
             scale=self.scale,
         )  # fmt: skip
-        # y: [batch, heads, seq, head_dim] -> [batch, seq, heads*head_dim]
-        y = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
-        return self.project_out(op, y), (present_key, present_value)
+        return self.project_out(op, merge_heads(op, y)), (present_key, present_value)
 
 
 class QKVOutAttention(SelfAttention):
@@ -248,7 +239,7 @@ class GPTBackbone(nn.Module):
         return self.finish(op, x), presents
 
 
-class GPTForCausalLM(nn.Module):
+class GPTForCausalLM(Model):
     """A backbone and its output head, under the checkpoint's names.
 
     Subclasses set ``config_class``, ``model_class``, ``backbone_name`` (``"transformer"``,
@@ -290,7 +281,7 @@ class GPTForCausalLM(nn.Module):
         )
         return getattr(self, self.head_name)(op, hidden), presents
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         """Checkpoints saved from the bare model (GPT-2's and OPT's own) lack the backbone
         prefix; a tied checkpoint may still carry a copy of the head weight (the embedding)."""
         prefix, head = f"{self.backbone_name}.", f"{self.head_name}."

@@ -1,7 +1,7 @@
 """Fixed sinusoidal position tables of the BART lineage, computed as transformers computes them.
 
 Checkpoints rarely carry these tables (transformers rebuilds them at load), so the
-models ask for them as parameters and ``preprocess_weights`` supplies them, computed
+models ask for them as parameters and ``sanitize`` supplies them, computed
 here, when the checkpoint has none.
 """
 
@@ -44,7 +44,7 @@ def tensor2tensor_sinusoids(num_positions: int, dim: int, padding_idx: int | Non
 
 
 def table_tensor(table: np.ndarray) -> DerivedTensor:
-    """A computed table as a checkpoint tensor for ``preprocess_weights``."""
+    """A computed table as a checkpoint tensor for ``sanitize``."""
     return DerivedTensor(lambda: table, table.shape, ir.DataType.FLOAT)
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius.components import Embedding, GatedMLP, Linear, RMSNorm, rotary_dim
+from mobius.components import Embedding, GatedMLP, Linear, RMSNorm, merge_heads, rotary_dim
 from mobius.components.moe import ExpertList, flatten_tokens, top_k_routing, unflatten_tokens
 from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM, LlamaModel
 from mobius_text.models.qwen import QKNormAttention
@@ -126,7 +126,7 @@ class AfmoeAttention(QKNormAttention):
             q = op.RotaryEmbedding(q, cos, sin, interleaved=0, rotary_embedding_dim=self.rotary_dim)
             k = op.RotaryEmbedding(k, cos, sin, interleaved=0, rotary_embedding_dim=self.rotary_dim)
         y, present_key, present_value = self.attend(op, q, k, v, bias, past_key, past_value)
-        y = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
+        y = merge_heads(op, y)
         y = op.Mul(y, op.Sigmoid(self.gate_proj(op, x)))
         return self.o_proj(op, y), (present_key, present_value)
 

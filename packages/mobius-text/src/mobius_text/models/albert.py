@@ -15,16 +15,10 @@ from typing import Any
 
 from onnxscript import nn
 
-from mobius.components import (
-    Embedding,
-    LayerNorm,
-    Linear,
-    bidirectional_attention,
-    get_activation,
-    padding_bias,
-)
+from mobius.components import LayerNorm, Linear, get_activation, padding_bias
 from mobius.config import EncoderConfig
-from mobius_text.models.bert import BertEmbeddings
+from mobius_text.models._bert_common import DenseLMHead, EncoderForFeatureExtraction, first_token
+from mobius_text.models.bert import BertEmbeddings, BertSelfAttention
 
 
 @dataclass
@@ -44,22 +38,16 @@ class AlbertConfig(EncoderConfig):
         return fields
 
 
-class AlbertAttention(nn.Module):
-    """Self-attention and its post-norm residual in one module, as ALBERT names them."""
+class AlbertAttention(BertSelfAttention):
+    """BERT's self-attention and its post-norm residual in one module, as ALBERT names them."""
 
     def __init__(self, config: AlbertConfig) -> None:
-        super().__init__()
-        hidden = config.hidden_size
-        self.query = Linear(hidden, hidden, bias=True)
-        self.key = Linear(hidden, hidden, bias=True)
-        self.value = Linear(hidden, hidden, bias=True)
-        self.dense = Linear(hidden, hidden, bias=True)
-        self.LayerNorm = LayerNorm(hidden, config.layer_norm_eps)
-        self.num_heads, self.scale = config.num_attention_heads, config.head_dim**-0.5
+        super().__init__(config.hidden_size, config.num_attention_heads)
+        self.dense = Linear(config.hidden_size, config.hidden_size, bias=True)
+        self.LayerNorm = LayerNorm(config.hidden_size, config.layer_norm_eps)
 
     def forward(self, op, x, bias):
-        q, k, v = self.query(op, x), self.key(op, x), self.value(op, x)
-        attended = bidirectional_attention(op, q, k, v, bias, self.num_heads, self.scale)
+        attended = super().forward(op, x, bias)
         return self.LayerNorm(op, op.Add(x, self.dense(op, attended)))
 
 
@@ -125,52 +113,33 @@ class AlbertModel(nn.Module):
         x = self.encoder(op, x, padding_bias(op, attention_mask, x.dtype))
         if self.pooler is None:
             return x, None
-        first = op.Gather(x, op.Constant(value_int=0), axis=1)  # [batch, hidden]
-        return x, op.Tanh(self.pooler(op, first))
+        return x, op.Tanh(self.pooler(op, first_token(op, x)))
 
 
-class AlbertMLMHead(nn.Module):
-    """``dense`` down to ``embedding_size``, activation, ``LayerNorm``, then the vocabulary.
+class AlbertForFeatureExtraction(EncoderForFeatureExtraction):
+    """The encoder and the head its config names (see :class:`mobius.config.EncoderConfig`).
 
-    Tied, the decoder is the word embeddings plus ``bias``; untied (as BERT), the
-    ``decoder`` Linear has its own weight and bias and ``bias`` is left unused.
+    masked-lm: ``predictions``, ``dense`` down to ``embedding_size``, the activation,
+    ``LayerNorm``, then the decoder (tied: the word embeddings plus ``bias``).
     """
 
-    def __init__(self, config: AlbertConfig, embeddings: Embedding) -> None:
-        super().__init__()
-        self.dense = Linear(config.hidden_size, config.embedding_size, bias=True)
-        self.act = get_activation(config.hidden_act)
-        self.LayerNorm = LayerNorm(config.embedding_size, config.layer_norm_eps)
-        if config.tie_word_embeddings:
-            self.bias, self.decoder = nn.Parameter([config.vocab_size]), None
-        else:
-            self.bias = None
-            self.decoder = Linear(config.embedding_size, config.vocab_size, bias=True)
-        object.__setattr__(self, "embeddings", embeddings)  # owned by albert.embeddings
-
-    def forward(self, op, x):
-        x = self.LayerNorm(op, self.act(op, self.dense(op, x)))  # [batch, seq, embedding]
-        if self.decoder is not None:
-            return self.decoder(op, x)
-        table = op.Transpose(self.embeddings.weight, perm=[1, 0])  # [embedding, vocab]
-        return op.Add(op.MatMul(x, table), self.bias)
-
-
-class AlbertForFeatureExtraction(nn.Module):
-    """The encoder and the head its config names (see :class:`mobius.config.EncoderConfig`)."""
-
     config_class = AlbertConfig
-    task = "feature-extraction"
     uses_token_type_ids = True
+    base_model_prefix = "albert"
+    model_class = AlbertModel
+    head_names = ("predictions", "classifier")
+    pretraining_heads = ("sop_classifier",)  # sentence-order prediction
+    optional_parts = ("pooler",)
+    unread = ("embeddings.position_ids", "embeddings.token_type_ids")
+    tied_copies = ("predictions.decoder.weight", "predictions.decoder.bias")
+    untied_unused = ("predictions.bias",)
 
     def __init__(self, config: AlbertConfig) -> None:
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         self.uses_token_type_ids = config.type_vocab_size > 0
-        self.albert = AlbertModel(config)
-        self.predictions = self.classifier = None
         if config.head == "masked-lm":
-            self.predictions = AlbertMLMHead(config, self.albert.embeddings.word_embeddings)
+            embeddings, tied = self.albert.embeddings.word_embeddings, config.tie_word_embeddings
+            self.predictions = DenseLMHead(config, config.embedding_size, embeddings, tied)
         elif config.head in ("sequence-classification", "token-classification"):
             self.classifier = Linear(config.hidden_size, config.num_labels, bias=True)
 
@@ -182,30 +151,6 @@ class AlbertForFeatureExtraction(nn.Module):
         elif self.classifier is not None:  # sequence level: on the pooled first token
             outputs["logits"] = self.classifier(op, hidden if pooled is None else pooled)
         return outputs
-
-    @property
-    def ignored_weights(self) -> tuple[str, ...]:
-        """Checkpoint tensors no graph of this head reads (other heads, position buffers)."""
-        ignored = ["albert.embeddings.position_ids", "albert.embeddings.token_type_ids"]
-        ignored.append("sop_classifier.*")  # sentence-order prediction (pre-training)
-        if self.albert.pooler is None:
-            ignored.append("albert.pooler.*")
-        if self.predictions is None:
-            ignored.append("predictions.*")
-        if self.classifier is None:
-            ignored.append("classifier.*")
-        return tuple(ignored)
-
-    def preprocess_weights(self, weights: dict) -> dict:
-        """A bare ``AlbertModel`` checkpoint gets the ``albert.`` prefix; the tied decoder is dropped."""
-        heads = ("albert.", "predictions.", "sop_classifier.", "classifier.")
-        weights = {k if k.startswith(heads) else f"albert.{k}": v for k, v in weights.items()}
-        if self.config.tie_word_embeddings:  # the word embeddings and predictions.bias
-            weights.pop("predictions.decoder.weight", None)
-            weights.pop("predictions.decoder.bias", None)
-        else:  # the decoder's own bias is the one used
-            weights.pop("predictions.bias", None)
-        return weights
 
 
 MODEL_TYPES = {"albert": AlbertForFeatureExtraction}

@@ -49,16 +49,16 @@ class Apertus1p5TextForCausalLM(ApertusForCausalLM):
     model_class = Apertus1p5TextModel
     # Multimodal checkpoints carry the tokenizer towers, which the text model does not use
     # (transformers ignores them on load as well).
-    ignored_weights = ("model.vision_tokenizer.*", "model.audio_tokenizer.*")
+    ignored = ("model.vision_tokenizer.*", "model.audio_tokenizer.*")
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         """Multimodal checkpoints nest the decoder under ``model.language_model``, as transformers reads it."""
         prefix = "model.language_model."
         weights = {
             ("model." + name[len(prefix) :] if name.startswith(prefix) else name): tensor
             for name, tensor in weights.items()
         }
-        return super().preprocess_weights(weights)
+        return super().sanitize(weights)
 
 
 MODEL_TYPES = {"apertus1p5_text": Apertus1p5TextForCausalLM}

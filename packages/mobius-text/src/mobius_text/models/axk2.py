@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius.components import Linear, RMSNorm
+from mobius.components import Linear, RMSNorm, merge_heads
 from mobius_text.models.deepseek_v2 import FLOAT, DeepseekV2MoE, DeepseekV2Router
 from mobius_text.models.deepseek_v32 import (
     DeepseekV32Attention,
@@ -71,7 +71,7 @@ class AXK2Attention(DeepseekV32Attention):
             op, self.q_b_proj(op, op.Concat(q_resid, q_compressed, axis=-1)), qk_dim + self.v_dim
         )  # [b, H, s, qk + v]
         query, gate = op.Split(both, [qk_dim, self.v_dim], axis=-1, _outputs=2)
-        gate = op.Reshape(op.Transpose(gate, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
+        gate = merge_heads(op, gate)
         return q_resid, query, gate
 
 

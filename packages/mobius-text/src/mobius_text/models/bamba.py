@@ -21,6 +21,7 @@ from mobius.components import (
     make_rotary_embedding,
     rotary_dim,
 )
+from mobius.model import Model
 from mobius_text.models.llama import LlamaConfig
 from mobius_text.models.mamba import real_token_scale
 from mobius_text.models.mamba2 import Mamba2Config, Mamba2Mixer
@@ -102,7 +103,7 @@ class BambaModel(nn.Module):
         return self.final_layernorm(op, x), presents
 
 
-class BambaForCausalLM(nn.Module):
+class BambaForCausalLM(Model):
     config_class = BambaConfig
 
     def __init__(self, config: BambaConfig) -> None:

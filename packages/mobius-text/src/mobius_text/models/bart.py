@@ -17,17 +17,18 @@ from typing import Any
 from onnxscript import nn
 
 from mobius.components import (
+    CrossAttention,
     Embedding,
     LayerNorm,
     Linear,
+    Seq2SeqAttention,
     TiedLMHead,
-    bidirectional_attention,
     causal_bias,
     get_activation,
     module_scope,
     padding_bias,
-    scaled_dot_product_attention,
 )
+from mobius.model import Model
 
 
 @dataclass
@@ -71,62 +72,13 @@ class BartConfig:
         )
 
 
-class BartAttention(nn.Module):
-    """Multi-head attention with biased projections; queries are scaled by ``1/sqrt(head_dim)``."""
-
-    def __init__(self, hidden_size: int, num_heads: int) -> None:
-        super().__init__()
-        self.q_proj = Linear(hidden_size, hidden_size, bias=True)
-        self.k_proj = Linear(hidden_size, hidden_size, bias=True)
-        self.v_proj = Linear(hidden_size, hidden_size, bias=True)
-        self.out_proj = Linear(hidden_size, hidden_size, bias=True)
-        self.num_heads, self.head_dim = num_heads, hidden_size // num_heads
-
-    def heads(self, op, x):
-        """``[batch, seq, heads*dim]`` → ``[batch, heads, seq, dim]``."""
-        x = op.Reshape(x, op.Constant(value_ints=[0, 0, self.num_heads, self.head_dim]))
-        return op.Transpose(x, perm=[0, 2, 1, 3])
-
-    def merge(self, op, y):
-        """``[batch, heads, seq, dim]`` → ``[batch, seq, heads*dim]``."""
-        return op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
-
-    def project_kv(self, op, states):
-        """The cross-attention cache ``(key, value)`` ``[batch, heads, source, dim]`` of ``states``."""
-        return self.heads(op, self.k_proj(op, states)), self.heads(op, self.v_proj(op, states))
-
-    def forward(self, op, x, bias, past_key=None, past_value=None):
-        """Encoder self-attention (no cache), or decoder self-attention through the cache."""
-        scale = self.head_dim**-0.5
-        if past_key is None:
-            q, k, v = self.q_proj(op, x), self.k_proj(op, x), self.v_proj(op, x)
-            return self.out_proj(
-                op, bidirectional_attention(op, q, k, v, bias, self.num_heads, scale)
-            )
-        q, (k, v) = self.heads(op, self.q_proj(op, x)), self.project_kv(op, x)
-        y, present_key, present_value = scaled_dot_product_attention(
-            op, q, k, v, bias, past_key, past_value, num_heads=self.num_heads,
-            num_kv_heads=self.num_heads, head_dim=self.head_dim, scale=scale,
-        )  # fmt: skip
-        return self.out_proj(op, self.merge(op, y)), (present_key, present_value)
-
-
-class BartCrossAttention(BartAttention):
-    """``encoder_attn``: decoder queries over the keys and values the encoder graph cached."""
-
-    def forward(self, op, x, bias, key, value):
-        q = self.heads(op, self.q_proj(op, x))
-        y = op.Attention(q, key, value, bias, scale=self.head_dim**-0.5)
-        return self.out_proj(op, self.merge(op, y))
-
-
 class BartEncoderLayer(nn.Module):
     """Post-norm: each sub-block's output is added to its input, then normalised."""
 
     def __init__(self, config: BartConfig) -> None:
         super().__init__()
         d = config.hidden_size
-        self.self_attn = BartAttention(d, config.encoder_heads)
+        self.self_attn = Seq2SeqAttention(d, config.encoder_heads)
         self.self_attn_layer_norm = LayerNorm(d, 1e-5)
         self.fc1 = Linear(d, config.encoder_ffn_dim, bias=True)
         self.fc2 = Linear(config.encoder_ffn_dim, d, bias=True)
@@ -145,8 +97,8 @@ class BartDecoderLayer(BartEncoderLayer):
     def __init__(self, config: BartConfig) -> None:
         super().__init__(config)
         d = config.hidden_size
-        self.self_attn = BartAttention(d, config.decoder_heads)
-        self.encoder_attn = BartCrossAttention(d, config.decoder_heads)
+        self.self_attn = Seq2SeqAttention(d, config.decoder_heads)
+        self.encoder_attn = CrossAttention(d, config.decoder_heads)
         self.encoder_attn_layer_norm = LayerNorm(d, 1e-5)
         self.fc1 = Linear(d, config.decoder_ffn_dim, bias=True)
         self.fc2 = Linear(config.decoder_ffn_dim, d, bias=True)
@@ -270,7 +222,7 @@ class BartModel(nn.Module):
         self.decoder = self.decoder_class(config)
 
 
-class BartForConditionalGeneration(nn.Module):
+class BartForConditionalGeneration(Model):
     """``model`` (encoder, decoder), the head tied to the decoder's embeddings, ``final_logits_bias``."""
 
     config_class = BartConfig
@@ -318,7 +270,7 @@ class BartForConditionalGeneration(nn.Module):
                 logits = op.Add(logits, self.final_logits_bias)
         return logits, presents
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         """The stacks' embeddings default to ``model.shared``; a tied head reads the decoder's."""
         shared = weights.pop("model.shared.weight", None)
         if shared is not None:

@@ -56,7 +56,7 @@ class BeamConfig(DeepseekMoEConfig):
             kind: None
             if params.get(kind) is None
             else RopeConfig.from_hf(SimpleNamespace(rope_parameters=params[kind]))
-            for kind in set(fields["layer_types"])
+            for kind in dict.fromkeys(fields["layer_types"])
         }
         fields.update(
             topk_method="noaux_tc",

@@ -21,6 +21,7 @@ from mobius.components import (
 )
 from mobius.config import EncoderConfig
 from mobius.errors import ConfigError
+from mobius_text.models._bert_common import EncoderForFeatureExtraction, MaskedLMHead, first_token
 
 
 @dataclass
@@ -34,6 +35,8 @@ class BertConfig(EncoderConfig):
 
 
 class BertEmbeddings(nn.Module):
+    normalized = True  # Megatron-BERT and XLM-R XL leave the sum to the first layer's norm
+
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.word_embeddings = Embedding(config.vocab_size, config.hidden_size)
@@ -43,7 +46,9 @@ class BertEmbeddings(nn.Module):
             if config.type_vocab_size
             else None
         )
-        self.LayerNorm = LayerNorm(config.hidden_size, config.layer_norm_eps)
+        self.LayerNorm = (
+            LayerNorm(config.hidden_size, config.layer_norm_eps) if self.normalized else None
+        )
 
     def position_ids(self, op, input_ids):
         """``[1, seq]``: 0, 1, 2... (every row starts at 0; padding sits at the end)."""
@@ -61,7 +66,7 @@ class BertEmbeddings(nn.Module):
         if self.token_type_embeddings is not None:
             x = op.Add(x, self.token_type_embedding(op, token_type_ids))
         x = op.Add(x, self.position_embeddings(op, self.position_ids(op, input_ids)))
-        return self.LayerNorm(op, x)
+        return self.LayerNorm(op, x) if self.LayerNorm is not None else x
 
 
 class BertSelfAttention(nn.Module):
@@ -90,9 +95,13 @@ class BertResidualOutput(nn.Module):
 
 
 class BertAttention(nn.Module):
-    def __init__(self, config: BertConfig) -> None:
+    """``self`` attention (BERT's, or a variant's), then the post-norm residual ``output``."""
+
+    def __init__(self, config: BertConfig, self_attention: nn.Module | None = None) -> None:
         super().__init__()
-        self.self = BertSelfAttention(config.hidden_size, config.num_attention_heads)
+        self.self = self_attention or BertSelfAttention(
+            config.hidden_size, config.num_attention_heads
+        )
         self.output = BertResidualOutput(
             config.hidden_size, config.hidden_size, config.layer_norm_eps
         )
@@ -112,9 +121,9 @@ class BertIntermediate(nn.Module):
 
 
 class BertLayer(nn.Module):
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, config: BertConfig, attention: nn.Module | None = None) -> None:
         super().__init__()
-        self.attention = BertAttention(config)
+        self.attention = attention or BertAttention(config)
         self.intermediate = BertIntermediate(
             config.hidden_size, config.intermediate_size, config.hidden_act
         )
@@ -149,19 +158,19 @@ class BertPooler(nn.Module):
         self.dense = Linear(hidden_size, hidden_size, bias=True)
 
     def forward(self, op, x):
-        first = op.Gather(x, op.Constant(value_int=0), axis=1)  # [batch, hidden]
-        return op.Tanh(self.dense(op, first))
+        return op.Tanh(self.dense(op, first_token(op, x)))
 
 
 class BertModel(nn.Module):
     embeddings_class = BertEmbeddings  # variants set their own parts
     encoder_class = BertEncoder
+    pooled = True  # False: the variant's classifier reads the first token itself
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.embeddings = self.embeddings_class(config)
         self.encoder = self.encoder_class(config)
-        uses_pooler = config.head == "sequence-classification"
+        uses_pooler = self.pooled and config.head == "sequence-classification"
         self.pooler = BertPooler(config.hidden_size) if uses_pooler else None
 
     def forward(self, op, input_ids, attention_mask, token_type_ids):
@@ -172,73 +181,71 @@ class BertModel(nn.Module):
 
 
 class BertPredictionHeadTransform(nn.Module):
-    def __init__(self, config: BertConfig) -> None:
+    """``LayerNorm(act(dense(x)))``, ``width`` wide: the hidden size, or a narrower embedding size."""
+
+    def __init__(self, config: BertConfig, width: int | None = None) -> None:
         super().__init__()
-        self.dense = Linear(config.hidden_size, config.hidden_size, bias=True)
+        width = width or config.hidden_size
+        self.dense = Linear(config.hidden_size, width, bias=True)
         self.act = get_activation(config.hidden_act)
-        self.LayerNorm = LayerNorm(config.hidden_size, config.layer_norm_eps)
+        self.LayerNorm = LayerNorm(width, config.layer_norm_eps)
 
     def forward(self, op, x):
         return self.LayerNorm(op, self.act(op, self.dense(op, x)))
 
 
-class BertLMPredictionHead(nn.Module):
-    """The masked-LM head: transform, then the tied word embeddings plus ``bias``.
+class BertLMPredictionHead(MaskedLMHead):
+    """The masked-LM head: ``transform``, then the decoder (tied: the word embeddings plus ``bias``)."""
 
-    Untied (``tie_word_embeddings=False``), transformers unties the bias too: the
-    ``decoder`` Linear has both, and ``bias`` is left unused.
-    """
-
-    def __init__(self, config: BertConfig, embeddings: Embedding) -> None:
-        super().__init__()
-        self.transform = BertPredictionHeadTransform(config)
-        if config.tie_word_embeddings:
-            self.bias, self.decoder = nn.Parameter([config.vocab_size]), None
-        else:
-            self.bias, self.decoder = None, Linear(config.hidden_size, config.vocab_size, True)
-        object.__setattr__(self, "embeddings", embeddings)  # owned by bert.embeddings
+    def __init__(self, config: BertConfig, embeddings: Embedding, width: int | None = None) -> None:
+        width = width or config.hidden_size
+        super().__init__(width, config.vocab_size, embeddings, config.tie_word_embeddings)
+        self.transform = BertPredictionHeadTransform(config, width)
 
     def forward(self, op, x):
-        x = self.transform(op, x)
-        if self.decoder is not None:
-            return self.decoder(op, x)
-        table = op.Transpose(self.embeddings.weight, perm=[1, 0])  # [hidden, vocab]
-        return op.Add(op.MatMul(x, table), self.bias)
+        return self.decode(op, self.transform(op, x))
 
 
 class BertOnlyMLMHead(nn.Module):
-    def __init__(self, config: BertConfig, embeddings: Embedding) -> None:
+    def __init__(self, config: BertConfig, embeddings: Embedding, width: int | None = None) -> None:
         super().__init__()
-        self.predictions = BertLMPredictionHead(config, embeddings)
+        self.predictions = BertLMPredictionHead(config, embeddings, width)
 
     def forward(self, op, x):
         return self.predictions(op, x)
 
 
-class BertForFeatureExtraction(nn.Module):
+class BertForFeatureExtraction(EncoderForFeatureExtraction):
     """The encoder and the head its config names (see :class:`mobius.config.EncoderConfig`)."""
 
     config_class = BertConfig
-    task = "feature-extraction"
     uses_token_type_ids = True
-    base_model_prefix = "bert"  # the encoder's attribute and checkpoint prefix; variants rename it
+    base_model_prefix = "bert"
     model_class = BertModel
+    head_names = ("cls", "classifier")
+    pretraining_heads = ("cls.seq_relationship",)  # next-sentence prediction
+    optional_parts = ("pooler",)
+    unread = ("embeddings.position_ids", "embeddings.token_type_ids")
+    tied_copies = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
+    untied_unused = ("cls.predictions.bias",)
 
     def __init__(self, config: BertConfig) -> None:
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         self.uses_token_type_ids = config.type_vocab_size > 0
-        setattr(self, self.base_model_prefix, self.model_class(config))
-        self.cls = None
-        self.classifier = None
         if config.head == "masked-lm":
-            self.cls = BertOnlyMLMHead(config, self.base_model.embeddings.word_embeddings)
-        elif config.head in ("sequence-classification", "token-classification"):
+            self.cls = self.masked_lm_head(config)
+        elif config.head == "sequence-classification":
+            self.classifier = self.sequence_classifier(config)
+        elif config.head == "token-classification":
             self.classifier = Linear(config.hidden_size, config.num_labels, bias=True)
 
-    @property
-    def base_model(self) -> BertModel:
-        return getattr(self, self.base_model_prefix)
+    def masked_lm_head(self, config: BertConfig) -> nn.Module:
+        """``cls``: BERT's head on the word embeddings; variants return their own."""
+        return BertOnlyMLMHead(config, self.base_model.embeddings.word_embeddings)
+
+    def sequence_classifier(self, config: BertConfig) -> nn.Module:
+        """``classifier`` on the pooled first token; a variant without a pooler reads the first token."""
+        return Linear(config.hidden_size, config.num_labels, bias=True)
 
     def forward(self, op, input_ids, attention_mask, token_type_ids):
         hidden, pooled = self.base_model(op, input_ids, attention_mask, token_type_ids)
@@ -248,32 +255,6 @@ class BertForFeatureExtraction(nn.Module):
         elif self.classifier is not None:  # sequence level: on the pooled first token
             outputs["logits"] = self.classifier(op, hidden if pooled is None else pooled)
         return outputs
-
-    @property
-    def ignored_weights(self) -> tuple[str, ...]:
-        """Checkpoint tensors no graph of this head reads (other heads, position buffers)."""
-        prefix = self.base_model_prefix
-        ignored = [f"{prefix}.embeddings.position_ids", f"{prefix}.embeddings.token_type_ids"]
-        ignored.append("cls.seq_relationship.*")  # next-sentence prediction
-        if self.base_model.pooler is None:
-            ignored.append(f"{prefix}.pooler.*")
-        if self.cls is None:
-            ignored.append("cls.predictions.*")
-        if self.classifier is None:
-            ignored.append("classifier.*")
-        return tuple(ignored)
-
-    def preprocess_weights(self, weights: dict) -> dict:
-        """A bare ``BertModel`` checkpoint gets the ``bert.`` prefix; the tied decoder is dropped."""
-        prefix = f"{self.base_model_prefix}."
-        heads = (prefix, "cls.", "classifier.")
-        weights = {k if k.startswith(heads) else prefix + k: v for k, v in weights.items()}
-        if self.config.tie_word_embeddings:  # the word embeddings and cls.predictions.bias
-            weights.pop("cls.predictions.decoder.weight", None)
-            weights.pop("cls.predictions.decoder.bias", None)
-        else:  # the decoder's own bias is the one used
-            weights.pop("cls.predictions.bias", None)
-        return weights
 
 
 MODEL_TYPES = {"bert": BertForFeatureExtraction}

@@ -16,12 +16,14 @@ with full attention would silently differ on longer inputs. A checkpoint whose
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from onnxscript import nn
+
 from mobius.components import Linear
 from mobius.errors import ConfigError
+from mobius_text.models._bert_common import ClassificationHead
 from mobius_text.models.bert import (
     BertAttention,
     BertConfig,
@@ -32,7 +34,6 @@ from mobius_text.models.bert import (
     BertModel,
     BertSelfAttention,
 )
-from mobius_text.models.roformer import RoFormerClassificationHead
 
 
 @dataclass
@@ -84,16 +85,9 @@ class BigBirdSelfAttention(BertSelfAttention):
         self.value = Linear(hidden, hidden, bias=bias)
 
 
-class BigBirdAttention(BertAttention):
-    def __init__(self, config: BigBirdConfig) -> None:
-        super().__init__(config)
-        self.self = BigBirdSelfAttention(config)
-
-
 class BigBirdLayer(BertLayer):
     def __init__(self, config: BigBirdConfig) -> None:
-        super().__init__(config)
-        self.attention = BigBirdAttention(config)
+        super().__init__(config, BertAttention(config, BigBirdSelfAttention(config)))
 
 
 class BigBirdEncoder(BertEncoder):
@@ -103,10 +97,7 @@ class BigBirdEncoder(BertEncoder):
 class BigBirdModel(BertModel):
     embeddings_class = BigBirdEmbeddings
     encoder_class = BigBirdEncoder
-
-    def __init__(self, config: BigBirdConfig) -> None:
-        # no pooler: the classification head reads the first token itself
-        super().__init__(dataclasses.replace(config, head="none"))
+    pooled = False  # the classification head reads the first token itself
 
 
 class BigBirdForFeatureExtraction(BertForFeatureExtraction):
@@ -115,10 +106,9 @@ class BigBirdForFeatureExtraction(BertForFeatureExtraction):
     config_class = BigBirdConfig
     model_class = BigBirdModel
 
-    def __init__(self, config: BigBirdConfig) -> None:
-        super().__init__(config)
-        if config.head == "sequence-classification":
-            self.classifier = RoFormerClassificationHead(config)
+    def sequence_classifier(self, config: BigBirdConfig) -> nn.Module:
+        """``classifier.dense``, the activation, ``out_proj`` on the first token (no pooler)."""
+        return ClassificationHead(config.hidden_size, config.num_labels, config.hidden_act)
 
 
 MODEL_TYPES = {"big_bird": BigBirdForFeatureExtraction}

@@ -16,12 +16,10 @@ from typing import Any
 
 from onnxscript import nn
 
-from mobius.components import Linear, bidirectional_attention
+from mobius.components import CrossAttention, Linear, Seq2SeqAttention, bidirectional_attention
 from mobius.errors import ConfigError
 from mobius_text.models.bart import (
-    BartAttention,
     BartConfig,
-    BartCrossAttention,
     BartDecoder,
     BartEncoder,
     BartForConditionalGeneration,
@@ -43,13 +41,6 @@ class BigBirdPegasusConfig(BartConfig):
                 f"attention_type {hf.attention_type!r} is not built; only 'original_full'"
             )
         return cls(**vars(BartConfig.from_hf(hf)), use_bias=bool(hf.use_bias))
-
-
-def with_bias(attention: BartAttention, d: int, bias: bool) -> BartAttention:
-    """``attention`` with its projections' biases as ``use_bias`` says."""
-    for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
-        setattr(attention, name, Linear(d, d, bias=bias))
-    return attention
 
 
 class BigBirdPegasusSelfAttention(nn.Module):
@@ -88,8 +79,8 @@ class BigBirdPegasusDecoderLayer(PreNormDecoderLayer):
     def __init__(self, config: BigBirdPegasusConfig) -> None:
         super().__init__(config)
         d, heads, bias = config.hidden_size, config.decoder_heads, config.use_bias
-        self.self_attn = with_bias(BartAttention(d, heads), d, bias)
-        self.encoder_attn = with_bias(BartCrossAttention(d, heads), d, bias)
+        self.self_attn = Seq2SeqAttention(d, heads, bias=bias)
+        self.encoder_attn = CrossAttention(d, heads, bias=bias)
 
 
 class BigBirdPegasusEncoder(BartEncoder):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mobius.components import Attention, GatedMLP, RMSNorm, apply_rotary
+from mobius.components import Attention, GatedMLP, RMSNorm, apply_rotary, merge_heads
 from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM, LlamaModel
 
 
@@ -34,8 +34,7 @@ class BitNetAttention(Attention):
         q = apply_rotary(op, q, cos, sin, self.rotary_dim)
         k = apply_rotary(op, k, cos, sin, self.rotary_dim)
         y, present_key, present_value = self.attend(op, q, k, v, bias, past_key, past_value)
-        # y: [batch, heads, seq, head_dim] -> [batch, seq, heads*head_dim]
-        y = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
+        y = merge_heads(op, y)
         return self.o_proj(op, self.attn_sub_norm(op, y)), (present_key, present_value)
 
 

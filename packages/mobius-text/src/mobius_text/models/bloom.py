@@ -19,6 +19,7 @@ from mobius.components import (
     TiedLMHead,
     apply_rotary,
     get_activation,
+    merge_heads,
 )
 from mobius.components._alibi import (
     alibi,
@@ -27,6 +28,7 @@ from mobius.components._alibi import (
     cumulative_positions,
 )
 from mobius.config import ArchitectureConfig
+from mobius.model import Model
 
 
 @dataclass
@@ -97,7 +99,7 @@ class FusedQKVAttention(Attention):
             q = apply_rotary(op, q, cos, sin, self.rotary_dim)
             k = apply_rotary(op, k, cos, sin, self.rotary_dim)
         y, present_key, present_value = self.attend(op, q, k, v, bias, past_key, past_value)
-        y = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
+        y = merge_heads(op, y)
         return self.dense(op, y), (present_key, present_value)
 
 
@@ -159,7 +161,7 @@ class BloomModel(nn.Module):
         return self.ln_f(op, x), presents
 
 
-class BloomForCausalLM(nn.Module):
+class BloomForCausalLM(Model):
     """The causal LM: ``transformer`` plus an ``lm_head`` (tied to the embeddings by default)."""
 
     config_class = BloomConfig
@@ -183,7 +185,7 @@ class BloomForCausalLM(nn.Module):
         hidden, presents = self.transformer(op, input_ids, attention_mask, past_key_values)
         return self.lm_head(op, hidden), presents
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         if self.config.tie_word_embeddings:
             weights.pop("lm_head.weight", None)
         return weights

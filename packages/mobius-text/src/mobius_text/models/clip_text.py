@@ -36,6 +36,7 @@ from mobius.components import (
 )
 from mobius.config import EncoderConfig
 from mobius.errors import ConfigError
+from mobius.model import Model
 
 #: ``--head`` values a text tower builds: the bare features, or them pooled by the task.
 TEXT_TOWER_HEADS = ("none", "sentence-embedding")
@@ -212,7 +213,7 @@ class CLIPTextTransformer(nn.Module):
         return x, pooled
 
 
-class CLIPTextModel(nn.Module):
+class CLIPTextModel(Model):
     """The text tower for feature extraction: ``last_hidden_state``, ``pooler_output``.
 
     ``penultimate_hidden_state`` is transformers' ``hidden_states[-2]`` (SDXL's
@@ -266,12 +267,12 @@ class CLIPTextModel(nn.Module):
         return {**outputs, "pooler_output": pooled}
 
     @property
-    def ignored_weights(self) -> tuple[str, ...]:
+    def ignored(self) -> tuple[str, ...]:
         """The position-id buffer older checkpoints saved; a projection this class has not."""
         ignored = ("text_model.embeddings.position_ids",)
         return ignored if self.config.with_projection else (*ignored, "text_projection.*")
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         """A checkpoint saved by transformers 5 lacks the ``text_model.`` prefix: it is added."""
         own = ("text_model.", "text_projection.")
         return {k if k.startswith(own) else f"text_model.{k}": v for k, v in weights.items()}

@@ -47,7 +47,7 @@ class CodeGenModel(GPTJModel):
 class CodeGenForCausalLM(GPTJForCausalLM):
     config_class = GPTJConfig
     model_class = CodeGenModel
-    ignored_weights = ("*.attn.causal_mask", "*.attn.masked_bias")  # saved mask buffers
+    ignored = ("*.attn.causal_mask", "*.attn.masked_bias")  # saved mask buffers
 
 
 MODEL_TYPES = {"codegen": CodeGenForCausalLM}

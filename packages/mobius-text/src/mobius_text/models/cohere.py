@@ -14,7 +14,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius.components import Attention, GatedMLP, LayerNorm, rotary_dim
+from mobius.components import Attention, GatedMLP, LayerNorm, merge_heads, rotary_dim
 from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM, LlamaModel
 
 
@@ -82,7 +82,7 @@ class CohereAttention(Attention):
             q = apply_interleaved_rotary(op, q, cos, sin, self.rotary_dim)
             k = apply_interleaved_rotary(op, k, cos, sin, self.rotary_dim)
         y, present_key, present_value = self.attend(op, q, k, v, bias, past_key, past_value)
-        y = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
+        y = merge_heads(op, y)
         return self.o_proj(op, y), (present_key, present_value)
 
 

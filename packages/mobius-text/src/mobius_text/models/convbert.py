@@ -18,15 +18,11 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius.components import Linear, bidirectional_attention, get_activation
+from mobius.components import Linear, bidirectional_attention
 from mobius.errors import ConfigError
-from mobius_text.models.bert import BertIntermediate, BertResidualOutput
-from mobius_text.models.electra import (
-    ElectraClassificationHead,
-    ElectraConfig,
-    ElectraForFeatureExtraction,
-    ElectraModel,
-)
+from mobius_text.models._bert_common import ClassificationHead
+from mobius_text.models.bert import BertAttention, BertEncoder, BertLayer
+from mobius_text.models.electra import ElectraConfig, ElectraForFeatureExtraction, ElectraModel
 
 
 @dataclass
@@ -123,18 +119,6 @@ def unfold(op, x, kernel: int):
     return op.Concat(*windows, axis=-1)
 
 
-class ConvBertAttention(nn.Module):
-    def __init__(self, config: ConvBertConfig) -> None:
-        super().__init__()
-        self.self = ConvBertSelfAttention(config)
-        self.output = BertResidualOutput(
-            config.hidden_size, config.hidden_size, config.layer_norm_eps
-        )
-
-    def forward(self, op, x, bias):
-        return self.output(op, self.self(op, x, bias), x)
-
-
 class GroupedLinear(nn.Module):
     """``num_groups`` independent Linears over equal slices of the features: ``weight [groups, in, out]``."""
 
@@ -152,44 +136,23 @@ class GroupedLinear(nn.Module):
         return op.Add(op.Reshape(y, shape), self.bias)
 
 
-class ConvBertLayer(nn.Module):
+class ConvBertLayer(BertLayer):
+    """BERT's layer around the mixed attention, its feed-forward grouped with ``num_groups``."""
+
     def __init__(self, config: ConvBertConfig) -> None:
-        super().__init__()
-        hidden, inner, eps = config.hidden_size, config.intermediate_size, config.layer_norm_eps
-        self.attention = ConvBertAttention(config)
-        self.intermediate = BertIntermediate(hidden, inner, config.hidden_act)
-        self.output = BertResidualOutput(inner, hidden, eps)
+        super().__init__(config, BertAttention(config, ConvBertSelfAttention(config)))
         if config.num_groups > 1:
+            hidden, inner = config.hidden_size, config.intermediate_size
             self.intermediate.dense = GroupedLinear(hidden, inner, config.num_groups)
             self.output.dense = GroupedLinear(inner, hidden, config.num_groups)
 
-    def forward(self, op, x, bias):
-        x = self.attention(op, x, bias)
-        return self.output(op, self.intermediate(op, x), x)
 
-
-class ConvBertEncoder(nn.Module):
-    def __init__(self, config: ConvBertConfig) -> None:
-        super().__init__()
-        layers = [ConvBertLayer(config) for _ in range(config.num_hidden_layers)]
-        self.layer = nn.ModuleList(layers)
-
-    def forward(self, op, x, bias):
-        for layer in self.layer:
-            x = layer(op, x, bias)
-        return x
+class ConvBertEncoder(BertEncoder):
+    layer_class = ConvBertLayer
 
 
 class ConvBertModel(ElectraModel):
     encoder_class = ConvBertEncoder
-
-
-class ConvBertClassificationHead(ElectraClassificationHead):
-    """ELECTRA's head with the config's activation instead of GELU."""
-
-    def __init__(self, config: ConvBertConfig) -> None:
-        super().__init__(config)
-        self.act = get_activation(config.hidden_act)
 
 
 class ConvBertForFeatureExtraction(ElectraForFeatureExtraction):
@@ -198,7 +161,10 @@ class ConvBertForFeatureExtraction(ElectraForFeatureExtraction):
     config_class = ConvBertConfig
     base_model_prefix = "convbert"
     model_class = ConvBertModel
-    classification_head_class = ConvBertClassificationHead
+
+    def sequence_classifier(self, config: ConvBertConfig) -> nn.Module:
+        """ELECTRA's head with the config's activation instead of GELU."""
+        return ClassificationHead(config.hidden_size, config.num_labels, config.hidden_act)
 
 
 MODEL_TYPES = {"convbert": ConvBertForFeatureExtraction}

@@ -28,6 +28,7 @@ from mobius.components import (
     attention_bias,
     get_activation,
     make_rotary_embedding,
+    merge_heads,
 )
 from mobius.components.moe import dispatch_experts, flatten_tokens, top_k_routing, unflatten_tokens
 from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM
@@ -92,7 +93,7 @@ class DbrxAttention(Attention):
         q = apply_rotary(op, q, cos, sin, self.rotary_dim)
         k = apply_rotary(op, k, cos, sin, self.rotary_dim)
         y, present_key, present_value = self.attend(op, q, k, v, bias, past_key, past_value)
-        y = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
+        y = merge_heads(op, y)
         return self.out_proj(op, y), (present_key, present_value)
 
 

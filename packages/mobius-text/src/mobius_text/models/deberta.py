@@ -34,7 +34,13 @@ from mobius.components import (
 )
 from mobius.config import EncoderConfig
 from mobius.errors import ConfigError
-from mobius_text.models.bert import BertIntermediate, BertResidualOutput
+from mobius_text.models._bert_common import EncoderForFeatureExtraction, first_token
+from mobius_text.models.bert import (
+    BertIntermediate,
+    BertOnlyMLMHead,
+    BertPredictionHeadTransform,
+    BertResidualOutput,
+)
 
 
 @dataclass
@@ -234,51 +240,7 @@ class DebertaModel(nn.Module):
         return self.encoder(op, x, pair_mask, token_mask)
 
 
-class DebertaPredictionHeadTransform(nn.Module):
-    """``LayerNorm(act(dense(x)))``, ``dense`` from ``in_features`` to ``width``."""
-
-    def __init__(self, in_features: int, width: int, act: str, eps: float) -> None:
-        super().__init__()
-        self.dense = Linear(in_features, width, bias=True)
-        self.act = get_activation(act)
-        self.LayerNorm = LayerNorm(width, eps)
-
-    def forward(self, op, x):
-        return self.LayerNorm(op, self.act(op, self.dense(op, x)))
-
-
-class LegacyDebertaLMPredictionHead(nn.Module):
-    """``cls.predictions``: transform to embedding_size, then the decoder (tied: word embeddings + ``bias``)."""
-
-    def __init__(self, config: DebertaConfig, embeddings: Embedding) -> None:
-        super().__init__()
-        width = config.embedding_size
-        self.transform = DebertaPredictionHeadTransform(
-            config.hidden_size, width, config.hidden_act, config.layer_norm_eps
-        )
-        if config.tie_word_embeddings:
-            self.bias, self.decoder = nn.Parameter([config.vocab_size]), None
-        else:  # transformers unties the bias too: the decoder's own is the one used
-            self.bias, self.decoder = None, Linear(width, config.vocab_size, bias=True)
-        object.__setattr__(self, "embeddings", embeddings)  # owned by deberta.embeddings
-
-    def forward(self, op, x):
-        x = self.transform(op, x)
-        if self.decoder is not None:
-            return self.decoder(op, x)
-        return op.Add(op.MatMul(x, op.Transpose(self.embeddings.weight, perm=[1, 0])), self.bias)
-
-
-class LegacyDebertaOnlyMLMHead(nn.Module):
-    def __init__(self, config: DebertaConfig, embeddings: Embedding) -> None:
-        super().__init__()
-        self.predictions = LegacyDebertaLMPredictionHead(config, embeddings)
-
-    def forward(self, op, x):
-        return self.predictions(op, x)
-
-
-class DebertaLMPredictionHead(DebertaPredictionHeadTransform):
+class DebertaLMPredictionHead(BertPredictionHeadTransform):
     """``lm_predictions.lm_head`` (``legacy=False``): the transform, then always the word embeddings + ``bias``."""
 
     def __init__(self, config: DebertaConfig, embeddings: Embedding) -> None:
@@ -286,9 +248,7 @@ class DebertaLMPredictionHead(DebertaPredictionHeadTransform):
             raise ConfigError(
                 "the non-legacy DeBERTa masked-LM head needs embedding_size == hidden_size"
             )
-        super().__init__(
-            config.hidden_size, config.hidden_size, config.hidden_act, config.layer_norm_eps
-        )
+        super().__init__(config)
         self.bias = nn.Parameter([config.vocab_size])
         object.__setattr__(self, "embeddings", embeddings)
 
@@ -315,28 +275,30 @@ class ContextPooler(nn.Module):
         self.act = get_activation(config.pooler_hidden_act)
 
     def forward(self, op, x):
-        return self.act(op, self.dense(op, op.Gather(x, op.Constant(value_int=0), axis=1)))
+        return self.act(op, self.dense(op, first_token(op, x)))
 
 
-class DebertaForFeatureExtraction(nn.Module):
-    """The DeBERTa encoder and the head its config names (see :class:`mobius.config.EncoderConfig`)."""
+class DebertaForFeatureExtraction(EncoderForFeatureExtraction):
+    """The DeBERTa encoder and the head its config names (see :class:`mobius.config.EncoderConfig`).
+
+    masked-lm is ``cls.predictions`` (BERT's, its transform narrowing to
+    ``embedding_size``) for ``legacy`` configs, ``lm_predictions.lm_head`` otherwise.
+    """
 
     config_class = DebertaConfig
-    model_class = DebertaModel
-    task = "feature-extraction"
     uses_token_type_ids = True
-    # Checkpoint tensors transformers itself drops on load, besides those of unbuilt heads.
-    unused_heads: tuple[str, ...] = ()
+    base_model_prefix = "deberta"
+    model_class = DebertaModel
+    head_names = ("cls", "lm_predictions", "pooler", "classifier")
+    tied_copies = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
+    untied_unused = ("cls.predictions.bias",)
 
     def __init__(self, config: DebertaConfig) -> None:
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         self.uses_token_type_ids = config.type_vocab_size > 0
-        self.deberta = self.model_class(config)
-        self.cls = self.lm_predictions = self.pooler = self.classifier = None
         words = self.deberta.embeddings.word_embeddings
         if config.head == "masked-lm" and config.legacy:
-            self.cls = LegacyDebertaOnlyMLMHead(config, words)
+            self.cls = BertOnlyMLMHead(config, words, width=config.embedding_size)
         elif config.head == "masked-lm":
             self.lm_predictions = DebertaOnlyMLMHead(config, words)
         elif config.head in ("sequence-classification", "token-classification"):
@@ -356,34 +318,12 @@ class DebertaForFeatureExtraction(nn.Module):
         return outputs
 
     @property
-    def ignored_weights(self) -> tuple[str, ...]:
-        """Checkpoint tensors no graph of this head reads."""
-        ignored = list(self.unused_heads)
+    def ignored(self) -> tuple[str, ...]:
+        """The family's, and the position embeddings of relative-only configs."""
+        ignored = super().ignored
         if self.deberta.embeddings.position_embeddings is None:
-            ignored.append("deberta.embeddings.position_embeddings.*")
-        for name in ("cls", "lm_predictions", "pooler", "classifier"):
-            if getattr(self, name) is None:
-                ignored.append(f"{name}.*")
-        return tuple(ignored)
-
-    def preprocess_weights(self, weights: dict) -> dict:
-        """A bare ``DebertaModel`` checkpoint gets the ``deberta.`` prefix; the tied decoder is dropped."""
-        heads = (
-            "deberta.",
-            "cls.",
-            "lm_predictions.",
-            "pooler.",
-            "classifier.",
-            *self.unused_heads,
-        )
-        heads = tuple(h.rstrip("*") for h in heads)
-        weights = {k if k.startswith(heads) else f"deberta.{k}": v for k, v in weights.items()}
-        if self.config.tie_word_embeddings:
-            weights.pop("cls.predictions.decoder.weight", None)
-            weights.pop("cls.predictions.decoder.bias", None)
-        else:
-            weights.pop("cls.predictions.bias", None)
-        return weights
+            ignored += ("deberta.embeddings.position_embeddings.*",)
+        return ignored
 
 
 MODEL_TYPES = {"deberta": DebertaForFeatureExtraction}

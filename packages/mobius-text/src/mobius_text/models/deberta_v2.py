@@ -173,11 +173,11 @@ class DebertaV2ForFeatureExtraction(DebertaForFeatureExtraction):
 
     config_class = DebertaV2Config
     model_class = DebertaV2Model
-    unused_heads = ("mask_predictions.*",)  # the replaced-token-detection head of v3 checkpoints
+    pretraining_heads = ("mask_predictions",)  # the replaced-token detection of v3 checkpoints
 
     @property
-    def ignored_weights(self) -> tuple[str, ...]:
-        ignored = super().ignored_weights
+    def ignored(self) -> tuple[str, ...]:
+        ignored = super().ignored
         if self.deberta.encoder.LayerNorm is None and "layer_norm" in self.config.norm_rel_ebd:
             ignored += (
                 "deberta.encoder.LayerNorm.*",

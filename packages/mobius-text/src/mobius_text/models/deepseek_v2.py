@@ -27,6 +27,8 @@ from mobius.components import (
     Linear,
     RMSNorm,
     TransposedParameter,
+    merge_heads,
+    split_heads,
 )
 from mobius.components.moe import ExpertList, flatten_tokens, unflatten_tokens
 from mobius.config import ArchitectureConfig
@@ -176,8 +178,7 @@ class DeepseekV2Attention(nn.Module):
 
     def heads(self, op, x: ir.Value, dim: int) -> ir.Value:
         """``[batch, seq, heads*dim]`` → ``[batch, heads, seq, dim]``."""
-        x = op.Reshape(x, op.Constant(value_ints=[0, 0, -1, dim]))
-        return op.Transpose(x, perm=[0, 2, 1, 3])
+        return split_heads(op, x, head_dim=dim)
 
     def forward(self, op, x, position_embeddings, bias, past_latent, past_k_rot):
         cos, sin = position_embeddings
@@ -204,7 +205,7 @@ class DeepseekV2Attention(nn.Module):
         key = op.Concat(k_nope, k_rot_heads, axis=-1)  # [b, H, total, nope + rope]
 
         y = op.Attention(query, key, value, bias, scale=self.scale)  # [b, H, s, v]
-        y = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
+        y = merge_heads(op, y)
         return self.o_proj(op, y), (latent, k_rot)
 
 

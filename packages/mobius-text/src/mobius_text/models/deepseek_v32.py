@@ -18,7 +18,15 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius.components import DecoderLayer, LayerNorm, Linear, attention_bias, lowest_value
+from mobius.components import (
+    DecoderLayer,
+    LayerNorm,
+    Linear,
+    attention_bias,
+    lowest_value,
+    merge_heads,
+    split_heads,
+)
 from mobius_text.models.deepseek_v2 import (
     DeepseekV2Attention,
     DeepseekV2Config,
@@ -77,8 +85,8 @@ class DeepseekV32Indexer(nn.Module):
 
     def forward(self, op, x, q_resid, position_embeddings, bias, past_key):
         cos, sin = position_embeddings
-        q = op.Reshape(self.wq_b(op, q_resid), op.Constant(value_ints=[0, 0, -1, self.dim]))
-        q = self.rotate(op, op.Transpose(q, perm=[0, 2, 1, 3]), cos, sin)  # [b, H, s, D]
+        q = split_heads(op, self.wq_b(op, q_resid), head_dim=self.dim)
+        q = self.rotate(op, q, cos, sin)  # [b, H, s, D]
         k = self.rotate(op, op.Unsqueeze(self.k_norm(op, self.wk(op, x)), [1]), cos, sin)
         key = op.Concat(past_key, k, axis=2)  # [b, 1, total, D]
         scores = op.MatMul(
@@ -155,7 +163,7 @@ class DeepseekV32Attention(DeepseekV2Attention):
         key = op.Concat(k_nope, k_rot_heads, axis=-1)
 
         y = op.Attention(query, key, value, bias, scale=self.scale)  # [b, H, s, v]
-        y = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
+        y = merge_heads(op, y)
         if gate is not None:  # [b, s, H*v]
             y = op.Mul(y, op.Sigmoid(gate))
         return self.o_proj(op, y), (latent, k_rot, *index_cache), keep

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius.components import Attention, WeightlessRMSNorm, apply_rotary
+from mobius.components import Attention, WeightlessRMSNorm, apply_rotary, merge_heads
 from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM, LlamaModel
 
 
@@ -71,7 +71,7 @@ class DifferentialAttention(Attention):
         y = op.Sub(y1, op.Mul(self.lambda_full(op, x.dtype), y2))
         y = op.Mul(self.groupnorm(op, y), 1.0 - self.lambda_init)
         # [batch, heads/2, seq, 2*head_dim] -> [batch, seq, heads*head_dim]
-        y = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
+        y = merge_heads(op, y)
         return self.o_proj(op, y), (present_key, present_value)
 
 

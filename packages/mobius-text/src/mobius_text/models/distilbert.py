@@ -14,15 +14,15 @@ from typing import Any
 
 from onnxscript import nn
 
-from mobius.components import (
-    Embedding,
-    LayerNorm,
-    Linear,
-    bidirectional_attention,
-    get_activation,
-    padding_bias,
-)
+from mobius.components import Embedding, LayerNorm, Linear, get_activation, padding_bias
 from mobius.config import EncoderConfig
+from mobius_text.models._bert_common import (
+    EncoderForFeatureExtraction,
+    VocabProjection,
+    first_token,
+)
+from mobius_text.models.bert import BertEncoder
+from mobius_text.models.xlm import MultiHeadAttention, TransformerFFN  # DistilBERT's, the same
 
 # DistilBERT's LayerNorms have a fixed epsilon; the config has no field for it.
 LAYER_NORM_EPS = 1e-12
@@ -56,39 +56,13 @@ class DistilBertEmbeddings(nn.Module):
         return self.LayerNorm(op, x)
 
 
-class DistilBertSelfAttention(nn.Module):
-    def __init__(self, dim: int, num_heads: int) -> None:
-        super().__init__()
-        self.q_lin = Linear(dim, dim, bias=True)
-        self.k_lin = Linear(dim, dim, bias=True)
-        self.v_lin = Linear(dim, dim, bias=True)
-        self.out_lin = Linear(dim, dim, bias=True)
-        self.num_heads, self.scale = num_heads, (dim // num_heads) ** -0.5
-
-    def forward(self, op, x, bias):
-        q, k, v = self.q_lin(op, x), self.k_lin(op, x), self.v_lin(op, x)
-        attended = bidirectional_attention(op, q, k, v, bias, self.num_heads, self.scale)
-        return self.out_lin(op, attended)
-
-
-class DistilBertFFN(nn.Module):
-    def __init__(self, dim: int, hidden_dim: int, act: str) -> None:
-        super().__init__()
-        self.lin1 = Linear(dim, hidden_dim, bias=True)
-        self.lin2 = Linear(hidden_dim, dim, bias=True)
-        self.act = get_activation(act)
-
-    def forward(self, op, x):
-        return self.lin2(op, self.act(op, self.lin1(op, x)))
-
-
 class TransformerBlock(nn.Module):
     def __init__(self, config: DistilBertConfig) -> None:
         super().__init__()
         dim = config.hidden_size
-        self.attention = DistilBertSelfAttention(dim, config.num_attention_heads)
+        self.attention = MultiHeadAttention(dim, config.num_attention_heads)
         self.sa_layer_norm = LayerNorm(dim, LAYER_NORM_EPS)
-        self.ffn = DistilBertFFN(dim, config.intermediate_size, config.hidden_act)
+        self.ffn = TransformerFFN(dim, config.intermediate_size, config.hidden_act)
         self.output_layer_norm = LayerNorm(dim, LAYER_NORM_EPS)
 
     def forward(self, op, x, bias):
@@ -96,17 +70,8 @@ class TransformerBlock(nn.Module):
         return self.output_layer_norm(op, op.Add(self.ffn(op, x), x))
 
 
-class Transformer(nn.Module):
-    def __init__(self, config: DistilBertConfig) -> None:
-        super().__init__()
-        self.layer = nn.ModuleList(
-            [TransformerBlock(config) for _ in range(config.num_hidden_layers)]
-        )
-
-    def forward(self, op, x, bias):
-        for layer in self.layer:
-            x = layer(op, x, bias)
-        return x
+class Transformer(BertEncoder):
+    layer_class = TransformerBlock
 
 
 class DistilBertModel(nn.Module):
@@ -120,7 +85,7 @@ class DistilBertModel(nn.Module):
         return self.transformer(op, x, padding_bias(op, attention_mask, x.dtype))
 
 
-class DistilBertForFeatureExtraction(nn.Module):
+class DistilBertForFeatureExtraction(EncoderForFeatureExtraction):
     """The encoder and the head its config names (see :class:`mobius.config.EncoderConfig`).
 
     masked-lm: ``vocab_transform`` (activation, ``vocab_layer_norm``) then
@@ -129,25 +94,29 @@ class DistilBertForFeatureExtraction(nn.Module):
     """
 
     config_class = DistilBertConfig
-    task = "feature-extraction"
     uses_token_type_ids = False
+    base_model_prefix = "distilbert"
+    model_class = DistilBertModel
+    head_names = (
+        "vocab_transform",
+        "vocab_layer_norm",
+        "vocab_projector",
+        "pre_classifier",
+        "classifier",
+    )
+    unread = ("embeddings.position_ids",)
+    tied_copies = ("vocab_projector.weight",)
 
     def __init__(self, config: DistilBertConfig) -> None:
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         dim, head = config.hidden_size, config.head
-        self.distilbert = DistilBertModel(config)
-        self.vocab_transform = self.vocab_layer_norm = self.vocab_projector = None
-        self.vocab_bias = None
-        self.pre_classifier = self.classifier = None
         if head == "masked-lm":
             self.vocab_transform = Linear(dim, dim, bias=True)
             self.act = get_activation(config.hidden_act)
             self.vocab_layer_norm = LayerNorm(dim, LAYER_NORM_EPS)
-            self.vocab_projector = (
-                TiedProjector(self.distilbert.embeddings.word_embeddings, config.vocab_size)
-                if config.tie_word_embeddings
-                else Linear(dim, config.vocab_size, bias=True)
+            embeddings = self.distilbert.embeddings.word_embeddings
+            self.vocab_projector = VocabProjection(
+                dim, config.vocab_size, embeddings, config.tie_word_embeddings
             )
         elif head in ("sequence-classification", "token-classification"):
             if head == "sequence-classification":
@@ -161,44 +130,11 @@ class DistilBertForFeatureExtraction(nn.Module):
             x = self.vocab_layer_norm(op, self.act(op, self.vocab_transform(op, hidden)))
             outputs["logits"] = self.vocab_projector(op, x)
         elif self.pre_classifier is not None:
-            first = op.Gather(hidden, op.Constant(value_int=0), axis=1)  # [batch, dim]
+            first = first_token(op, hidden)  # [batch, dim]
             outputs["logits"] = self.classifier(op, op.Relu(self.pre_classifier(op, first)))
         elif self.classifier is not None:
             outputs["logits"] = self.classifier(op, hidden)
         return outputs
-
-    @property
-    def ignored_weights(self) -> tuple[str, ...]:
-        """Checkpoint tensors no graph of this head reads (other heads, position buffers)."""
-        ignored = ["distilbert.embeddings.position_ids"]
-        if self.vocab_projector is None:
-            ignored += ["vocab_transform.*", "vocab_layer_norm.*", "vocab_projector.*"]
-        if self.pre_classifier is None:
-            ignored.append("pre_classifier.*")
-        if self.classifier is None:
-            ignored.append("classifier.*")
-        return tuple(ignored)
-
-    def preprocess_weights(self, weights: dict) -> dict:
-        """A bare ``DistilBertModel`` checkpoint gets the ``distilbert.`` prefix; a tied projector's copy goes."""
-        heads = ("distilbert.", "vocab_", "pre_classifier.", "classifier.")
-        weights = {k if k.startswith(heads) else f"distilbert.{k}": v for k, v in weights.items()}
-        if self.config.tie_word_embeddings:
-            weights.pop("vocab_projector.weight", None)
-        return weights
-
-
-class TiedProjector(nn.Module):
-    """``x @ word_embeddings.T + bias``: the tied ``vocab_projector`` (only its bias is its own)."""
-
-    def __init__(self, embeddings: Embedding, vocab_size: int) -> None:
-        super().__init__()
-        self.bias = nn.Parameter([vocab_size])
-        object.__setattr__(self, "embeddings", embeddings)  # owned by distilbert.embeddings
-
-    def forward(self, op, x):
-        table = op.Transpose(self.embeddings.weight, perm=[1, 0])  # [dim, vocab]
-        return op.Add(op.MatMul(x, table), self.bias)
 
 
 MODEL_TYPES = {"distilbert": DistilBertForFeatureExtraction}

@@ -28,6 +28,7 @@ from mobius.components import (
     RMSNorm,
     get_activation,
     lowest_value,
+    merge_heads,
     repeat_kv,
     rotary_dim,
 )
@@ -78,10 +79,7 @@ class DogeAttention(QKNormAttention):
 
     def dynamic_bias(self, op, bias, value):
         """``bias [batch, 1, seq, total]`` and all values → ``[batch, heads, seq, total]``."""
-        # [batch, kv_heads, total, dim] -> [batch, total, kv_heads*dim]
-        flat = op.Reshape(
-            op.Transpose(value, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1])
-        )
+        flat = merge_heads(op, value)  # [batch, total, kv_heads*dim]
         dt = op.Exp(op.Mul(self.A, op.Softplus(self.dt_proj(op, flat))))  # [batch, total, kv_heads]
         dt = op.Unsqueeze(op.Transpose(dt, perm=[0, 2, 1]), [2])  # [batch, kv_heads, 1, total]
         lowest = op.CastLike(op.Constant(value_float=lowest_value(bias.dtype)), bias)

@@ -36,8 +36,10 @@ from mobius.components import (
     attention_bias,
     get_activation,
     make_rotary_embedding,
+    merge_heads,
 )
 from mobius.config import ArchitectureConfig, RopeConfig
+from mobius.model import Model
 
 
 @dataclass
@@ -82,7 +84,7 @@ class DoryConfig(ArchitectureConfig):
         return self.num_hidden_layers + self.n_recurrent_layers * (self.n_recurrent_loops - 1)
 
 
-# A block of the released two-blocks-per-layer layout (see DoryForCausalLM.preprocess_weights).
+# A block of the released two-blocks-per-layer layout (see DoryForCausalLM.sanitize).
 RELEASED_BLOCK = re.compile(r"layers\.(\d+)\.(mixer|attn_alpha|mlp_alpha)(?=\.|$)")
 L2_EPS = 1e-6  # Llama4TextL2Norm's default, which Dory's norms keep
 
@@ -123,7 +125,7 @@ class DoryAttention(Attention):
         )  # [heads, 1, head_dim]
         q = op.Mul(q, op.Mul(query_scale, query_scale))
         y, present_key, present_value = self.attend(op, q, k, v, bias, past_key, past_value)
-        y = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
+        y = merge_heads(op, y)
         gate_scale = op.Mul(self.s_gate, self.s_gate_scale)
         y = op.Mul(y, op.Sigmoid(op.Mul(self.g_proj(op, x), op.Mul(gate_scale, gate_scale))))
         return self.o_proj(op, l2_norm(op, y)), (present_key, present_value)
@@ -223,7 +225,7 @@ class DoryModel(nn.Module):
         return l2_norm(op, x), presents
 
 
-class DoryForCausalLM(nn.Module):
+class DoryForCausalLM(Model):
     """Dory causal LM: ``backbone`` plus an ``lm_head`` with per-token logit scales."""
 
     config_class = DoryConfig
@@ -238,7 +240,7 @@ class DoryForCausalLM(nn.Module):
         c = self.config
         return [(c.num_key_value_heads, c.head_dim, c.head_dim)] * c.num_cache_slots
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         """Released checkpoints store layer ``i`` as two blocks, ``layers.{2i}.mixer`` (attention,
         rate ``attn_alpha``) and ``layers.{2i+1}.mixer`` (MLP, rate ``mlp_alpha``); transformers
         (and its ``save_pretrained``) use ``layers.{i}.self_attn`` / ``mlp`` / ``lambda_1`` / ``lambda_2``."""

@@ -14,8 +14,13 @@ from typing import Any
 
 from onnxscript import nn
 
-from mobius.components import Embedding, LayerNorm, Linear, get_activation, padding_bias
+from mobius.components import LayerNorm, Linear, get_activation, padding_bias
 from mobius.errors import ConfigError
+from mobius_text.models._bert_common import (
+    ClassificationHead,
+    EncoderForFeatureExtraction,
+    VocabProjection,
+)
 from mobius_text.models.bert import BertConfig, BertEmbeddings, BertEncoder
 
 
@@ -63,64 +68,35 @@ class ElectraGeneratorPredictions(nn.Module):
         return self.LayerNorm(op, get_activation("gelu")(op, self.dense(op, x)))
 
 
-class TiedLinear(nn.Module):
-    """``x @ embeddings.T + bias``: a tied output projection whose bias alone is its own."""
-
-    def __init__(self, embeddings: Embedding, out_features: int) -> None:
-        super().__init__()
-        self.bias = nn.Parameter([out_features])
-        object.__setattr__(self, "embeddings", embeddings)  # owned by the encoder's embeddings
-
-    def forward(self, op, x):
-        table = op.Transpose(self.embeddings.weight, perm=[1, 0])  # [embedding, vocab]
-        return op.Add(op.MatMul(x, table), self.bias)
-
-
-class ElectraClassificationHead(nn.Module):
-    """``out_proj(gelu(dense(x[:, 0])))``: GELU where BERT's pooler has tanh."""
-
-    def __init__(self, config: ElectraConfig) -> None:
-        super().__init__()
-        self.dense = Linear(config.hidden_size, config.hidden_size, bias=True)
-        self.act = get_activation("gelu")
-        self.out_proj = Linear(config.hidden_size, config.num_labels, bias=True)
-
-    def forward(self, op, x):
-        first = op.Gather(x, op.Constant(value_int=0), axis=1)  # [batch, hidden]
-        return self.out_proj(op, self.act(op, self.dense(op, first)))
-
-
-class ElectraForFeatureExtraction(nn.Module):
+class ElectraForFeatureExtraction(EncoderForFeatureExtraction):
     """The encoder and the head its config names (see :class:`mobius.config.EncoderConfig`)."""
 
     config_class = ElectraConfig
-    task = "feature-extraction"
     uses_token_type_ids = True
     base_model_prefix = "electra"
     model_class = ElectraModel  # ConvBERT sets its own parts
-    classification_head_class = ElectraClassificationHead
+    head_names = ("generator_predictions", "generator_lm_head", "classifier")
+    pretraining_heads = ("discriminator_predictions",)  # replaced-token detection
+    unread = ("embeddings.position_ids", "embeddings.token_type_ids")
+    tied_copies = ("generator_lm_head.weight",)
 
     def __init__(self, config: ElectraConfig) -> None:
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         self.uses_token_type_ids = config.type_vocab_size > 0
-        setattr(self, self.base_model_prefix, self.model_class(config))
-        self.generator_predictions = self.generator_lm_head = self.classifier = None
         if config.head == "masked-lm":
             self.generator_predictions = ElectraGeneratorPredictions(config)
-            self.generator_lm_head = (
-                TiedLinear(self.base_model.embeddings.word_embeddings, config.vocab_size)
-                if config.tie_word_embeddings
-                else Linear(config.embedding_size, config.vocab_size, bias=True)
+            embeddings = self.base_model.embeddings.word_embeddings
+            self.generator_lm_head = VocabProjection(
+                config.embedding_size, config.vocab_size, embeddings, config.tie_word_embeddings
             )
         elif config.head == "sequence-classification":
-            self.classifier = self.classification_head_class(config)
+            self.classifier = self.sequence_classifier(config)
         elif config.head == "token-classification":
             self.classifier = Linear(config.hidden_size, config.num_labels, bias=True)
 
-    @property
-    def base_model(self) -> ElectraModel:
-        return getattr(self, self.base_model_prefix)
+    def sequence_classifier(self, config: ElectraConfig) -> nn.Module:
+        """``classifier``: GELU where BERT's pooler has tanh (ConvBERT: the config's activation)."""
+        return ClassificationHead(config.hidden_size, config.num_labels, "gelu")
 
     def forward(self, op, input_ids, attention_mask, token_type_ids):
         hidden = self.base_model(op, input_ids, attention_mask, token_type_ids)
@@ -130,27 +106,6 @@ class ElectraForFeatureExtraction(nn.Module):
         elif self.classifier is not None:
             outputs["logits"] = self.classifier(op, hidden)
         return outputs
-
-    @property
-    def ignored_weights(self) -> tuple[str, ...]:
-        """Checkpoint tensors no graph of this head reads (other heads, position buffers)."""
-        prefix = self.base_model_prefix
-        ignored = [f"{prefix}.embeddings.position_ids", f"{prefix}.embeddings.token_type_ids"]
-        ignored.append("discriminator_predictions.*")  # replaced-token detection (pre-training)
-        if self.generator_lm_head is None:
-            ignored += ["generator_predictions.*", "generator_lm_head.*"]
-        if self.classifier is None:
-            ignored.append("classifier.*")
-        return tuple(ignored)
-
-    def preprocess_weights(self, weights: dict) -> dict:
-        """A bare base-model checkpoint gets the prefix; a tied head's copy of the embeddings goes."""
-        prefix = f"{self.base_model_prefix}."
-        heads = (prefix, "generator_", "discriminator_", "classifier.")
-        weights = {k if k.startswith(heads) else prefix + k: v for k, v in weights.items()}
-        if self.config.tie_word_embeddings:
-            weights.pop("generator_lm_head.weight", None)
-        return weights
 
 
 MODEL_TYPES = {"electra": ElectraForFeatureExtraction}

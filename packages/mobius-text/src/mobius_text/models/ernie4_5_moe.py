@@ -144,7 +144,7 @@ class Ernie4_5_MoeForCausalLM(LlamaForCausalLM):  # noqa: N801
     config_class = Ernie4_5_MoeConfig
     model_class = Ernie4_5_MoeModel
     # Released checkpoints also carry the multi-token-prediction layers (transformers skips "mtp").
-    ignored_weights = ("*mtp*",)
+    ignored = ("*mtp*",)
 
     def __init__(self, config: Ernie4_5_MoeConfig) -> None:
         super().__init__(config)

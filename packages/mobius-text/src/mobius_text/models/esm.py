@@ -21,17 +21,16 @@ from typing import Any
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius.components import (
-    Embedding,
-    LayerNorm,
-    Linear,
-    bidirectional_attention,
-    get_activation,
-    padding_bias,
-)
+from mobius.components import Embedding, LayerNorm, Linear, bidirectional_attention, padding_bias
 from mobius.config import EncoderConfig
 from mobius.errors import ConfigError
+from mobius_text.models._bert_common import (
+    ClassificationHead,
+    EncoderForFeatureExtraction,
+    ResidualDense,
+)
 from mobius_text.models._encoder_rotary import rotate_heads, sequence_positions
+from mobius_text.models.bert import BertSelfAttention
 
 MASK_RATIO_TRAIN = 0.15 * 0.8  # the share of masked tokens in every ESM training run
 FLOAT = ir.DataType.FLOAT
@@ -123,15 +122,7 @@ class EsmRotaryEmbedding(nn.Module):
         return op.Cos(freqs), op.Sin(freqs), self.head_dim
 
 
-class EsmSelfAttention(nn.Module):
-    def __init__(self, config: EsmConfig) -> None:
-        super().__init__()
-        hidden = config.hidden_size
-        self.query = Linear(hidden, hidden, bias=True)
-        self.key = Linear(hidden, hidden, bias=True)
-        self.value = Linear(hidden, hidden, bias=True)
-        self.num_heads, self.scale = config.num_attention_heads, config.head_dim**-0.5
-
+class EsmSelfAttention(BertSelfAttention):
     def forward(self, op, x, rotary, bias):
         q, k, v = self.query(op, x), self.key(op, x), self.value(op, x)
         if rotary is not None:  # HF scales q before rotating; the rotation is linear
@@ -139,22 +130,11 @@ class EsmSelfAttention(nn.Module):
         return bidirectional_attention(op, q, k, v, bias, self.num_heads, self.scale)
 
 
-class EsmDenseResidual(nn.Module):
-    """``dense(x) + residual``: ESM's ``attention.output`` and ``output`` (no norm after)."""
-
-    def __init__(self, in_features: int, hidden_size: int) -> None:
-        super().__init__()
-        self.dense = Linear(in_features, hidden_size, bias=True)
-
-    def forward(self, op, x, residual):
-        return op.Add(self.dense(op, x), residual)
-
-
 class EsmAttention(nn.Module):
     def __init__(self, config: EsmConfig) -> None:
         super().__init__()
-        self.self = EsmSelfAttention(config)
-        self.output = EsmDenseResidual(config.hidden_size, config.hidden_size)
+        self.self = EsmSelfAttention(config.hidden_size, config.num_attention_heads)
+        self.output = ResidualDense(config.hidden_size, config.hidden_size)
         self.LayerNorm = LayerNorm(config.hidden_size, config.layer_norm_eps)
 
     def forward(self, op, x, rotary, bias):
@@ -176,7 +156,7 @@ class EsmLayer(nn.Module):
         self.attention = EsmAttention(config)
         self.LayerNorm = LayerNorm(config.hidden_size, config.layer_norm_eps)
         self.intermediate = EsmIntermediate(config)
-        self.output = EsmDenseResidual(config.intermediate_size, config.hidden_size)
+        self.output = ResidualDense(config.intermediate_size, config.hidden_size)
 
     def forward(self, op, x, rotary, bias):
         x = self.attention(op, x, rotary, bias)
@@ -233,37 +213,25 @@ class EsmLMHead(nn.Module):
         return op.Add(op.MatMul(x, table), self.bias)
 
 
-class EsmClassificationHead(nn.Module):
-    """``out_proj(tanh(dense(x[:, 0])))``: sequence classification on the first token."""
-
-    def __init__(self, config: EsmConfig) -> None:
-        super().__init__()
-        self.dense = Linear(config.hidden_size, config.hidden_size, bias=True)
-        self.out_proj = Linear(config.hidden_size, config.num_labels, bias=True)
-        self.act = get_activation("tanh")
-
-    def forward(self, op, x):
-        first = op.Gather(x, op.Constant(value_int=0), axis=1)  # [batch, hidden]
-        return self.out_proj(op, self.act(op, self.dense(op, first)))
-
-
-class EsmForFeatureExtraction(nn.Module):
+class EsmForFeatureExtraction(EncoderForFeatureExtraction):
     """The encoder and the head its config names (``esm.*``, ``lm_head.*``, ``classifier``)."""
 
     config_class = EsmConfig
-    task = "feature-extraction"
+    base_model_prefix = "esm"
+    model_class = EsmModel
+    head_names = ("lm_head", "classifier")
+    unread = ("pooler.*", "contact_head.*", "embeddings.position_ids")
+    tied_copies = ("lm_head.decoder.weight",)
 
     def __init__(self, config: EsmConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.esm = EsmModel(config)
-        self.lm_head = self.classifier = None
+        super().__init__(config)
+        hidden, labels = config.hidden_size, config.num_labels
         if config.head == "masked-lm":
             self.lm_head = EsmLMHead(config, self.esm.embeddings.word_embeddings)
         elif config.head == "sequence-classification":
-            self.classifier = EsmClassificationHead(config)
+            self.classifier = ClassificationHead(hidden, labels, "tanh")
         elif config.head == "token-classification":
-            self.classifier = Linear(config.hidden_size, config.num_labels, bias=True)
+            self.classifier = Linear(hidden, labels, bias=True)
 
     def forward(self, op, input_ids, attention_mask, token_type_ids):
         hidden = self.esm(op, input_ids, attention_mask)
@@ -273,38 +241,25 @@ class EsmForFeatureExtraction(nn.Module):
             outputs["logits"] = head(op, hidden)
         return outputs
 
-    @property
-    def ignored_weights(self) -> tuple[str, ...]:
-        """Checkpoint tensors no graph of this head reads (pooler, contact head, other heads)."""
-        ignored = ["esm.pooler.*", "esm.contact_head.*", "esm.embeddings.position_ids"]
-        if self.lm_head is None:
-            ignored.append("lm_head.*")
-        if self.classifier is None:
-            ignored.append("classifier.*")
-        return tuple(ignored)
-
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         """Undo the legacy names transformers reads (and writes) for ESM; add the ``esm.`` prefix.
 
         ``LayerNorm.gamma`` / ``.beta`` are ``LayerNorm.weight`` / ``.bias``; per-layer
         ``inv_freq`` copies (old checkpoints, or ``encoder.layer.*...`` as transformers
         5 saves it) are the one shared ``rotary_embeddings.inv_freq``.
         """
-        heads = ("esm.", "lm_head.", "classifier.")
         legacy = {"LayerNorm.gamma": "LayerNorm.weight", "LayerNorm.beta": "LayerNorm.bias"}
         renamed = {}
         for key, value in weights.items():
             for old, new in legacy.items():
                 key = key[: -len(old)] + new if key.endswith(old) else key
-            renamed[key if key.startswith(heads) else f"esm.{key}"] = value
-        weights = renamed
+            renamed[key] = value
+        weights = super().sanitize(renamed)
         per_layer = sorted(k for k in weights if k.endswith(".self.rotary_embeddings.inv_freq"))
         if per_layer:  # as EsmModel.load_hook: the first layer's copy is the shared one
             weights.setdefault("esm.rotary_embeddings.inv_freq", weights[per_layer[0]])
             for key in per_layer:
                 del weights[key]
-        if self.config.tie_word_embeddings:
-            weights.pop("lm_head.decoder.weight", None)
         return weights
 
 

@@ -24,8 +24,12 @@ from onnxscript import nn
 from mobius.components import Embedding, GatedMLP, Linear, RMSNorm, get_activation, padding_bias
 from mobius.config import EncoderConfig, RopeConfig
 from mobius.errors import ConfigError
+from mobius_text.models._bert_common import (
+    EncoderForFeatureExtraction,
+    VocabProjection,
+    pool_first_or_mean,
+)
 from mobius_text.models._encoder_rotary import EncoderRotary, rotate_heads, sequence_positions
-from mobius_text.models.modernbert import ModernBertDecoder, pool_first_or_mean
 
 POOLINGS = ("bos", "mean", "late")
 
@@ -122,19 +126,21 @@ class EuroBertModel(nn.Module):
         return self.norm(op, x)
 
 
-class EuroBertForFeatureExtraction(nn.Module):
+class EuroBertForFeatureExtraction(EncoderForFeatureExtraction):
     """The encoder and the head its config names (``model.*``, ``lm_head``, ``dense``, ``classifier``)."""
 
     config_class = EuroBertConfig
-    task = "feature-extraction"
+    base_model_prefix = "model"
+    model_class = EuroBertModel
+    head_names = ("lm_head", "dense", "classifier")
+    tied_copies = ("lm_head.weight",)
 
     def __init__(self, config: EuroBertConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.model = EuroBertModel(config)
-        self.lm_head = self.dense = self.classifier = None
+        super().__init__(config)
         if config.head == "masked-lm":  # its weight, or model.embed_tokens when tied
-            self.lm_head = ModernBertDecoder(config, self.model.embed_tokens)
+            hidden, vocab, tied = config.hidden_size, config.vocab_size, config.tie_word_embeddings
+            embeddings = self.model.embed_tokens
+            self.lm_head = VocabProjection(hidden, vocab, embeddings, tied, config.decoder_bias)
         elif config.head == "sequence-classification":
             self.dense = Linear(config.hidden_size, config.hidden_size, bias=True)
             self.act = get_activation("gelu")
@@ -161,26 +167,6 @@ class EuroBertForFeatureExtraction(nn.Module):
         elif self.classifier is not None:
             outputs["logits"] = self.classifier(op, hidden)
         return outputs
-
-    @property
-    def ignored_weights(self) -> tuple[str, ...]:
-        """Checkpoint tensors no graph of this head reads (the other heads)."""
-        ignored = []
-        if self.lm_head is None:
-            ignored.append("lm_head.*")
-        if self.dense is None:
-            ignored.append("dense.*")
-        if self.classifier is None:
-            ignored.append("classifier.*")
-        return tuple(ignored)
-
-    def preprocess_weights(self, weights: dict) -> dict:
-        """A bare ``EuroBertModel`` gets the ``model.`` prefix; a tied ``lm_head`` copy is dropped."""
-        heads = ("model.", "lm_head.", "dense.", "classifier.")
-        weights = {k if k.startswith(heads) else f"model.{k}": v for k, v in weights.items()}
-        if self.config.tie_word_embeddings:
-            weights.pop("lm_head.weight", None)
-        return weights
 
 
 MODEL_TYPES = {"eurobert": EuroBertForFeatureExtraction}

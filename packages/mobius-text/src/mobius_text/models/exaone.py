@@ -4,7 +4,7 @@ transformers builds ``exaone`` with ``LlamaForCausalLM`` and renames the
 original checkpoint keys on load (``transformer.h.0.attn.attention.q_proj`` is
 ``model.layers.0.self_attn.q_proj``); it writes them back in that form on save,
 so checkpoints on disk carry the EXAONE names. The graph keeps Llama's names and
-:meth:`preprocess_weights` applies the same renames.
+:meth:`sanitize` applies the same renames.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ def rename_checkpoint_key(name: str) -> str:
 class ExaoneForCausalLM(LlamaForCausalLM):
     """Llama reading EXAONE's checkpoint names (``transformer.h.*``, ``c_fc_0``...)."""
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         weights = {rename_checkpoint_key(name): tensor for name, tensor in weights.items()}
-        return super().preprocess_weights(weights)
+        return super().sanitize(weights)
 
 
 MODEL_TYPES = {"exaone": ExaoneForCausalLM}

@@ -31,6 +31,7 @@ from mobius.components import (
 )
 from mobius.components._alibi import alibi_attention_bias, alibi_slopes, cumulative_positions
 from mobius.config import ArchitectureConfig
+from mobius.model import Model
 from mobius_text.models.bloom import DenseMLP, FusedQKVAttention
 
 
@@ -181,7 +182,7 @@ class FalconModel(nn.Module):
         return self.ln_f(op, x), presents
 
 
-class FalconForCausalLM(nn.Module):
+class FalconForCausalLM(Model):
     """The causal LM: ``transformer`` plus an ``lm_head`` (tied to the embeddings by default)."""
 
     config_class = FalconConfig
@@ -205,7 +206,7 @@ class FalconForCausalLM(nn.Module):
         )
         return self.lm_head(op, hidden), presents
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         if self.config.tie_word_embeddings:
             weights.pop("lm_head.weight", None)
         return weights

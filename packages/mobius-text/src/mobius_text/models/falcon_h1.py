@@ -30,6 +30,7 @@ from mobius.components import (
     make_rotary_embedding,
     rotary_dim,
 )
+from mobius.model import Model
 from mobius_text.models.llama import LlamaConfig
 from mobius_text.models.mamba2 import GatedRMSNorm, Mamba2Config, Mamba2Mixer
 
@@ -245,7 +246,7 @@ class FalconH1Model(nn.Module):
         return self.final_layernorm(op, x), presents
 
 
-class FalconH1ForCausalLM(nn.Module):
+class FalconH1ForCausalLM(Model):
     config_class = FalconH1Config
 
     def __init__(self, config: FalconH1Config) -> None:
@@ -273,7 +274,7 @@ class FalconH1ForCausalLM(nn.Module):
         hidden, presents = self.model(op, input_ids, attention_mask, position_ids, past)
         return _scale(op, self.lm_head(op, hidden), self.config.lm_head_multiplier), presents
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         if self.config.tie_word_embeddings:
             weights.pop("lm_head.weight", None)
         return weights

@@ -116,9 +116,9 @@ class FNetForFeatureExtraction(BertForFeatureExtraction):
     model_class = FNetModel
 
     @property
-    def ignored_weights(self) -> tuple[str, ...]:
+    def ignored(self) -> tuple[str, ...]:
         """BERT's, and the TPU variant's DFT matrices (the graph computes the same transform)."""
-        return (*super().ignored_weights, "fnet.encoder.layer.*.fourier.self.dft_mat_*")
+        return (*super().ignored, "fnet.encoder.layer.*.fourier.self.dft_mat_*")
 
 
 MODEL_TYPES = {"fnet": FNetForFeatureExtraction}

@@ -82,7 +82,7 @@ class GemmaModel(LlamaModel):
         windows = {"full_attention": None, "sliding_attention": self.config.sliding_window}
         biases = {
             kind: attention_bias(op, attention_mask, seq_len, x.dtype, windows[kind])
-            for kind in set(self.config.layer_types)
+            for kind in dict.fromkeys(self.config.layer_types)
         }
         presents = []
         for layer, kind, (past_key, past_value) in zip(

@@ -68,7 +68,9 @@ class Gemma3TextModel(Gemma2Model):
 
     def position_embeddings(self, op, position_ids):
         tables = {"full_attention": self.rotary_emb, "sliding_attention": self.local_rotary_emb}
-        return {kind: tables[kind](op, position_ids) for kind in set(self.config.layer_types)}
+        return {
+            kind: tables[kind](op, position_ids) for kind in dict.fromkeys(self.config.layer_types)
+        }
 
 
 class Gemma3ForCausalLM(Gemma2ForCausalLM):

@@ -36,9 +36,12 @@ from mobius.components import (
     attention_bias,
     get_activation,
     make_rotary_embedding,
+    merge_heads,
     softcap,
+    split_heads,
 )
 from mobius.config import ArchitectureConfig, RopeConfig
+from mobius.model import Model
 from mobius_text.models.gemma import ScaledEmbedding
 
 
@@ -139,13 +142,12 @@ class Gemma3nSharedKVAttention(nn.Module):
         self.head_dim, self.rotary_dim = head_dim, rotary_dim
 
     def forward(self, op, x, position_embeddings, bias, key, value):
-        q = op.Reshape(self.q_proj(op, x), op.Constant(value_ints=[0, 0, -1, self.head_dim]))
-        q = self.q_norm(op, op.Transpose(q, perm=[0, 2, 1, 3]))  # [batch, heads, seq, head_dim]
+        q = split_heads(op, self.q_proj(op, x), head_dim=self.head_dim)
+        q = self.q_norm(op, q)  # [batch, heads, seq, head_dim]
         cos, sin = position_embeddings
         q = apply_rotary(op, q, cos, sin, self.rotary_dim)
         y = op.Attention(q, key, value, bias, scale=1.0)
-        y = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
-        return self.o_proj(op, y)
+        return self.o_proj(op, merge_heads(op, y))
 
 
 class Gemma3nMLP(GatedMLP):
@@ -408,7 +410,7 @@ class Gemma3nTextModel(nn.Module):
         return self.norm(op, op.ReduceMean(stacked, [0], keepdims=0)), presents
 
 
-class Gemma3nForCausalLM(nn.Module):
+class Gemma3nForCausalLM(Model):
     """Gemma 3n text causal LM; KV-sharing layers have no cache tensors."""
 
     config_class = Gemma3nTextConfig
@@ -437,7 +439,7 @@ class Gemma3nForCausalLM(nn.Module):
             logits = softcap(op, logits, self.config.final_logit_softcapping)
         return logits, presents
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         if self.config.tie_word_embeddings:
             weights.pop("lm_head.weight", None)
         if not self.config.altup_correct_scale:

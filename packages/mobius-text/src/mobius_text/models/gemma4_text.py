@@ -37,6 +37,7 @@ from mobius.components import (
     softcap,
 )
 from mobius.config import ArchitectureConfig, RopeConfig
+from mobius.model import Model
 from mobius_text.models.gemma import ScaledEmbedding
 from mobius_text.models.gemma3n_text import (
     Gemma3nSharedKVAttention,
@@ -201,7 +202,7 @@ class Gemma4TextModel(nn.Module):
         super().__init__()
         self.config = config
         hidden, layers = config.hidden_size, config.num_hidden_layers
-        kinds = set(config.layer_types)
+        kinds = dict.fromkeys(config.layer_types)
         ropes = {"full_attention": config.rope, "sliding_attention": config.local_rope}
         tables = {
             kind: make_rope(ropes[kind], config.head_dim_of(kind), config.max_position_embeddings)
@@ -264,7 +265,7 @@ class Gemma4TextModel(nn.Module):
         return self.norm(op, x), presents
 
 
-class Gemma4ForCausalLM(nn.Module):
+class Gemma4ForCausalLM(Model):
     """Gemma 4 text causal LM; KV-sharing layers have no cache tensors."""
 
     config_class = Gemma4TextConfig
@@ -299,7 +300,7 @@ class Gemma4ForCausalLM(nn.Module):
             logits = softcap(op, logits, self.config.final_logit_softcapping)
         return logits, presents
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         if self.config.tie_word_embeddings:
             weights.pop("lm_head.weight", None)
         return weights

@@ -132,7 +132,7 @@ class GPT2LMHeadModel(GPTForCausalLM):
     config_class = GPT2Config
     model_class = GPT2Model
     # Causal-mask buffers that older checkpoints saved with the weights.
-    ignored_weights = ("*.attn.bias", "*.attn.masked_bias")
+    ignored = ("*.attn.bias", "*.attn.masked_bias")
 
 
 # transformers maps "gpt-sw3" to GPT2Config/GPT2LMHeadModel: the same architecture.

@@ -67,7 +67,7 @@ class GPTBigCodeForCausalLM(GPTForCausalLM):
     config_class = GPTBigCodeConfig
     model_class = GPTBigCodeModel
     # Causal-mask buffers that older checkpoints saved with the weights.
-    ignored_weights = ("*.attn.bias", "*.attn.masked_bias")
+    ignored = ("*.attn.bias", "*.attn.masked_bias")
 
 
 MODEL_TYPES = {"gpt_bigcode": GPTBigCodeForCausalLM}

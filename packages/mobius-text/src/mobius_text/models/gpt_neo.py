@@ -57,7 +57,7 @@ class GPTNeoForCausalLM(GPTForCausalLM):
     config_class = GPTNeoConfig
     model_class = GPTNeoModel
     # Causal/local-mask buffers that older checkpoints saved with the weights.
-    ignored_weights = ("*.attn.attention.bias", "*.attn.attention.masked_bias")
+    ignored = ("*.attn.attention.bias", "*.attn.attention.masked_bias")
 
 
 MODEL_TYPES = {"gpt_neo": GPTNeoForCausalLM}

@@ -131,7 +131,7 @@ class GPTNeoXForCausalLM(GPTForCausalLM):
     backbone_name = "gpt_neox"
     head_name = "embed_out"
     # Mask buffers and rotary caches that older checkpoints (Pythia...) saved with the weights.
-    ignored_weights = (
+    ignored = (
         "*.attention.bias",
         "*.attention.masked_bias",
         "*.attention.rotary_emb.inv_freq",

@@ -124,7 +124,7 @@ class GPTJForCausalLM(GPTForCausalLM):
     model_class = GPTJModel
     head_bias = True
     # Causal-mask buffers that older checkpoints saved with the weights.
-    ignored_weights = ("*.attn.bias", "*.attn.masked_bias")
+    ignored = ("*.attn.bias", "*.attn.masked_bias")
 
 
 MODEL_TYPES = {"gptj": GPTJForCausalLM}

@@ -23,6 +23,7 @@ from mobius.components import (
     make_rotary_embedding,
     rotary_dim,
 )
+from mobius.model import Model
 from mobius_text.models.granitemoe import (
     GraniteMoeBlock,
     GraniteMoeConfig,
@@ -126,7 +127,7 @@ class GraniteMoeHybridModel(nn.Module):
         return self.norm(op, x), presents
 
 
-class GraniteMoeHybridForCausalLM(nn.Module):
+class GraniteMoeHybridForCausalLM(Model):
     """Logits divided by ``logits_scaling``."""
 
     config_class = GraniteMoeHybridConfig
@@ -157,7 +158,7 @@ class GraniteMoeHybridForCausalLM(nn.Module):
         hidden, presents = self.model(op, input_ids, attention_mask, position_ids, past)
         return op.Div(self.lm_head(op, hidden), self.config.logits_scaling), presents
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         if self.config.tie_word_embeddings:
             weights.pop("lm_head.weight", None)
         return weights

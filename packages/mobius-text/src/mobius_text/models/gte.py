@@ -34,6 +34,7 @@ from mobius.components import (
     padding_bias,
 )
 from mobius.config import EncoderConfig, RopeConfig
+from mobius_text.models._bert_common import EncoderForFeatureExtraction, VocabProjection
 from mobius_text.models._encoder_rotary import EncoderRotary, rotate_heads, sequence_positions
 from mobius_text.models.bert import BertModel
 
@@ -168,50 +169,35 @@ class GteModel(BertModel):
         return x, self.pooler(op, x) if self.pooler is not None else None
 
 
-class TiedDecoder(nn.Module):
-    """``x @ embeddings.T + bias``: the vocabulary projection tied to the word embeddings."""
-
-    def __init__(self, vocab_size: int, embeddings: Embedding) -> None:
-        super().__init__()
-        self.bias = nn.Parameter([vocab_size])
-        object.__setattr__(self, "embeddings", embeddings)  # owned by gte.embeddings
-
-    def forward(self, op, x):
-        table = op.Transpose(self.embeddings.weight, perm=[1, 0])  # [hidden, vocab]
-        return op.Add(op.MatMul(x, table), self.bias)
-
-
 class GteLMHead(nn.Module):
     """``decoder(norm(gelu(dense(x))))``: exact GELU whatever ``hidden_act`` says."""
 
     def __init__(self, config: GteConfig, embeddings: Embedding) -> None:
         super().__init__()
-        self.dense = Linear(config.hidden_size, config.hidden_size, bias=True)
+        hidden, vocab = config.hidden_size, config.vocab_size
+        self.dense = Linear(hidden, hidden, bias=True)
         self.act = get_activation("gelu")
-        self.norm = LayerNorm(config.hidden_size, config.layer_norm_eps)
-        self.decoder = (
-            TiedDecoder(config.vocab_size, embeddings)
-            if config.tie_word_embeddings
-            else Linear(config.hidden_size, config.vocab_size, bias=True)
-        )
+        self.norm = LayerNorm(hidden, config.layer_norm_eps)
+        self.decoder = VocabProjection(hidden, vocab, embeddings, config.tie_word_embeddings)
 
     def forward(self, op, x):
         return self.decoder(op, self.norm(op, self.act(op, self.dense(op, x))))
 
 
-class GteForFeatureExtraction(nn.Module):
+class GteForFeatureExtraction(EncoderForFeatureExtraction):
     """The encoder and the head its config names (``gte.*``, ``lm_head.*``, ``classifier``)."""
 
     config_class = GteConfig
-    task = "feature-extraction"
+    base_model_prefix = "gte"
+    model_class = GteModel
+    head_names = ("lm_head", "classifier")
+    optional_parts = ("pooler",)
+    tied_copies = ("lm_head.decoder.weight",)
 
     def __init__(self, config: GteConfig) -> None:
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         # one type (or none): the tokenizer gives no token_type_ids, every token is type 0
         self.uses_token_type_ids = config.type_vocab_size > 1
-        self.gte = GteModel(config)
-        self.lm_head = self.classifier = None
         if config.head == "masked-lm":
             self.lm_head = GteLMHead(config, self.gte.embeddings.word_embeddings)
         elif config.head in ("sequence-classification", "token-classification"):
@@ -226,31 +212,9 @@ class GteForFeatureExtraction(nn.Module):
             outputs["logits"] = self.classifier(op, hidden if pooled is None else pooled)
         return outputs
 
-    @property
-    def ignored_weights(self) -> tuple[str, ...]:
-        """Checkpoint tensors no graph of this head reads (the pooler, other heads)."""
-        ignored = []
-        if self.gte.pooler is None:
-            ignored.append("gte.pooler.*")
-        if self.lm_head is None:
-            ignored.append("lm_head.*")
-        if self.classifier is None:
-            ignored.append("classifier.*")
-        return tuple(ignored)
-
-    def preprocess_weights(self, weights: dict) -> dict:
-        """``new.`` (the original implementation's prefix) or none becomes ``gte.``; a tied decoder's copy goes."""
-        heads = ("gte.", "lm_head.", "classifier.")
-
-        def key(name: str) -> str:
-            if name.startswith(heads):
-                return name
-            return "gte." + name.removeprefix("new.")
-
-        weights = {key(k): v for k, v in weights.items()}
-        if self.config.tie_word_embeddings:
-            weights.pop("lm_head.decoder.weight", None)
-        return weights
+    def sanitize(self, weights: dict) -> dict:
+        """``new.`` (the original implementation's encoder prefix) is read as ``gte.``."""
+        return super().sanitize({k.removeprefix("new."): v for k, v in weights.items()})
 
 
 MODEL_TYPES = {"gte": GteForFeatureExtraction}

@@ -32,6 +32,8 @@ from mobius.components import (
     attention_bias,
     get_activation,
     make_rotary_embedding,
+    merge_heads,
+    split_heads,
 )
 from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM
 
@@ -71,8 +73,7 @@ class GatedMHA(nn.Module):
         self.scale = head_dim**-0.5
 
     def split_heads(self, op, x):
-        x = op.Reshape(x, op.Constant(value_ints=[0, 0, -1, self.head_dim]))
-        return op.Transpose(x, perm=[0, 2, 1, 3])  # [batch, heads, seq, head_dim]
+        return split_heads(op, x, head_dim=self.head_dim)  # [batch, heads, seq, head_dim]
 
     def forward(self, op, x, position_embeddings, bias, past_key, past_value):
         gate, q, k, v = op.Split(self.gqkv_proj(op, x), axis=-1, num_outputs=4, _outputs=4)
@@ -82,7 +83,7 @@ class GatedMHA(nn.Module):
         y, present_key, present_value = op.Attention(
             q, k, self.split_heads(op, v), bias, past_key, past_value, scale=self.scale, _outputs=3
         )
-        y = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
+        y = merge_heads(op, y)
         return self.o_proj(op, op.Mul(op.Sigmoid(gate), y)), (present_key, present_value)
 
 

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mobius.components import Attention, RMSNorm, RotaryEmbedding, apply_rotary, rotary_dim
+from mobius.components import (
+    Attention,
+    RMSNorm,
+    RotaryEmbedding,
+    apply_rotary,
+    merge_heads,
+    rotary_dim,
+)
 from mobius.components._rope import default_inv_freq
 from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM, LlamaModel
 
@@ -44,7 +51,7 @@ class PostRopeQKNormAttention(Attention):
         q = self.query_layernorm(op, apply_rotary(op, q, cos, sin, self.rotary_dim))
         k = self.key_layernorm(op, apply_rotary(op, k, cos, sin, self.rotary_dim))
         y, present_key, present_value = self.attend(op, q, k, v, bias, past_key, past_value)
-        y = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
+        y = merge_heads(op, y)
         return self.o_proj(op, y), (present_key, present_value)
 
 

@@ -48,8 +48,8 @@ class IBertForFeatureExtraction(RobertaForFeatureExtraction):
     base_model_prefix = "ibert"
 
     @property
-    def ignored_weights(self) -> tuple[str, ...]:
-        return (*super().ignored_weights, *QUANT_STATE)
+    def ignored(self) -> tuple[str, ...]:
+        return (*super().ignored, *QUANT_STATE)
 
 
 MODEL_TYPES = {"ibert": IBertForFeatureExtraction}

@@ -14,6 +14,7 @@ from onnxscript import nn
 
 from mobius.components import Attention, Embedding, GatedMLP, Linear, RMSNorm
 from mobius.components.moe import ExpertList, TopKRouter, flatten_tokens, unflatten_tokens
+from mobius.model import Model
 from mobius_text.models.llama import LlamaConfig
 from mobius_text.models.mamba import MambaConfig, MambaMixer, run_hybrid_layers
 
@@ -140,7 +141,7 @@ class JambaModel(nn.Module):
         return self.final_layernorm(op, x), presents
 
 
-class JambaForCausalLM(nn.Module):
+class JambaForCausalLM(Model):
     config_class = JambaConfig
 
     def __init__(self, config: JambaConfig) -> None:

@@ -206,11 +206,11 @@ class LagunaForCausalLM(LlamaForCausalLM):
     config_class = LagunaConfig
     model_class = LagunaModel
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         """The correction bias is stored under ``mlp.experts``; the router owns it here."""
         for name in [n for n in weights if n.endswith("mlp.experts.e_score_correction_bias")]:
             weights[name.replace(".experts.", ".gate.")] = weights.pop(name)
-        return super().preprocess_weights(weights)
+        return super().sanitize(weights)
 
 
 MODEL_TYPES = {"laguna": LagunaForCausalLM}

@@ -183,14 +183,12 @@ class LEDModel(BartModel):
 class LEDForConditionalGeneration(BartForConditionalGeneration):
     config_class = LEDConfig
     model_class = LEDModel
-    ignored_weights = (
-        "*.longformer_self_attn.*_global.*",
-    )  # global attention: not in the contract
+    ignored = ("*.longformer_self_attn.*_global.*",)  # global attention: not in the contract
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         """The checkpoint's ``led.`` root is BART's ``model.``."""
         weights = {f"model.{k[4:]}" if k.startswith("led.") else k: v for k, v in weights.items()}
-        return super().preprocess_weights(weights)
+        return super().sanitize(weights)
 
 
 MODEL_TYPES = {"led": LEDForConditionalGeneration}

@@ -26,6 +26,7 @@ from mobius.components import (
     make_rotary_embedding,
     scaled_dot_product_attention,
 )
+from mobius.model import Model
 from mobius_text.models.llama import LlamaConfig
 from mobius_text.models.mamba import DepthwiseConv1d
 
@@ -170,7 +171,7 @@ class Lfm2Model(nn.Module):
         return self.embedding_norm(op, x), presents
 
 
-class Lfm2ForCausalLM(nn.Module):
+class Lfm2ForCausalLM(Model):
     config_class = Lfm2Config
 
     def __init__(self, config: Lfm2Config) -> None:
@@ -192,7 +193,7 @@ class Lfm2ForCausalLM(nn.Module):
         hidden, presents = self.model(op, input_ids, attention_mask, position_ids, past)
         return self.lm_head(op, hidden), presents
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         if self.config.tie_word_embeddings:
             weights.pop("lm_head.weight", None)
         return weights

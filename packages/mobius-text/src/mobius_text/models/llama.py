@@ -19,6 +19,7 @@ from mobius.components import (
     rotary_dim,
 )
 from mobius.config import ArchitectureConfig
+from mobius.model import Model
 
 # onnxruntime-genai model types written as themselves: the generator (0.18) runs them as
 # plain decoders, and mobius's tiny random builds of each generate like transformers in
@@ -93,7 +94,7 @@ class LlamaModel(nn.Module):
         }
         biases = {
             kind: attention_bias(op, attention_mask, seq_len, x.dtype, windows[kind])
-            for kind in set(self.config.layer_types)
+            for kind in dict.fromkeys(self.config.layer_types)
         }
         presents = []
         for i, (layer, (past_key, past_value)) in enumerate(
@@ -106,7 +107,7 @@ class LlamaModel(nn.Module):
         return self.norm(op, x), presents
 
 
-class LlamaForCausalLM(nn.Module):
+class LlamaForCausalLM(Model):
     """The causal LM: ``model`` plus ``lm_head`` (tied to the embeddings when the config says so)."""
 
     config_class = LlamaConfig
@@ -130,7 +131,7 @@ class LlamaForCausalLM(nn.Module):
         hidden, presents = self.model(op, input_ids, attention_mask, position_ids, past_key_values)
         return self.lm_head(op, hidden), presents
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         """Tied checkpoints may still carry a copy of the head: it is the embedding, so drop it."""
         if self.config.tie_word_embeddings:
             weights.pop("lm_head.weight", None)

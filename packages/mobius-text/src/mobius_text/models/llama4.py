@@ -29,6 +29,7 @@ from mobius.components import (
     attention_bias,
     get_activation,
     lowest_value,
+    merge_heads,
 )
 from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM, LlamaModel
 
@@ -157,7 +158,7 @@ class Llama4TextAttention(Attention):
         if self.temperature is not None:
             q = op.Mul(q, self.temperature_scales(op, x, past_key))
         y, present_key, present_value = self.attend(op, q, k, v, bias, past_key, past_value)
-        y = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
+        y = merge_heads(op, y)
         return self.o_proj(op, y), (present_key, present_value)
 
 

@@ -186,13 +186,13 @@ class LongcatFlashForCausalLM(LlamaForCausalLM):
 
     config_class = LongcatFlashConfig
     model_class = LongcatFlashModel
-    ignored_weights = ("model.mtp.*",)  # multi-token-prediction heads: not part of the LM
+    ignored = ("model.mtp.*",)  # multi-token-prediction heads: not part of the LM
 
     def kv_cache_shapes(self) -> list[tuple[int, int, int]]:
         c = self.config
         return [(1, c.kv_lora_rank, c.qk_rope_head_dim)] * c.num_hidden_layers
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         """transformers' fused ``gate_up_proj`` has rows for the zero experts too, which
         ``save_pretrained`` writes as ``experts.{e}`` for ``e >= n_routed_experts``; an
         identity expert never reads them."""
@@ -202,7 +202,7 @@ class LongcatFlashForCausalLM(LlamaForCausalLM):
             index = parts[parts.index("experts") + 1] if "experts" in parts else ""
             if index.isdigit() and int(index) >= routed:
                 weights.pop(name)
-        return super().preprocess_weights(weights)
+        return super().sanitize(weights)
 
 
 MODEL_TYPES = {"longcat_flash": LongcatFlashForCausalLM}

@@ -36,7 +36,6 @@ from mobius.components import (
     RMSNorm,
     bidirectional_attention,
     lowest_value,
-    module_scope,
 )
 from mobius.errors import ConfigError
 from mobius_text.models.t5 import (
@@ -270,7 +269,7 @@ class LongT5EncoderStack(nn.Module):
 
 class LongT5ForConditionalGeneration(T5ForConditionalGeneration):
     config_class = LongT5Config
-    ignored_weights = ()  # the cross-attention has no position table
+    ignored = ()  # the cross-attention has no position table
 
     def __init__(self, config: LongT5Config) -> None:
         nn.Module.__init__(self)
@@ -282,12 +281,7 @@ class LongT5ForConditionalGeneration(T5ForConditionalGeneration):
 
     def encode(self, op, input_ids, attention_mask):
         hidden = self.encoder(op, self.shared(op, input_ids), attention_mask)
-        cross = []
-        for block in self.decoder.block:
-            layer = block.layer[1]
-            with module_scope(op, self.decoder, block, layer, layer.EncDecAttention):
-                cross.append(layer.EncDecAttention.project_kv(op, hidden))
-        return hidden, cross
+        return hidden, self.cross_cache(op, hidden)
 
 
 MODEL_TYPES = {"longt5": LongT5ForConditionalGeneration}

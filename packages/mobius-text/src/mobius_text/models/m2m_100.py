@@ -64,9 +64,9 @@ class M2M100ForConditionalGeneration(BartForConditionalGeneration):
     model_class = M2M100Model
     logits_bias = False
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         """BART's mapping, plus the position tables transformers computes at load."""
-        weights = super().preprocess_weights(weights)
+        weights = super().sanitize(weights)
         config = self.config
         rows = config.max_position_embeddings + OFFSET
         table = tensor2tensor_sinusoids(rows, config.hidden_size, config.pad_token_id)

@@ -25,6 +25,7 @@ from mobius.components import (
     get_activation,
     scan_body,
 )
+from mobius.model import Model
 
 
 @dataclass
@@ -46,10 +47,22 @@ class MambaConfig:
 
     @classmethod
     def from_hf(cls, hf_config) -> MambaConfig:
-        fields = {
-            f: getattr(hf_config, f) for f in cls.__dataclass_fields__ if hasattr(hf_config, f)
-        }
-        return cls(**fields)
+        return cls(**cls.hf_fields(hf_config))
+
+    @classmethod
+    def hf_fields(cls, hf_config) -> dict:
+        """The fields transformers' config holds under the same names."""
+        return {f: getattr(hf_config, f) for f in cls.__dataclass_fields__ if hasattr(hf_config, f)}
+
+    @property
+    def conv_dim(self) -> int:
+        """The channels of the causal conv and of ``conv_state``."""
+        return self.intermediate_size
+
+    @property
+    def ssm_state_shape(self) -> list[int]:
+        """One sequence's ``ssm_state``."""
+        return [self.intermediate_size, self.state_size]
 
 
 def real_token_scale(op, attention_mask, input_ids, like):
@@ -83,25 +96,20 @@ def _value(name: str, dtype: ir.DataType, rank: int) -> ir.Value:
     return ir.Value(name=name, type=ir.TensorType(dtype), shape=ir.Shape([None] * rank))
 
 
-def selective_scan(op, state, decay, update, readout):
-    """``h = decay_t * h + update_t; y_t = h @ readout_t`` over the sequence.
+def scan_sequence(op, step, state, decay, update, readout, ranks, axes, name: str):
+    """Run ``step(op, h, decay_t, update_t, readout_t) -> (h, y_t)`` over the sequence with ``Scan``.
 
-    ``state`` [batch, inner, n]; ``decay`` and ``update`` [batch, inner, seq, n];
-    ``readout`` [batch, seq, n]. Returns ``y`` [batch, inner, seq] and the last state.
+    ``ranks``: the ranks of ``h``, ``decay_t``, ``update_t`` and ``readout_t`` (``y_t`` has
+    one less than ``h``); ``axes``: the sequence axes of ``decay``, ``update``, ``readout``
+    and of the stacked ``y``. Returns ``y`` and the last state.
     """
     dtype = state.dtype
-
-    def step(op, h, decay_t, update_t, readout_t):
-        h = op.Add(op.Mul(decay_t, h), update_t)  # [batch, inner, n]
-        y = op.Squeeze(op.MatMul(h, op.Unsqueeze(readout_t, [-1])), [-1])  # [batch, inner]
-        return h, y
-
     body = scan_body(
         op,
         step,
-        inputs=[_value(n, dtype, r) for n, r in (("h", 3), ("a", 3), ("b", 3), ("c", 2))],
-        outputs=[_value("h_out", dtype, 3), _value("y", dtype, 2)],
-        name="selective_scan_step",
+        inputs=[_value(n, dtype, r) for n, r in zip(("h", "a", "b", "c"), ranks, strict=True)],
+        outputs=[_value("h_out", dtype, ranks[0]), _value("y", dtype, ranks[0] - 1)],
+        name=name,
     )
     last_state, y = op.Scan(
         state,
@@ -110,11 +118,28 @@ def selective_scan(op, state, decay, update, readout):
         readout,
         body=body,
         num_scan_inputs=3,
-        scan_input_axes=[2, 2, 1],
-        scan_output_axes=[2],
+        scan_input_axes=list(axes[:3]),
+        scan_output_axes=[axes[3]],
         _outputs=2,
     )
     return y, last_state
+
+
+def selective_scan(op, state, decay, update, readout):
+    """``h = decay_t * h + update_t; y_t = h @ readout_t`` over the sequence.
+
+    ``state`` [batch, inner, n]; ``decay`` and ``update`` [batch, inner, seq, n];
+    ``readout`` [batch, seq, n]. Returns ``y`` [batch, inner, seq] and the last state.
+    """
+
+    def step(op, h, decay_t, update_t, readout_t):
+        h = op.Add(op.Mul(decay_t, h), update_t)  # [batch, inner, n]
+        y = op.Squeeze(op.MatMul(h, op.Unsqueeze(readout_t, [-1])), [-1])  # [batch, inner]
+        return h, y
+
+    return scan_sequence(
+        op, step, state, decay, update, readout, (3, 3, 3, 2), (2, 2, 1, 2), "selective_scan_step"
+    )
 
 
 class MambaMixer(nn.Module):
@@ -131,7 +156,7 @@ class MambaMixer(nn.Module):
         self.D = nn.Parameter([inner])
         self.out_proj = Linear(inner, config.hidden_size, config.use_bias)
         self.act = get_activation(config.hidden_act)
-        self.rank, self.n, self.kernel = rank, n, config.conv_kernel
+        self.rank, self.n = rank, n
 
     def ssm_inputs(self, op, x):
         """dt, B, C from the convolved sequence ``x`` [batch, seq, inner]; Falcon-Mamba normalises them."""
@@ -143,9 +168,8 @@ class MambaMixer(nn.Module):
         xs, gate = op.Split(
             op.Transpose(self.in_proj(op, x), perm=[0, 2, 1]), num_outputs=2, axis=1, _outputs=2
         )
-        window = op.Concat(conv_state, xs, axis=2)  # [batch, inner, kernel-1+seq]
-        new_conv_state = op.Slice(window, [-(self.kernel - 1)], [2**62], [2])
-        xs = self.act(op, self.conv1d(op, window))  # [batch, inner, seq]
+        xs, new_conv_state = self.conv1d.causal(op, conv_state, xs)
+        xs = self.act(op, xs)  # [batch, inner, seq]
         xs = op.Mul(op.Transpose(xs, perm=[0, 2, 1]), real)  # [batch, seq, inner]
 
         dt, b, c = self.ssm_inputs(op, xs)
@@ -171,11 +195,20 @@ class DepthwiseConv1d(nn.Module):
         super().__init__()
         self.weight = nn.Parameter([channels, 1, kernel])
         self.bias = nn.Parameter([channels]) if bias else None
-        self.channels = channels
+        self.channels, self.kernel = channels, kernel
 
     def forward(self, op, x):
         inputs = [x, self.weight] + ([self.bias] if self.bias is not None else [])
         return op.Conv(*inputs, group=self.channels)
+
+    def causal(self, op, conv_state, x):
+        """Convolve ``x`` [batch, channels, seq] after ``conv_state``, its last ``kernel - 1`` inputs.
+
+        Returns the output [batch, channels, seq] and the new ``conv_state``.
+        """
+        window = op.Concat(conv_state, x, axis=2)  # [batch, channels, kernel-1+seq]
+        new_state = op.Slice(window, [-(self.kernel - 1)], [2**62], [2])
+        return self(op, window), new_state
 
 
 class MambaBlock(nn.Module):
@@ -210,7 +243,7 @@ class MambaModel(nn.Module):
         return self.norm_f(op, x), presents
 
 
-class MambaForCausalLM(nn.Module):
+class MambaForCausalLM(Model):
     config_class = MambaConfig
     model_class = MambaModel
 
@@ -226,8 +259,8 @@ class MambaForCausalLM(nn.Module):
     def cache_layout(self):
         c = self.config
         layer = [
-            ("conv_state", ["batch", c.intermediate_size, c.conv_kernel - 1]),
-            ("ssm_state", ["batch", c.intermediate_size, c.state_size]),
+            ("conv_state", ["batch", c.conv_dim, c.conv_kernel - 1]),
+            ("ssm_state", ["batch", *c.ssm_state_shape]),
         ]
         return [layer] * c.num_hidden_layers
 
@@ -235,14 +268,14 @@ class MambaForCausalLM(nn.Module):
         hidden, presents = self.backbone(op, input_ids, attention_mask, states)
         return self.lm_head(op, hidden), presents
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         if self.config.tie_word_embeddings:
             weights.pop("lm_head.weight", None)
         return weights
 
 
-def _weightless_rms_norm(op, x, eps: float):
-    """``x / rms(x)`` without a learned scale (Falcon-Mamba's dt, B and C norms)."""
+def rms_normalize(op, x, eps: float):
+    """``x / rms(x)`` over the last axis, without a learned scale (Falcon-Mamba's dt, B and C norms)."""
     mean_square = op.ReduceMean(op.Mul(x, x), [-1], keepdims=1)
     return op.Mul(x, op.Reciprocal(op.Sqrt(op.Add(mean_square, eps))))
 
@@ -256,7 +289,7 @@ class FalconMambaMixer(MambaMixer):
 
     def ssm_inputs(self, op, x):
         dt, b, c = super().ssm_inputs(op, x)
-        return tuple(_weightless_rms_norm(op, t, self.eps) for t in (dt, b, c))
+        return tuple(rms_normalize(op, t, self.eps) for t in (dt, b, c))
 
 
 class FalconMambaModel(MambaModel):

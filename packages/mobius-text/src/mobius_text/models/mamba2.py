@@ -13,13 +13,14 @@ from dataclasses import dataclass
 
 from onnxscript import nn
 
-from mobius.components import Linear, scan_body
+from mobius.components import Linear
 from mobius_text.models.mamba import (
     DepthwiseConv1d,
     MambaConfig,
     MambaForCausalLM,
     MambaModel,
-    _value,
+    rms_normalize,
+    scan_sequence,
 )
 
 
@@ -31,14 +32,23 @@ class Mamba2Config(MambaConfig):
     time_step_limit: tuple[float, float] = (0.0, float("inf"))
 
     @classmethod
-    def from_hf(cls, hf_config) -> Mamba2Config:
-        fields = {
-            f: getattr(hf_config, f) for f in cls.__dataclass_fields__ if hasattr(hf_config, f)
-        }
+    def hf_fields(cls, hf_config) -> dict:
+        """Mamba's namesakes, the inner width from ``expand`` and no dt projection."""
+        fields = super().hf_fields(hf_config)
         fields["intermediate_size"] = int(hf_config.expand * hf_config.hidden_size)
         fields["time_step_limit"] = tuple(hf_config.time_step_limit)
         fields.setdefault("time_step_rank", 0)  # Mamba-2 has no dt projection
-        return cls(**fields)
+        return fields
+
+    @property
+    def conv_dim(self) -> int:
+        """The causal conv runs over x, B and C."""
+        return self.intermediate_size + 2 * self.n_groups * self.state_size
+
+    @property
+    def ssm_state_shape(self) -> list[int]:
+        """One state matrix per head."""
+        return [self.num_heads, self.head_dim, self.state_size]
 
     @classmethod
     def from_hybrid(cls, hf_config) -> Mamba2Config:
@@ -73,8 +83,7 @@ class GatedRMSNorm(nn.Module):
     def forward(self, op, x, gate):
         x = op.Mul(x, op.Mul(gate, op.Sigmoid(gate)))
         grouped = op.Reshape(x, op.Concat(op.Shape(x, end=-1), [self.groups, -1], axis=0))
-        mean_square = op.ReduceMean(op.Mul(grouped, grouped), [-1], keepdims=1)
-        grouped = op.Mul(grouped, op.Reciprocal(op.Sqrt(op.Add(mean_square, self.eps))))
+        grouped = rms_normalize(op, grouped, self.eps)
         return op.Mul(op.Reshape(grouped, op.Shape(x)), self.weight)
 
 
@@ -85,32 +94,15 @@ def multihead_scan(op, state, decay, update, readout):
     ``update`` [batch, seq, heads, head_dim, n]; ``readout`` [batch, seq, heads, n].
     Returns ``y`` [batch, seq, heads, head_dim] and the last state.
     """
-    dtype = state.dtype
 
     def step(op, h, decay_t, update_t, readout_t):
         h = op.Add(op.Mul(op.Unsqueeze(decay_t, [-1, -2]), h), update_t)
         y = op.Squeeze(op.MatMul(h, op.Unsqueeze(readout_t, [-1])), [-1])  # [batch, heads, p]
         return h, y
 
-    body = scan_body(
-        op,
-        step,
-        inputs=[_value(n, dtype, r) for n, r in (("h", 4), ("a", 2), ("b", 4), ("c", 3))],
-        outputs=[_value("h_out", dtype, 4), _value("y", dtype, 3)],
-        name="multihead_scan_step",
+    return scan_sequence(
+        op, step, state, decay, update, readout, (4, 2, 4, 3), (1, 1, 1, 1), "multihead_scan_step"
     )
-    last_state, y = op.Scan(
-        state,
-        decay,
-        update,
-        readout,
-        body=body,
-        num_scan_inputs=3,
-        scan_input_axes=[1, 1, 1],
-        scan_output_axes=[1],
-        _outputs=2,
-    )
-    return y, last_state
 
 
 class Mamba2Mixer(nn.Module):
@@ -118,7 +110,7 @@ class Mamba2Mixer(nn.Module):
         super().__init__()
         inner, heads = config.intermediate_size, config.num_heads
         group_dim = config.n_groups * config.state_size
-        self.conv_dim = inner + 2 * group_dim
+        self.conv_dim = config.conv_dim
         self.in_proj = Linear(config.hidden_size, inner + self.conv_dim + heads, config.use_bias)
         self.conv1d = DepthwiseConv1d(self.conv_dim, config.conv_kernel, config.use_conv_bias)
         self.dt_bias = nn.Parameter([heads])
@@ -128,7 +120,7 @@ class Mamba2Mixer(nn.Module):
         self.out_proj = Linear(inner, config.hidden_size, config.use_bias)
         self.inner, self.group_dim, self.heads = inner, group_dim, heads
         self.head_dim, self.groups, self.n = config.head_dim, config.n_groups, config.state_size
-        self.kernel, self.dt_limit = config.conv_kernel, config.time_step_limit
+        self.dt_limit = config.time_step_limit
 
     def per_head(self, op, x, width):
         """[batch, seq, groups*n] → [batch, seq, heads, n] (each group serves heads/groups heads)."""
@@ -153,9 +145,8 @@ class Mamba2Mixer(nn.Module):
         gate, xbc, dt = op.Split(
             self.in_proj(op, x), [self.inner, self.conv_dim, self.heads], axis=-1, _outputs=3
         )
-        window = op.Concat(conv_state, op.Transpose(xbc, perm=[0, 2, 1]), axis=2)
-        new_conv_state = op.Slice(window, [-(self.kernel - 1)], [2**62], [2])
-        xbc = op.Transpose(self.conv1d(op, window), perm=[0, 2, 1])  # [batch, seq, conv_dim]
+        xbc, new_conv_state = self.conv1d.causal(op, conv_state, op.Transpose(xbc, perm=[0, 2, 1]))
+        xbc = op.Transpose(xbc, perm=[0, 2, 1])  # [batch, seq, conv_dim]
         xbc = op.Mul(op.Mul(xbc, op.Sigmoid(xbc)), real)
         xs, b, c = op.Split(xbc, [self.inner, self.group_dim, self.group_dim], axis=-1, _outputs=3)
 
@@ -181,15 +172,6 @@ class Mamba2Model(MambaModel):
 class Mamba2ForCausalLM(MambaForCausalLM):
     config_class = Mamba2Config
     model_class = Mamba2Model
-
-    def cache_layout(self):
-        c = self.config
-        conv_dim = c.intermediate_size + 2 * c.n_groups * c.state_size
-        layer = [
-            ("conv_state", ["batch", conv_dim, c.conv_kernel - 1]),
-            ("ssm_state", ["batch", c.num_heads, c.head_dim, c.state_size]),
-        ]
-        return [layer] * c.num_hidden_layers
 
 
 MODEL_TYPES = {"mamba2": Mamba2ForCausalLM}

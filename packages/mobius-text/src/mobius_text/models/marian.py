@@ -58,9 +58,9 @@ class MarianMTModel(BartForConditionalGeneration):
     config_class = MarianConfig
     model_class = MarianModel
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         """BART's mapping, plus the position tables (never saved: transformers computes them)."""
-        weights = super().preprocess_weights(weights)
+        weights = super().sanitize(weights)
         table = split_sinusoids(self.config.max_position_embeddings, self.config.hidden_size)
         return supply_position_tables(weights, table)
 

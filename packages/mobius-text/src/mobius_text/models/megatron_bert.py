@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from onnxscript import nn
 
-from mobius.components import Embedding, LayerNorm
+from mobius.components import LayerNorm
+from mobius_text.models._bert_common import ResidualDense
 from mobius_text.models.bert import (
     BertConfig,
     BertEmbeddings,
@@ -19,28 +20,12 @@ from mobius_text.models.bert import (
     BertModel,
     BertSelfAttention,
 )
-from mobius_text.models.roberta import ResidualDense
 
 
-class MegatronBertEmbeddings(nn.Module):
-    """Word, position (0, 1, 2...) and token-type embeddings, summed (no LayerNorm)."""
+class MegatronBertEmbeddings(BertEmbeddings):
+    """BERT's word, position and token-type embeddings, summed (no LayerNorm)."""
 
-    position_ids = BertEmbeddings.position_ids
-
-    def __init__(self, config: BertConfig) -> None:
-        super().__init__()
-        self.word_embeddings = Embedding(config.vocab_size, config.hidden_size)
-        self.position_embeddings = Embedding(config.max_position_embeddings, config.hidden_size)
-        self.token_type_embeddings = Embedding(config.type_vocab_size, config.hidden_size)
-
-    def forward(self, op, input_ids, token_type_ids):
-        x = op.Add(
-            self.word_embeddings(op, input_ids), self.token_type_embeddings(op, token_type_ids)
-        )
-        positions = self.position_embeddings(
-            op, self.position_ids(op, input_ids)
-        )  # [1, seq, hidden]
-        return op.Add(x, positions)
+    normalized = False
 
 
 class MegatronBertAttention(nn.Module):

@@ -71,7 +71,7 @@ class MellumModel(Qwen3MoeModel):
         seq_len = op.Squeeze(op.Slice(op.Shape(input_ids), [1], [2]), [0])
         tables = {"full_attention": self.rotary_emb, "sliding_attention": self.sliding_rotary_emb}
         windows = {"full_attention": None, "sliding_attention": self.config.sliding_window}
-        kinds = set(self.config.layer_types)
+        kinds = dict.fromkeys(self.config.layer_types)
         rope = {kind: tables[kind](op, position_ids) for kind in kinds}
         biases = {
             kind: attention_bias(op, attention_mask, seq_len, x.dtype, windows[kind])
@@ -89,7 +89,7 @@ class MellumModel(Qwen3MoeModel):
 class MellumForCausalLM(Qwen3MoeForCausalLM):
     config_class = MellumConfig
     model_class = MellumModel
-    ignored_weights = ("mtp.*",)  # the multi-token-prediction head, unused by the causal LM
+    ignored = ("mtp.*",)  # the multi-token-prediction head, unused by the causal LM
 
 
 MODEL_TYPES = {"mellum": MellumForCausalLM}

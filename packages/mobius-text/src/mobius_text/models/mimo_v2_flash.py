@@ -26,6 +26,7 @@ from mobius.components import (
     RMSNorm,
     repeat_kv,
     rotary_dim,
+    split_heads,
 )
 from mobius.config import RopeConfig
 from mobius_text.models.deepseek_v2 import DeepseekMoEConfig, DeepseekV2MoE
@@ -91,8 +92,8 @@ class MiMoV2FlashAttention(Attention):
     def project_qkv(self, op, x):
         q = self.split_heads(op, self.q_proj(op, x))  # [batch, heads, seq, head_dim]
         k = self.split_heads(op, self.k_proj(op, x))
-        v = op.Reshape(self.v_proj(op, x), op.Constant(value_ints=[0, 0, -1, self.v_dim]))
-        v = op.Mul(op.Transpose(v, perm=[0, 2, 1, 3]), self.v_scale)  # [batch, kv, seq, v_dim]
+        v = split_heads(op, self.v_proj(op, x), head_dim=self.v_dim)  # [batch, kv, seq, v_dim]
+        v = op.Mul(v, self.v_scale)
         return q, k, v
 
     def attention_shape(self) -> dict:
@@ -139,7 +140,7 @@ class MiMoV2FlashForCausalLM(LlamaForCausalLM):
 
     config_class = MiMoV2FlashConfig
     model_class = MiMoV2FlashModel
-    ignored_weights = ("model.mtp.*",)  # multi-token-prediction heads: not part of the LM
+    ignored = ("model.mtp.*",)  # multi-token-prediction heads: not part of the LM
 
     def kv_cache_shapes(self) -> list[tuple[int, int, int]]:
         c = self.config

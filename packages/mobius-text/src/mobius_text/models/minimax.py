@@ -26,8 +26,11 @@ from mobius.components import (
     attention_bias,
     get_activation,
     make_rotary_embedding,
+    merge_heads,
     rotary_dim,
+    split_heads,
 )
+from mobius.model import Model
 from mobius.weights import DerivedTensor
 from mobius_text.models.mamba import real_token_scale
 from mobius_text.models.mixtral import MixtralConfig, MixtralModel
@@ -154,8 +157,7 @@ class LightningAttention(nn.Module):
 
     def forward(self, op, x, real, past_len, state):
         qkv = op.Mul(self.act(op, self.qkv_proj(op, x)), real)  # padding gives q = k = v = 0
-        qkv = op.Reshape(qkv, op.Constant(value_ints=[0, 0, self.heads, 3 * self.dim]))
-        qkv = op.Transpose(qkv, perm=[0, 2, 1, 3])  # [batch, H, seq, 3*dim]
+        qkv = split_heads(op, qkv, self.heads, 3 * self.dim)  # [batch, H, seq, 3*dim]
         q, k, v = op.Split(qkv, num_outputs=3, axis=-1, _outputs=3)  # each [batch, H, seq, dim]
         seq = op.Squeeze(op.Shape(x, start=1, end=2), [0])
         pos = op.Range(op.Constant(value_int=0), seq, op.Constant(value_int=1))  # [seq]
@@ -177,7 +179,7 @@ class LightningAttention(nn.Module):
         first = op.Equal(past_len, op.Constant(value_int=0))
         y = op.Where(first, block_out, rec_out)  # [batch, H, seq, dim]
         new_state = op.Where(first, block_state, rec_state)  # [batch, H, dim, dim]
-        y = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
+        y = merge_heads(op, y)
         y = op.Mul(op.Sigmoid(self.output_gate(op, x)), self.norm(op, y))
         return self.out_proj(op, y), (new_state,)
 
@@ -252,7 +254,7 @@ class MiniMaxModel(nn.Module):
         return self.norm(op, x), presents
 
 
-class MiniMaxForCausalLM(nn.Module):
+class MiniMaxForCausalLM(Model):
     """MiniMax causal LM; the cache holds key/value for attention layers, a state for lightning."""
 
     config_class = MiniMaxConfig
@@ -274,7 +276,7 @@ class MiniMaxForCausalLM(nn.Module):
         hidden, presents = self.model(op, input_ids, attention_mask, position_ids, past)
         return self.lm_head(op, hidden), presents
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         """Checkpoints without the (derived) decay buffers get them as transformers computes them."""
         for i, kind in enumerate(self.config.layer_types):
             prefix = f"model.layers.{i}.self_attn."

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius.components import Attention, apply_rotary, rotary_dim
+from mobius.components import Attention, apply_rotary, merge_heads, rotary_dim
 from mobius_text.models.llama import LlamaForCausalLM, LlamaModel
 from mobius_text.models.mistral import MistralConfig
 
@@ -62,7 +62,7 @@ class QueryScaledAttention(Attention):
         k = apply_rotary(op, k, cos, sin, self.rotary_dim)
         q = op.Mul(q, op.CastLike(query_scale, q))
         y, present_key, present_value = self.attend(op, q, k, v, bias, past_key, past_value)
-        y = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
+        y = merge_heads(op, y)
         return self.o_proj(op, y), (present_key, present_value)
 
 

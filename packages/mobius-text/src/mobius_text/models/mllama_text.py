@@ -30,7 +30,9 @@ from mobius.components import (
     RMSNorm,
     attention_bias,
     lowest_value,
+    merge_heads,
     module_scope,
+    split_heads,
 )
 from mobius.errors import ConfigError
 from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM, LlamaModel
@@ -70,8 +72,7 @@ class MllamaTextCrossAttention(nn.Module):
 
     def split_heads(self, op, x):
         """``[batch, seq, heads*head_dim]`` → ``[batch, heads, seq, head_dim]``."""
-        x = op.Reshape(x, op.Constant(value_ints=[0, 0, -1, self.head_dim]))
-        return op.Transpose(x, perm=[0, 2, 1, 3])
+        return split_heads(op, x, head_dim=self.head_dim)
 
     def project(self, op, states):
         """The cache of one layer from the vision states ``[batch, vision_tokens, hidden]``."""
@@ -82,8 +83,7 @@ class MllamaTextCrossAttention(nn.Module):
     def forward(self, op, x, key, value, bias):
         q = self.q_norm(op, self.split_heads(op, self.q_proj(op, x)))
         y = op.Attention(q, key, value, bias, scale=self.head_dim**-0.5)  # GQA by head counts
-        y = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
-        return self.o_proj(op, y)
+        return self.o_proj(op, merge_heads(op, y))
 
 
 class MllamaCrossAttentionDecoderLayer(nn.Module):

@@ -29,6 +29,7 @@ from onnxscript import nn
 
 from mobius.components import Embedding, LayerNorm, Linear, bidirectional_attention, module_scope
 from mobius.errors import ConfigError
+from mobius_text.models._bert_common import MaskedLMHead, first_token
 from mobius_text.models.bert import (
     BertConfig,
     BertEmbeddings,
@@ -251,7 +252,7 @@ class FirstToken(nn.Module):
     """The pooler of ``classifier_activation=False``: the first token's state as it is."""
 
     def forward(self, op, x):
-        return op.Gather(x, op.Constant(value_int=0), axis=1)
+        return first_token(op, x)
 
 
 class MobileBertModel(BertModel):
@@ -275,7 +276,7 @@ class OutputRows(nn.Module):
         return self.weight
 
 
-class MobileBertLMPredictionHead(nn.Module):
+class MobileBertLMPredictionHead(MaskedLMHead):
     """BERT's transform, then ``x @ [decoder.weight.T; dense.weight] + bias``.
 
     Tied, ``decoder.weight`` is the word embeddings and ``bias`` the bias; untied
@@ -283,15 +284,10 @@ class MobileBertLMPredictionHead(nn.Module):
     """
 
     def __init__(self, config: MobileBertConfig, embeddings: Embedding) -> None:
-        super().__init__()
+        width, vocab = config.embedding_size, config.vocab_size
+        super().__init__(width, vocab, embeddings, config.tie_word_embeddings)
         self.transform = BertPredictionHeadTransform(config)
-        self.dense = OutputRows(config.hidden_size - config.embedding_size, config.vocab_size)
-        if config.tie_word_embeddings:
-            self.bias, self.decoder = nn.Parameter([config.vocab_size]), None
-        else:
-            self.bias = None
-            self.decoder = Linear(config.embedding_size, config.vocab_size, bias=True)
-        object.__setattr__(self, "embeddings", embeddings)  # owned by mobilebert.embeddings
+        self.dense = OutputRows(config.hidden_size - width, vocab)
 
     def forward(self, op, x):
         x = self.transform(op, x)
@@ -320,15 +316,14 @@ class MobileBertForFeatureExtraction(BertForFeatureExtraction):
     base_model_prefix = "mobilebert"
     model_class = MobileBertModel
 
-    def __init__(self, config: MobileBertConfig) -> None:
-        super().__init__(config)
-        if self.cls is not None:  # its own decoder layout, under the same names
-            self.cls = MobileBertOnlyMLMHead(config, self.base_model.embeddings.word_embeddings)
+    def masked_lm_head(self, config: MobileBertConfig) -> nn.Module:
+        """Its own decoder layout, under BERT's names."""
+        return MobileBertOnlyMLMHead(config, self.base_model.embeddings.word_embeddings)
 
     @property
-    def ignored_weights(self) -> tuple[str, ...]:
+    def ignored(self) -> tuple[str, ...]:
         """BERT's, and the parts transformers builds but this config never runs."""
-        ignored = list(super().ignored_weights)
+        ignored = list(super().ignored)
         if self.base_model.embeddings.embedding_transformation is None:
             ignored.append("mobilebert.embeddings.embedding_transformation.*")
         config = self.config

@@ -29,6 +29,11 @@ from mobius.components import (
     padding_bias,
 )
 from mobius.config import EncoderConfig, RopeConfig
+from mobius_text.models._bert_common import (
+    EncoderForFeatureExtraction,
+    VocabProjection,
+    pool_first_or_mean,
+)
 from mobius_text.models._encoder_rotary import (
     EncoderRotary,
     rotate_heads,
@@ -178,51 +183,25 @@ class ModernBertPredictionHead(nn.Module):
         return self.norm(op, self.act(op, self.dense(op, x)))
 
 
-class ModernBertDecoder(nn.Module):
-    """The vocabulary projection: its own ``weight``, or the token embeddings when tied."""
-
-    def __init__(self, config: ModernBertConfig, embeddings: Embedding) -> None:
-        super().__init__()
-        tied = config.tie_word_embeddings
-        self.weight = None if tied else Linear(config.hidden_size, config.vocab_size).weight
-        self.bias = nn.Parameter([config.vocab_size]) if config.decoder_bias else None
-        object.__setattr__(self, "embeddings", embeddings)  # owned by model.embeddings
-
-    def forward(self, op, x):
-        if self.weight is not None:
-            logits = op.MatMul(x, self.weight)
-        else:  # [batch, seq, hidden] @ [hidden, vocab]
-            logits = op.MatMul(x, op.Transpose(self.embeddings.weight, perm=[1, 0]))
-        return op.Add(logits, self.bias) if self.bias is not None else logits
-
-
-def pool_first_or_mean(op, hidden, attention_mask, mode: str):
-    """``[batch, hidden]``: the first token, or the mean over real tokens (no clamp, as HF)."""
-    if mode == "cls":
-        return op.Gather(hidden, op.Constant(value_int=0), axis=1)
-    mask = op.Unsqueeze(op.CastLike(attention_mask, hidden), [2])  # [batch, seq, 1]
-    return op.Div(
-        op.ReduceSum(op.Mul(hidden, mask), [1], keepdims=0), op.ReduceSum(mask, [1], keepdims=0)
-    )
-
-
-class ModernBertForFeatureExtraction(nn.Module):
+class ModernBertForFeatureExtraction(EncoderForFeatureExtraction):
     """The encoder and the head its config names (``model.*``, ``head.*``, ``decoder``/``classifier``)."""
 
     config_class = ModernBertConfig
-    task = "feature-extraction"
+    base_model_prefix = "model"
+    model_class = ModernBertModel
+    head_names = ("head", "decoder", "classifier")
+    tied_copies = ("decoder.weight",)
 
     def __init__(self, config: ModernBertConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.model = ModernBertModel(config)
-        uses_head = config.head in ("masked-lm", "sequence-classification", "token-classification")
-        self.head = ModernBertPredictionHead(config) if uses_head else None
-        self.decoder = self.classifier = None
-        if config.head == "masked-lm":
-            self.decoder = ModernBertDecoder(config, self.model.embeddings.tok_embeddings)
-        elif uses_head:
-            self.classifier = Linear(config.hidden_size, config.num_labels, bias=True)
+        super().__init__(config)
+        hidden, vocab = config.hidden_size, config.vocab_size
+        if config.head in ("masked-lm", "sequence-classification", "token-classification"):
+            self.head = ModernBertPredictionHead(config)
+        if config.head == "masked-lm":  # its weight, or the token embeddings when tied
+            embeddings, tied = self.model.embeddings.tok_embeddings, config.tie_word_embeddings
+            self.decoder = VocabProjection(hidden, vocab, embeddings, tied, config.decoder_bias)
+        elif self.head is not None:
+            self.classifier = Linear(hidden, config.num_labels, bias=True)
 
     def forward(self, op, input_ids, attention_mask, token_type_ids):
         hidden = self.model(op, input_ids, attention_mask)
@@ -234,26 +213,6 @@ class ModernBertForFeatureExtraction(nn.Module):
             head_out = self.decoder or self.classifier
             outputs["logits"] = head_out(op, self.head(op, hidden))
         return outputs
-
-    @property
-    def ignored_weights(self) -> tuple[str, ...]:
-        """Checkpoint tensors no graph of this head reads (the other heads)."""
-        ignored = []
-        if self.head is None:
-            ignored.append("head.*")
-        if self.decoder is None:
-            ignored.append("decoder.*")
-        if self.classifier is None:
-            ignored.append("classifier.*")
-        return tuple(ignored)
-
-    def preprocess_weights(self, weights: dict) -> dict:
-        """A bare ``ModernBertModel`` gets the ``model.`` prefix; a tied decoder's copy is dropped."""
-        heads = ("model.", "head.", "decoder.", "classifier.")
-        weights = {k if k.startswith(heads) else f"model.{k}": v for k, v in weights.items()}
-        if self.config.tie_word_embeddings:
-            weights.pop("decoder.weight", None)
-        return weights
 
 
 MODEL_TYPES = {"modernbert": ModernBertForFeatureExtraction}

@@ -29,6 +29,7 @@ from mobius.components import (
     make_rotary_embedding,
 )
 from mobius.config import RopeConfig
+from mobius.model import Model
 from mobius_text.models.llama import LlamaConfig
 
 
@@ -169,19 +170,7 @@ class ModernBertDecoderPredictionHead(nn.Module):
         return self.norm(op, self.act(op, self.dense(op, x)))
 
 
-class BiasedTiedLMHead(TiedLMHead):
-    """A tied output projection with its own ``bias [vocab]``."""
-
-    def __init__(self, embedding: Embedding, bias: bool) -> None:
-        super().__init__(embedding)
-        self.bias = nn.Parameter([embedding.weight.shape[0]]) if bias else None
-
-    def forward(self, op, x):
-        logits = super().forward(op, x)
-        return op.Add(logits, self.bias) if self.bias is not None else logits
-
-
-class ModernBertDecoderForCausalLM(nn.Module):
+class ModernBertDecoderForCausalLM(Model):
     """The causal LM: ``model``, the prediction head ``lm_head`` and the vocabulary projection ``decoder``."""
 
     config_class = ModernBertDecoderConfig
@@ -192,9 +181,7 @@ class ModernBertDecoderForCausalLM(nn.Module):
         self.model = ModernBertDecoderModel(config)
         self.lm_head = ModernBertDecoderPredictionHead(config)
         if config.tie_word_embeddings:
-            self.decoder = BiasedTiedLMHead(
-                self.model.embeddings.tok_embeddings, config.decoder_bias
-            )
+            self.decoder = TiedLMHead(self.model.embeddings.tok_embeddings, config.decoder_bias)
         else:
             self.decoder = Linear(config.hidden_size, config.vocab_size, config.decoder_bias)
 
@@ -206,7 +193,7 @@ class ModernBertDecoderForCausalLM(nn.Module):
         hidden, presents = self.model(op, input_ids, attention_mask, position_ids, past_key_values)
         return self.decoder(op, self.lm_head(op, hidden)), presents
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         """A tied checkpoint may still carry the decoder matrix: it is the embedding, so drop it."""
         if self.config.tie_word_embeddings:
             weights.pop("decoder.weight", None)

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 from onnxscript import nn
 
-from mobius.components import Attention, Embedding, LayerNorm, Linear, TiedLMHead
+from mobius.components import Attention, Embedding, LayerNorm, Linear, TiedLMHead, merge_heads
 from mobius.components._alibi import alibi, alibi_attention_bias
 from mobius.config import ArchitectureConfig
+from mobius.model import Model
 
 
 def mpt_alibi_slopes(num_heads: int, alibi_bias_max: float = 8.0) -> np.ndarray:
@@ -87,7 +88,7 @@ class MptAttention(Attention):
     def forward(self, op, x, bias, past_key, past_value):
         q, k, v = self.project_qkv(op, x)
         y, present_key, present_value = self.attend(op, q, k, v, bias, past_key, past_value)
-        y = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
+        y = merge_heads(op, y)
         return self.out_proj(op, y), (present_key, present_value)
 
 
@@ -142,7 +143,7 @@ class MptModel(nn.Module):
         return self.norm_f(op, x), presents
 
 
-class MptForCausalLM(nn.Module):
+class MptForCausalLM(Model):
     """The causal LM: ``transformer`` plus an ``lm_head`` (tied to ``wte`` by default)."""
 
     config_class = MptConfig
@@ -165,7 +166,7 @@ class MptForCausalLM(nn.Module):
         hidden, presents = self.transformer(op, input_ids, attention_mask, past_key_values)
         return self.lm_head(op, hidden), presents
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         if self.config.tie_word_embeddings:
             weights.pop("lm_head.weight", None)
         return weights

@@ -14,6 +14,7 @@ from mobius.components import (
     Embedding,
     WeightlessRMSNorm,
     apply_rotary,
+    merge_heads,
     softcap,
 )
 from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM, LlamaModel
@@ -57,8 +58,7 @@ class NanoChatAttention(Attention):
         q = self.qk_norm(op, apply_rotary(op, q, cos, sin, self.rotary_dim))
         k = self.qk_norm(op, apply_rotary(op, k, cos, sin, self.rotary_dim))
         y, present_key, present_value = self.attend(op, q, k, v, bias, past_key, past_value)
-        # y: [batch, heads, seq, head_dim] -> [batch, seq, heads*head_dim]
-        y = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
+        y = merge_heads(op, y)
         return self.o_proj(op, y), (present_key, present_value)
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from onnxscript import nn
 
 from mobius.components import Attention, Embedding, Linear, RMSNorm, get_activation
+from mobius.model import Model
 from mobius_text.models.llama import LlamaConfig
 from mobius_text.models.mamba import run_hybrid_layers
 from mobius_text.models.mamba2 import Mamba2Config, Mamba2Mixer
@@ -119,7 +120,7 @@ class NemotronHModel(nn.Module):
         return self.norm_f(op, x), presents
 
 
-class NemotronHForCausalLM(nn.Module):
+class NemotronHForCausalLM(Model):
     config_class = NemotronHConfig
 
     def __init__(self, config: NemotronHConfig) -> None:

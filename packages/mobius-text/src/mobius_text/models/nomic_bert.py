@@ -128,10 +128,8 @@ class NomicBertForFeatureExtraction(BertForFeatureExtraction):
     base_model_prefix = "nomic_bert"
     model_class = NomicBertModel
 
-    def __init__(self, config: NomicBertConfig) -> None:
-        super().__init__(config)
-        if self.cls is not None:
-            self.cls = NomicBertOnlyMLMHead(config, self.base_model.embeddings.word_embeddings)
+    def masked_lm_head(self, config: NomicBertConfig) -> nn.Module:
+        return NomicBertOnlyMLMHead(config, self.base_model.embeddings.word_embeddings)
 
 
 MODEL_TYPES = {"nomic_bert": NomicBertForFeatureExtraction}

@@ -23,7 +23,6 @@ What differs from BERT:
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +32,7 @@ from onnxscript import nn
 
 from mobius.components import Embedding, Linear
 from mobius.errors import ConfigError
+from mobius_text.models._bert_common import ClassificationHead
 from mobius_text.models.bert import (
     BertAttention,
     BertConfig,
@@ -42,7 +42,6 @@ from mobius_text.models.bert import (
     BertLayer,
     BertModel,
 )
-from mobius_text.models.roformer import RoFormerClassificationHead
 
 INVERSE_STEPS = 6  # transformers' iterative_inv(n_iter=6)
 
@@ -171,16 +170,9 @@ class NystromformerSelfAttention(nn.Module):
         return op.Reshape(op.Transpose(context, perm=[0, 2, 1, 3]), [0, 0, -1])
 
 
-class NystromformerAttention(BertAttention):
-    def __init__(self, config: NystromformerConfig) -> None:
-        super().__init__(config)
-        self.self = NystromformerSelfAttention(config)
-
-
 class NystromformerLayer(BertLayer):
     def __init__(self, config: NystromformerConfig) -> None:
-        super().__init__(config)
-        self.attention = NystromformerAttention(config)
+        super().__init__(config, BertAttention(config, NystromformerSelfAttention(config)))
 
 
 class NystromformerEncoder(BertEncoder):
@@ -199,10 +191,7 @@ class NystromformerEncoder(BertEncoder):
 class NystromformerModel(BertModel):
     embeddings_class = NystromformerEmbeddings
     encoder_class = NystromformerEncoder
-
-    def __init__(self, config: NystromformerConfig) -> None:
-        # no pooler: the classification head reads the first token itself
-        super().__init__(dataclasses.replace(config, head="none"))
+    pooled = False  # the classification head reads the first token itself
 
 
 class NystromformerForFeatureExtraction(BertForFeatureExtraction):
@@ -212,10 +201,9 @@ class NystromformerForFeatureExtraction(BertForFeatureExtraction):
     base_model_prefix = "nystromformer"
     model_class = NystromformerModel
 
-    def __init__(self, config: NystromformerConfig) -> None:
-        super().__init__(config)
-        if config.head == "sequence-classification":
-            self.classifier = RoFormerClassificationHead(config)
+    def sequence_classifier(self, config: NystromformerConfig) -> nn.Module:
+        """``classifier.dense``, the activation, ``out_proj`` on the first token (no pooler)."""
+        return ClassificationHead(config.hidden_size, config.num_labels, config.hidden_act)
 
 
 MODEL_TYPES = {"nystromformer": NystromformerForFeatureExtraction}

@@ -33,6 +33,7 @@ from mobius.components import (
     make_rotary_embedding,
     rotary_dim,
 )
+from mobius.model import Model
 from mobius_text.models.llama import LlamaConfig
 from mobius_text.models.mamba import DepthwiseConv1d, _value
 from mobius_text.models.olmo2 import FullQKNormAttention
@@ -161,7 +162,7 @@ class OlmoHybridGatedDeltaNet(nn.Module):
         self.b_proj = Linear(hidden, self.v_heads)
         self.g_proj = Linear(hidden, self.value_dim)
         self.o_proj = Linear(self.value_dim, hidden)
-        # One depthwise conv over [q; k; v]: checkpoints split it (see preprocess_weights).
+        # One depthwise conv over [q; k; v]: checkpoints split it (see sanitize).
         self.conv1d = DepthwiseConv1d(
             2 * self.key_dim + self.value_dim, config.linear_conv_kernel_dim, bias=False
         )
@@ -285,7 +286,7 @@ class OlmoHybridModel(nn.Module):
         return self.norm(op, x), presents
 
 
-class OlmoHybridForCausalLM(nn.Module):
+class OlmoHybridForCausalLM(Model):
     config_class = OlmoHybridConfig
 
     def __init__(self, config: OlmoHybridConfig) -> None:
@@ -318,7 +319,7 @@ class OlmoHybridForCausalLM(nn.Module):
         hidden, presents = self.model(op, input_ids, attention_mask, position_ids, past)
         return self.lm_head(op, hidden), presents
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         """Concatenate each layer's ``{q,k,v}_conv1d.weight`` into ``conv1d.weight``, as transformers
         does on load. (Its save splits the fused weight into three *equal* parts, whatever the
         q/k/v widths, so only the concatenation is meaningful.)"""

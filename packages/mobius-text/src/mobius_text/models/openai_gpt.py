@@ -66,7 +66,7 @@ class OpenAIGPTModel(GPT2Model):
 class OpenAIGPTLMHeadModel(GPTForCausalLM):
     config_class = OpenAIGPTConfig
     model_class = OpenAIGPTModel
-    ignored_weights = ("*.attn.bias",)  # the causal-mask buffer of older checkpoints
+    ignored = ("*.attn.bias",)  # the causal-mask buffer of older checkpoints
 
     def input_embedding(self):
         return self.backbone.tokens_embed

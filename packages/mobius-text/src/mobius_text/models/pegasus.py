@@ -42,9 +42,9 @@ class PegasusModel(BartModel):
 class PegasusForConditionalGeneration(BartForConditionalGeneration):
     model_class = PegasusModel
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         """BART's mapping, plus the position tables transformers computes at load."""
-        weights = super().preprocess_weights(weights)
+        weights = super().sanitize(weights)
         table = split_sinusoids(self.config.max_position_embeddings, self.config.hidden_size)
         return supply_position_tables(weights, table)
 

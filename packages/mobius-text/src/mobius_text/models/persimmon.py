@@ -17,6 +17,7 @@ from mobius.components import (
     rotary_dim,
 )
 from mobius.config import ArchitectureConfig
+from mobius.model import Model
 from mobius_text.models.bloom import DenseMLP, FusedQKVAttention
 
 
@@ -96,7 +97,7 @@ class PersimmonModel(nn.Module):
         return self.final_layernorm(op, x), presents
 
 
-class PersimmonForCausalLM(nn.Module):
+class PersimmonForCausalLM(Model):
     config_class = PersimmonConfig
 
     def __init__(self, config: PersimmonConfig) -> None:
@@ -116,7 +117,7 @@ class PersimmonForCausalLM(nn.Module):
         hidden, presents = self.model(op, input_ids, attention_mask, position_ids, past_key_values)
         return self.lm_head(op, hidden), presents
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         if self.config.tie_word_embeddings:
             weights.pop("lm_head.weight", None)
         return weights

@@ -73,17 +73,6 @@ class PhiModel(LlamaModel):
         )
 
 
-class BiasedTiedLMHead(TiedLMHead):
-    """A head tied to the embeddings that keeps its own bias (tied Phi checkpoints)."""
-
-    def __init__(self, embedding) -> None:
-        super().__init__(embedding)
-        self.bias = nn.Parameter([embedding.weight.shape[0]])
-
-    def forward(self, op, x):
-        return op.Add(super().forward(op, x), self.bias)
-
-
 class PhiForCausalLM(LlamaForCausalLM):
     config_class = PhiConfig
     model_class = PhiModel
@@ -93,7 +82,7 @@ class PhiForCausalLM(LlamaForCausalLM):
         self.config = config
         self.model = PhiModel(config)
         if config.tie_word_embeddings:
-            self.lm_head = BiasedTiedLMHead(self.model.embed_tokens)
+            self.lm_head = TiedLMHead(self.model.embed_tokens, bias=True)  # keeps its bias
         else:
             self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=True)
 

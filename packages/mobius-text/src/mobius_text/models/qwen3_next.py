@@ -33,6 +33,7 @@ from mobius.components import (
     make_rotary_embedding,
     rotary_dim,
 )
+from mobius.model import Model
 from mobius_text.models.gemma import GemmaRMSNorm
 from mobius_text.models.mamba import DepthwiseConv1d
 from mobius_text.models.olmo_hybrid import (
@@ -226,7 +227,7 @@ class Qwen3NextModel(nn.Module):
         return self.norm(op, x), presents
 
 
-class Qwen3NextForCausalLM(nn.Module):
+class Qwen3NextForCausalLM(Model):
     """Qwen3-Next causal LM; caches: ``conv_state``/``ssm_state`` per linear layer, key/value otherwise."""
 
     config_class = Qwen3NextConfig
@@ -246,7 +247,7 @@ class Qwen3NextForCausalLM(nn.Module):
         hidden, presents = self.model(op, input_ids, attention_mask, position_ids, past)
         return self.lm_head(op, hidden), presents
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         if self.config.tie_word_embeddings:
             weights.pop("lm_head.weight", None)
         return weights

@@ -129,7 +129,7 @@ class Qwen3VLMoeTextForCausalLM(Qwen3MoeForCausalLM):
     config_class = Qwen3VLMoeTextConfig
     model_class = Qwen3VLMoeTextModel
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         c = self.config
         expected = {  # transformers' layout of each fused expert tensor
             "gate_up_proj": (c.num_experts, 2 * c.moe_intermediate_size, c.hidden_size),
@@ -139,7 +139,7 @@ class Qwen3VLMoeTextForCausalLM(Qwen3MoeForCausalLM):
             shape = expected.get(key.rsplit(".", 1)[-1]) if ".mlp.experts." in key else None
             if shape is not None and tuple(tensor.shape) != shape:  # the hub's layout
                 weights[key] = _transposed(tensor)
-        return super().preprocess_weights(weights)
+        return super().sanitize(weights)
 
 
 MODEL_TYPES: dict = {}  # qwen3_vl_text, qwen3_vl_moe_text: parts of qwen3_vl, qwen3_vl_moe only

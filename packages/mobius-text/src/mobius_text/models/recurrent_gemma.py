@@ -33,6 +33,7 @@ from mobius.components import (
     make_rotary_embedding,
     rotary_dim,
 )
+from mobius.model import Model
 from mobius_text.models.llama import LlamaConfig
 from mobius_text.models.mamba import DepthwiseConv1d, _value
 
@@ -251,7 +252,7 @@ class RecurrentGemmaModel(nn.Module):
         return self.final_norm(op, x), presents
 
 
-class RecurrentGemmaForCausalLM(nn.Module):
+class RecurrentGemmaForCausalLM(Model):
     """Logits soft-capped: ``cap * tanh(logits / cap)``."""
 
     config_class = RecurrentGemmaConfig
@@ -283,7 +284,7 @@ class RecurrentGemmaForCausalLM(nn.Module):
         logits = op.Mul(op.Tanh(op.Div(self.lm_head(op, hidden), cap)), cap)
         return logits, presents
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         if self.config.tie_word_embeddings:
             weights.pop("lm_head.weight", None)
         return weights

@@ -14,9 +14,16 @@ from typing import Any
 
 from onnxscript import nn
 
-from mobius.components import LayerNorm, Linear, get_activation, padding_bias
+from mobius.components import Linear
 from mobius.errors import ConfigError
-from mobius_text.models.bert import BertConfig, BertEmbeddings, BertEncoder, BertPooler
+from mobius_text.models._bert_common import DenseLMHead
+from mobius_text.models.bert import (
+    BertConfig,
+    BertEmbeddings,
+    BertEncoder,
+    BertForFeatureExtraction,
+    BertModel,
+)
 
 
 @dataclass
@@ -36,6 +43,13 @@ class RemBertConfig(BertConfig):
         return fields
 
 
+class RemBertEmbeddings(BertEmbeddings):
+    """BERT's embeddings, ``input_embedding_size`` wide."""
+
+    def __init__(self, config: RemBertConfig) -> None:
+        super().__init__(replace(config, hidden_size=config.input_embedding_size))
+
+
 class RemBertEncoder(BertEncoder):
     def __init__(self, config: RemBertConfig) -> None:
         super().__init__(config)
@@ -47,89 +61,33 @@ class RemBertEncoder(BertEncoder):
         return super().forward(op, self.embedding_hidden_mapping_in(op, x), bias)
 
 
-class RemBertModel(nn.Module):
-    def __init__(self, config: RemBertConfig) -> None:
-        super().__init__()
-        # BERT's embeddings, ``input_embedding_size`` wide
-        self.embeddings = BertEmbeddings(replace(config, hidden_size=config.input_embedding_size))
-        self.encoder = RemBertEncoder(config)
-        uses_pooler = config.head == "sequence-classification"
-        self.pooler = BertPooler(config.hidden_size) if uses_pooler else None
-
-    def forward(self, op, input_ids, attention_mask, token_type_ids):
-        """``(last_hidden_state, pooled or None)``."""
-        x = self.embeddings(op, input_ids, token_type_ids)  # [batch, seq, input_embedding]
-        x = self.encoder(op, x, padding_bias(op, attention_mask, x.dtype))
-        return x, self.pooler(op, x) if self.pooler is not None else None
+class RemBertModel(BertModel):
+    embeddings_class = RemBertEmbeddings
+    encoder_class = RemBertEncoder
 
 
-class RemBertLMPredictionHead(nn.Module):
-    """``decoder(LayerNorm(act(dense(x))))`` through ``output_embedding_size``."""
+class RemBertOnlyMLMHead(nn.Module):
+    """``predictions``: down to ``output_embedding_size``, then its own decoder."""
 
     def __init__(self, config: RemBertConfig) -> None:
         super().__init__()
         width = config.output_embedding_size
-        self.dense = Linear(config.hidden_size, width, bias=True)
-        self.act = get_activation(config.hidden_act)
-        self.LayerNorm = LayerNorm(width, config.layer_norm_eps)
-        self.decoder = Linear(width, config.vocab_size, bias=True)
-
-    def forward(self, op, x):
-        return self.decoder(op, self.LayerNorm(op, self.act(op, self.dense(op, x))))
-
-
-class RemBertOnlyMLMHead(nn.Module):
-    def __init__(self, config: RemBertConfig) -> None:
-        super().__init__()
-        self.predictions = RemBertLMPredictionHead(config)
+        self.predictions = DenseLMHead(config, width, embeddings=None, tied=False)
 
     def forward(self, op, x):
         return self.predictions(op, x)
 
 
-class RemBertForFeatureExtraction(nn.Module):
-    """The encoder and the head its config names (see :class:`mobius.config.EncoderConfig`)."""
+class RemBertForFeatureExtraction(BertForFeatureExtraction):
+    """BERT's heads on the RemBERT encoder (``rembert.*``, ``cls.*``, ``classifier``)."""
 
     config_class = RemBertConfig
-    task = "feature-extraction"
-    uses_token_type_ids = True
+    base_model_prefix = "rembert"
+    model_class = RemBertModel
+    tied_copies = untied_unused = ()  # the decoder is never tied
 
-    def __init__(self, config: RemBertConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.uses_token_type_ids = config.type_vocab_size > 0
-        self.rembert = RemBertModel(config)
-        self.cls = self.classifier = None
-        if config.head == "masked-lm":
-            self.cls = RemBertOnlyMLMHead(config)
-        elif config.head in ("sequence-classification", "token-classification"):
-            self.classifier = Linear(config.hidden_size, config.num_labels, bias=True)
-
-    def forward(self, op, input_ids, attention_mask, token_type_ids):
-        hidden, pooled = self.rembert(op, input_ids, attention_mask, token_type_ids)
-        outputs = {"last_hidden_state": hidden}
-        if self.cls is not None:
-            outputs["logits"] = self.cls(op, hidden)
-        elif self.classifier is not None:  # sequence level: on the pooled first token
-            outputs["logits"] = self.classifier(op, hidden if pooled is None else pooled)
-        return outputs
-
-    @property
-    def ignored_weights(self) -> tuple[str, ...]:
-        """Checkpoint tensors no graph of this head reads (other heads, position buffers)."""
-        ignored = ["rembert.embeddings.position_ids"]
-        if self.rembert.pooler is None:
-            ignored.append("rembert.pooler.*")
-        if self.cls is None:
-            ignored.append("cls.predictions.*")
-        if self.classifier is None:
-            ignored.append("classifier.*")
-        return tuple(ignored)
-
-    def preprocess_weights(self, weights: dict) -> dict:
-        """A bare ``RemBertModel`` checkpoint gets the ``rembert.`` prefix."""
-        heads = ("rembert.", "cls.", "classifier.")
-        return {k if k.startswith(heads) else f"rembert.{k}": v for k, v in weights.items()}
+    def masked_lm_head(self, config: RemBertConfig) -> nn.Module:
+        return RemBertOnlyMLMHead(config)
 
 
 MODEL_TYPES = {"rembert": RemBertForFeatureExtraction}

@@ -10,13 +10,9 @@ from __future__ import annotations
 from onnxscript import nn
 
 from mobius.components import LayerNorm
+from mobius_text.models._bert_common import ResidualDense
 from mobius_text.models.bert import BertEncoder, BertIntermediate, BertSelfAttention
-from mobius_text.models.roberta import (
-    ResidualDense,
-    RobertaConfig,
-    RobertaForFeatureExtraction,
-    RobertaModel,
-)
+from mobius_text.models.roberta import RobertaConfig, RobertaForFeatureExtraction, RobertaModel
 
 
 class RobertaPreLayerNormAttention(nn.Module):

@@ -18,18 +18,17 @@ from typing import Any
 
 from onnxscript import nn
 
-from mobius.components import (
-    Embedding,
-    LayerNorm,
-    Linear,
-    bidirectional_attention,
-    get_activation,
-    padding_bias,
-)
+from mobius.components import Embedding, LayerNorm, Linear, bidirectional_attention, padding_bias
 from mobius.config import EncoderConfig
 from mobius.errors import ConfigError
+from mobius_text.models._bert_common import ClassificationHead, EncoderForFeatureExtraction
 from mobius_text.models._encoder_rotary import rotate_heads, sequence_positions
-from mobius_text.models.bert import BertIntermediate, BertResidualOutput
+from mobius_text.models.bert import (
+    BertIntermediate,
+    BertOnlyMLMHead,
+    BertResidualOutput,
+    BertSelfAttention,
+)
 
 
 @dataclass
@@ -82,14 +81,9 @@ class RoFormerSinusoidalPositions(nn.Module):
         return cos, sin, 2 * self.half
 
 
-class RoFormerSelfAttention(nn.Module):
+class RoFormerSelfAttention(BertSelfAttention):
     def __init__(self, config: RoFormerConfig) -> None:
-        super().__init__()
-        hidden = config.hidden_size
-        self.query = Linear(hidden, hidden, bias=True)
-        self.key = Linear(hidden, hidden, bias=True)
-        self.value = Linear(hidden, hidden, bias=True)
-        self.num_heads, self.scale = config.num_attention_heads, config.head_dim**-0.5
+        super().__init__(config.hidden_size, config.num_attention_heads)
         self.rotary_value = config.rotary_value
 
     def forward(self, op, x, rotary, bias):
@@ -156,113 +150,38 @@ class RoFormerModel(nn.Module):
         return self.encoder(op, x, sequence_positions(op, input_ids), bias)
 
 
-class RoFormerPredictionHeadTransform(nn.Module):
-    def __init__(self, config: RoFormerConfig) -> None:
-        super().__init__()
-        self.dense = Linear(config.hidden_size, config.embedding_size, bias=True)
-        self.act = get_activation(config.hidden_act)
-        self.LayerNorm = LayerNorm(config.embedding_size, config.layer_norm_eps)
+class RoFormerForFeatureExtraction(EncoderForFeatureExtraction):
+    """The encoder and the head its config names (``roformer.*``, ``cls.*``, ``classifier``).
 
-    def forward(self, op, x):
-        return self.LayerNorm(op, self.act(op, self.dense(op, x)))  # [batch, seq, embedding]
-
-
-class RoFormerLMPredictionHead(nn.Module):
-    """``transform`` (dense to ``embedding_size``, activation, LayerNorm), then the decoder.
-
-    Tied, the decoder is the word embeddings plus ``bias``; untied it has its own
-    weight and bias, and ``bias`` is unused (as in BERT).
+    masked-lm is BERT's ``cls.predictions``, its transform narrowing to ``embedding_size``.
     """
 
-    def __init__(self, config: RoFormerConfig, embeddings: Embedding) -> None:
-        super().__init__()
-        self.transform = RoFormerPredictionHeadTransform(config)
-        if config.tie_word_embeddings:
-            self.bias, self.decoder = nn.Parameter([config.vocab_size]), None
-        else:
-            self.bias = None
-            self.decoder = Linear(config.embedding_size, config.vocab_size, bias=True)
-        object.__setattr__(self, "embeddings", embeddings)  # owned by roformer.embeddings
-
-    def forward(self, op, x):
-        x = self.transform(op, x)
-        if self.decoder is not None:
-            return self.decoder(op, x)
-        table = op.Transpose(self.embeddings.weight, perm=[1, 0])  # [embedding_size, vocab]
-        return op.Add(op.MatMul(x, table), self.bias)
-
-
-class RoFormerOnlyMLMHead(nn.Module):
-    def __init__(self, config: RoFormerConfig, embeddings: Embedding) -> None:
-        super().__init__()
-        self.predictions = RoFormerLMPredictionHead(config, embeddings)
-
-    def forward(self, op, x):
-        return self.predictions(op, x)
-
-
-class RoFormerClassificationHead(nn.Module):
-    """``out_proj(act(dense(x[:, 0])))``: sequence classification on the first token."""
-
-    def __init__(self, config: RoFormerConfig) -> None:
-        super().__init__()
-        self.dense = Linear(config.hidden_size, config.hidden_size, bias=True)
-        self.out_proj = Linear(config.hidden_size, config.num_labels, bias=True)
-        self.act = get_activation(config.hidden_act)
-
-    def forward(self, op, x):
-        first = op.Gather(x, op.Constant(value_int=0), axis=1)  # [batch, hidden]
-        return self.out_proj(op, self.act(op, self.dense(op, first)))
-
-
-class RoFormerForFeatureExtraction(nn.Module):
-    """The encoder and the head its config names (``roformer.*``, ``cls.*``, ``classifier``)."""
-
     config_class = RoFormerConfig
-    task = "feature-extraction"
     uses_token_type_ids = True
+    base_model_prefix = "roformer"
+    model_class = RoFormerModel
+    head_names = ("cls", "classifier")
+    tied_copies = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
+    untied_unused = ("cls.predictions.bias",)
 
     def __init__(self, config: RoFormerConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.roformer = RoFormerModel(config)
-        self.cls = self.classifier = None
+        super().__init__(config)
+        hidden, labels = config.hidden_size, config.num_labels
         if config.head == "masked-lm":
-            self.cls = RoFormerOnlyMLMHead(config, self.roformer.embeddings.word_embeddings)
+            embeddings = self.roformer.embeddings.word_embeddings
+            self.cls = BertOnlyMLMHead(config, embeddings, width=config.embedding_size)
         elif config.head == "sequence-classification":
-            self.classifier = RoFormerClassificationHead(config)
+            self.classifier = ClassificationHead(hidden, labels, config.hidden_act)
         elif config.head == "token-classification":
-            self.classifier = Linear(config.hidden_size, config.num_labels, bias=True)
+            self.classifier = Linear(hidden, labels, bias=True)
 
     def forward(self, op, input_ids, attention_mask, token_type_ids):
         hidden = self.roformer(op, input_ids, attention_mask, token_type_ids)
         outputs = {"last_hidden_state": hidden}
-        if self.cls is not None:
-            outputs["logits"] = self.cls(op, hidden)
-        elif self.classifier is not None:
-            outputs["logits"] = self.classifier(op, hidden)
+        head = self.cls if self.cls is not None else self.classifier
+        if head is not None:
+            outputs["logits"] = head(op, hidden)
         return outputs
-
-    @property
-    def ignored_weights(self) -> tuple[str, ...]:
-        """Checkpoint tensors no graph of this head reads (the other heads)."""
-        ignored = []
-        if self.cls is None:
-            ignored.append("cls.predictions.*")
-        if self.classifier is None:
-            ignored.append("classifier.*")
-        return tuple(ignored)
-
-    def preprocess_weights(self, weights: dict) -> dict:
-        """A bare ``RoFormerModel`` gets the ``roformer.`` prefix; the tied decoder is dropped."""
-        heads = ("roformer.", "cls.", "classifier.")
-        weights = {k if k.startswith(heads) else f"roformer.{k}": v for k, v in weights.items()}
-        if self.config.tie_word_embeddings:  # the word embeddings and cls.predictions.bias
-            weights.pop("cls.predictions.decoder.weight", None)
-            weights.pop("cls.predictions.decoder.bias", None)
-        else:  # the decoder's own bias is the one used
-            weights.pop("cls.predictions.bias", None)
-        return weights
 
 
 MODEL_TYPES = {"roformer": RoFormerForFeatureExtraction}

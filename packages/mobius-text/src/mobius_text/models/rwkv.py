@@ -23,6 +23,7 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius.components import Embedding, LayerNorm, Linear, TiedLMHead
+from mobius.model import Model
 
 # HF starts the running exponent at -1e30; the cache starts at zero. A zero
 # denominator only occurs in a fresh state (it is >= 1 after any token), so the
@@ -232,7 +233,7 @@ class RwkvModel(nn.Module):
         return self.ln_out(op, x), presents
 
 
-class RwkvForCausalLM(nn.Module):
+class RwkvForCausalLM(Model):
     """RWKV-4 language model; the attention mask and position ids are unused, as in HF."""
 
     config_class = RwkvConfig
@@ -262,7 +263,7 @@ class RwkvForCausalLM(nn.Module):
         hidden, presents = self.rwkv(op, input_ids, states)
         return self.head(op, hidden), presents
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         if self.config.tie_word_embeddings:
             weights.pop("head.weight", None)
         return weights

@@ -63,10 +63,10 @@ class SiglipTextModel(CLIPTextModel):
         return self.config.projection_size
 
     @property
-    def ignored_weights(self) -> tuple[str, ...]:
+    def ignored(self) -> tuple[str, ...]:
         return ("text_model.embeddings.position_ids",)  # a buffer, if a checkpoint saved it
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         """A checkpoint saved by transformers 5 lacks the ``text_model.`` prefix: it is added."""
         return {
             k if k.startswith("text_model.") else f"text_model.{k}": v for k, v in weights.items()

@@ -173,7 +173,7 @@ class SwitchTransformersStack(T5Stack):
 class SwitchTransformersForConditionalGeneration(T5ForConditionalGeneration):
     config_class = SwitchTransformersConfig
     stack_class = SwitchTransformersStack
-    ignored_weights = ()  # no cross-attention position table
+    ignored = ()  # no cross-attention position table
 
 
 MODEL_TYPES = {"switch_transformers": SwitchTransformersForConditionalGeneration}

@@ -16,16 +16,17 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius.components import (
+    CrossAttention,
     Embedding,
     Linear,
     RMSNorm,
-    bidirectional_attention,
+    Seq2SeqAttention,
     causal_bias,
     get_activation,
     module_scope,
     padding_bias,
-    scaled_dot_product_attention,
 )
+from mobius.model import Model
 
 
 @dataclass
@@ -95,28 +96,19 @@ def relative_buckets(bidirectional: bool, num_buckets: int, max_distance: int) -
     return buckets + np.where(relative < max_exact, relative, large)
 
 
-class T5Attention(nn.Module):
+class T5Attention(Seq2SeqAttention):
+    """Unscaled scores, no biases; block 0 of each stack owns the relative position table."""
+
+    projection_names = ("q", "k", "v", "o")
+
     def __init__(self, config: T5Config, relative_bias: bool = False) -> None:
-        super().__init__()
-        inner = config.num_heads * config.head_dim
-        self.q = Linear(config.hidden_size, inner)
-        self.k = Linear(config.hidden_size, inner)
-        self.v = Linear(config.hidden_size, inner)
-        self.o = Linear(inner, config.hidden_size)
+        super().__init__(
+            config.hidden_size, config.num_heads, config.head_dim, bias=False, scale=1.0
+        )
         self.relative_attention_bias = (
             Embedding(config.num_buckets, config.num_heads) if relative_bias else None
         )
-        self.num_heads, self.head_dim = config.num_heads, config.head_dim
         self.num_buckets, self.max_distance = config.num_buckets, config.max_distance
-
-    def heads(self, op, x):
-        """``[batch, seq, heads*dim]`` → ``[batch, heads, seq, dim]``."""
-        x = op.Reshape(x, op.Constant(value_ints=[0, 0, self.num_heads, self.head_dim]))
-        return op.Transpose(x, perm=[0, 2, 1, 3])
-
-    def merge(self, op, y):
-        """``[batch, heads, seq, dim]`` → ``[batch, seq, heads*dim]``."""
-        return op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
 
     def position_bias(self, op, query_pos, key_pos, bidirectional: bool):
         """``[1, heads, queries, keys]`` from this layer's table; positions are 1-D int64."""
@@ -129,29 +121,9 @@ class T5Attention(nn.Module):
         values = self.relative_attention_bias(op, bucket)  # [q, k, heads]
         return op.Unsqueeze(op.Transpose(values, perm=[2, 0, 1]), [0])
 
-    def project_kv(self, op, states):
-        return self.heads(op, self.k(op, states)), self.heads(op, self.v(op, states))
 
-    def forward(self, op, x, bias, past_key=None, past_value=None):
-        """Encoder self-attention (no cache) or decoder self-attention through the cache."""
-        if past_key is None:
-            q, k, v = self.q(op, x), self.k(op, x), self.v(op, x)
-            return self.o(op, bidirectional_attention(op, q, k, v, bias, self.num_heads, 1.0))
-        q, (k, v) = self.heads(op, self.q(op, x)), self.project_kv(op, x)
-        y, present_key, present_value = scaled_dot_product_attention(
-            op, q, k, v, bias, past_key, past_value, num_heads=self.num_heads,
-            num_kv_heads=self.num_heads, head_dim=self.head_dim, scale=1.0,
-        )  # fmt: skip
-        return self.o(op, self.merge(op, y)), (present_key, present_value)
-
-
-class T5CrossAttention(T5Attention):
-    """``EncDecAttention``: queries from the decoder, keys and values cached by the encoder graph."""
-
-    def forward(self, op, x, bias, key, value):
-        """``key``, ``value``: ``[batch, heads, source, dim]`` from :meth:`project_kv`."""
-        y = op.Attention(self.heads(op, self.q(op, x)), key, value, bias, scale=1.0)
-        return self.o(op, self.merge(op, y))
+class T5CrossAttention(T5Attention, CrossAttention):
+    """``EncDecAttention``: T5's projections over the keys and values the encoder graph cached."""
 
 
 class T5LayerSelfAttention(nn.Module):
@@ -267,7 +239,7 @@ def _length(op, x, axis: int):
     return op.Squeeze(op.Shape(x, start=axis, end=axis + 1), [0])
 
 
-class T5ForConditionalGeneration(nn.Module):
+class T5ForConditionalGeneration(Model):
     """The seq2seq model: ``shared`` embeddings, ``encoder``, ``decoder`` and ``lm_head``."""
 
     config_class = T5Config
@@ -290,12 +262,16 @@ class T5ForConditionalGeneration(nn.Module):
         positions = _positions(op, _length(op, input_ids, 1))
         mask = padding_bias(op, attention_mask, x.dtype)  # [batch, 1, source, source]
         hidden, _ = self.encoder(op, x, mask, positions, positions)
+        return hidden, self.cross_cache(op, hidden)
+
+    def cross_cache(self, op, hidden):
+        """Each decoder block's cross-attention ``(key, value)``: made once, read at every step."""
         cross = []
-        for block in self.decoder.block:  # computed once here, read at every decoder step
+        for block in self.decoder.block:
             layer = block.layer[1]
             with module_scope(op, self.decoder, block, layer, layer.EncDecAttention):
                 cross.append(layer.EncDecAttention.project_kv(op, hidden))
-        return hidden, cross
+        return cross
 
     def decode(self, op, input_ids, encoder_mask, self_cache, cross_cache):
         x = self.shared(op, input_ids)  # [batch, target, hidden]
@@ -313,9 +289,9 @@ class T5ForConditionalGeneration(nn.Module):
             )
         return self.lm_head(op, hidden), presents
 
-    ignored_weights = ("decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight",)
+    ignored = ("decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight",)
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         """The stacks' embeddings are ``shared``; a tied head (no ``lm_head.weight``) is too."""
         weights.pop("encoder.embed_tokens.weight", None)
         weights.pop("decoder.embed_tokens.weight", None)

@@ -14,11 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from onnxscript import nn
-
 from mobius.components import Embedding, padding_bias
 from mobius.config import EncoderConfig
 from mobius.errors import ConfigError
+from mobius.model import Model
 from mobius_text.models.t5 import T5Config, T5Stack, UMT5Stack, _length, _positions
 
 #: Heads a bare encoder builds: its states, or them pooled by the task.
@@ -47,7 +46,7 @@ class T5EncoderConfig(EncoderConfig):
         )
 
 
-class T5EncoderModel(nn.Module):
+class T5EncoderModel(Model):
     """``shared`` embeddings and the ``encoder`` stack: ``last_hidden_state``."""
 
     config_class = T5EncoderConfig
@@ -73,7 +72,7 @@ class T5EncoderModel(nn.Module):
         hidden, _ = self.encoder(op, x, mask, positions, positions)
         return {"last_hidden_state": hidden}
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         """The stack's embedding is ``shared`` (saved tied, or under both names)."""
         embed = weights.pop("encoder.embed_tokens.weight", None)
         if embed is not None:

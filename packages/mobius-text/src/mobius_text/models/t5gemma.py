@@ -25,6 +25,7 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius.components import (
+    CrossAttention,
     GatedMLP,
     Linear,
     TiedLMHead,
@@ -35,6 +36,7 @@ from mobius.components import (
     softcap,
 )
 from mobius.errors import ConfigError
+from mobius.model import Model
 from mobius_text.models._encoder_rotary import (
     EncoderRotary,
     rotate_heads,
@@ -106,32 +108,10 @@ class T5GemmaEncoderAttention(nn.Module):
         return self.o_proj(op, y)
 
 
-class T5GemmaCrossAttention(nn.Module):
-    """Decoder queries over the encoder's cached keys and values ``[batch, kv_heads, source, dim]``."""
+class T5GemmaCrossAttention(CrossAttention):
+    """``cross_attn``: grouped heads over the encoder's states, soft-capped like self-attention."""
 
-    def __init__(self, config: Gemma2Config, source_hidden: int) -> None:
-        super().__init__()
-        hidden, dim, bias = config.hidden_size, config.head_dim, config.attention_bias
-        self.num_heads, self.num_kv_heads = config.num_attention_heads, config.num_key_value_heads
-        self.q_proj = Linear(hidden, self.num_heads * dim, bias)
-        self.k_proj = Linear(source_hidden, self.num_kv_heads * dim, bias)
-        self.v_proj = Linear(source_hidden, self.num_kv_heads * dim, bias)
-        self.o_proj = Linear(self.num_heads * dim, hidden, bias)
-        self.head_dim, self.scale = dim, config.query_pre_attn_scalar**-0.5
-        self.extra = _softcap_attribute(config)
-
-    def heads(self, op, x):
-        x = op.Reshape(x, op.Constant(value_ints=[0, 0, -1, self.head_dim]))
-        return op.Transpose(x, perm=[0, 2, 1, 3])
-
-    def project_kv(self, op, states):
-        return self.heads(op, self.k_proj(op, states)), self.heads(op, self.v_proj(op, states))
-
-    def forward(self, op, x, bias, key, value):
-        q = self.heads(op, self.q_proj(op, x))
-        y = op.Attention(q, key, value, bias, scale=self.scale, **self.extra)
-        y = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
-        return self.o_proj(op, y)
+    projection_names = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
 class T5GemmaEncoderLayer(nn.Module):
@@ -168,7 +148,12 @@ class T5GemmaDecoderLayer(T5GemmaEncoderLayer):
     def __init__(self, config: Gemma2Config, source_hidden: int) -> None:
         super().__init__(config)
         hidden, eps = config.hidden_size, config.rms_norm_eps
-        self.cross_attn = T5GemmaCrossAttention(config, source_hidden)
+        self.cross_attn = T5GemmaCrossAttention(
+            hidden, config.num_attention_heads, config.head_dim,
+            num_kv_heads=config.num_key_value_heads, source_size=source_hidden,
+            bias=config.attention_bias, scale=config.query_pre_attn_scalar**-0.5,
+            softcap=config.attn_logit_softcapping,
+        )  # fmt: skip
         self.pre_cross_attn_layernorm = GemmaRMSNorm(hidden, eps)
         self.post_cross_attn_layernorm = GemmaRMSNorm(hidden, eps)
 
@@ -251,7 +236,7 @@ class T5GemmaDecoder(nn.Module):
         windows = {"full_attention": None, "sliding_attention": self.config.sliding_window}
         biases = {
             kind: decoder_bias(op, input_ids, self_cache[0][0], x.dtype, windows[kind])
-            for kind in set(self.config.layer_types)
+            for kind in dict.fromkeys(self.config.layer_types)  # in order: reproducible graphs
         }
         cross_bias = padding_bias(op, encoder_mask, x.dtype, queries=input_ids)
         presents = []
@@ -278,7 +263,7 @@ class T5GemmaLMHead(nn.Module):
         return self.out_proj(op, x)
 
 
-class T5GemmaForConditionalGeneration(nn.Module):
+class T5GemmaForConditionalGeneration(Model):
     config_class = T5GemmaConfig
     task = "seq2seq"
 
@@ -315,7 +300,7 @@ class T5GemmaForConditionalGeneration(nn.Module):
         cap = self.config.decoder.final_logit_softcapping
         return (softcap(op, logits, cap) if cap else logits), presents
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         """A tied head reads the decoder's embeddings; a stored copy of them is dropped."""
         if self.config.tie_word_embeddings:
             weights.pop("lm_head.out_proj.weight", None)

@@ -32,6 +32,7 @@ from mobius.components import (
 )
 from mobius.config import EncoderConfig
 from mobius.errors import ConfigError
+from mobius_text.models._bert_common import EncoderForFeatureExtraction, VocabProjection
 from mobius_text.models._encoder_rotary import sequence_positions
 
 
@@ -163,47 +164,31 @@ class XLMSequenceSummary(nn.Module):
         return self.act(op, state) if self.act is not None else state
 
 
-class XLMPredLayer(nn.Module):
-    """``proj``: the vocabulary projection, tied to the word embeddings unless untied."""
-
-    def __init__(self, config: XLMConfig, embeddings: Embedding) -> None:
-        super().__init__()
-        tied = config.tie_word_embeddings
-        self.weight = None if tied else Linear(config.hidden_size, config.vocab_size).weight
-        self.bias = nn.Parameter([config.vocab_size])
-        object.__setattr__(self, "embeddings", embeddings)  # owned by transformer.embeddings
-
-    def forward(self, op, x):
-        table = self.weight
-        if table is None:
-            table = op.Transpose(self.embeddings.weight, perm=[1, 0])  # [hidden, vocab]
-        return op.Add(op.MatMul(x, table), self.bias)
-
-
 class XLMHeadModule(nn.Module):
-    """``pred_layer.proj``: named as HF's prediction layer."""
+    """``pred_layer.proj``: the vocabulary projection, tied to the word embeddings unless untied."""
 
     def __init__(self, config: XLMConfig, embeddings: Embedding) -> None:
         super().__init__()
-        self.proj = XLMPredLayer(config, embeddings)
+        hidden, vocab, tied = config.hidden_size, config.vocab_size, config.tie_word_embeddings
+        self.proj = VocabProjection(hidden, vocab, embeddings, tied)
 
     def forward(self, op, x):
         return self.proj(op, x)
 
 
-class XLMForFeatureExtraction(nn.Module):
+class XLMForFeatureExtraction(EncoderForFeatureExtraction):
     """The encoder and the head its config names (``transformer.*``, ``pred_layer``...)."""
 
     config_class = XLMConfig
-    task = "feature-extraction"
     uses_token_type_ids = True
+    base_model_prefix = "transformer"
     model_class = XLMModel
+    head_names = ("pred_layer", "sequence_summary", "classifier")
+    unread = ("position_ids",)
+    tied_copies = ("pred_layer.proj.weight",)
 
     def __init__(self, config: XLMConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.transformer = self.model_class(config)
-        self.pred_layer = self.sequence_summary = self.classifier = None
+        super().__init__(config)
         if config.head == "masked-lm":
             if config.asm:
                 raise ConfigError("an adaptive-softmax (asm=True) LM head is not built")
@@ -222,23 +207,6 @@ class XLMForFeatureExtraction(nn.Module):
         if head is not None:
             outputs["logits"] = head(op, hidden)
         return outputs
-
-    @property
-    def ignored_weights(self) -> tuple[str, ...]:
-        """Checkpoint tensors no graph of this head reads (the other heads, position buffers)."""
-        ignored = ["transformer.position_ids"]
-        for name in ("pred_layer", "sequence_summary", "classifier"):
-            if getattr(self, name) is None:
-                ignored.append(f"{name}.*")
-        return tuple(ignored)
-
-    def preprocess_weights(self, weights: dict) -> dict:
-        """A bare model gets the ``transformer.`` prefix; the tied projection is dropped."""
-        heads = ("transformer.", "pred_layer.", "sequence_summary.", "classifier.")
-        weights = {k if k.startswith(heads) else f"transformer.{k}": v for k, v in weights.items()}
-        if self.config.tie_word_embeddings:
-            weights.pop("pred_layer.proj.weight", None)
-        return weights
 
 
 MODEL_TYPES = {"xlm": XLMForFeatureExtraction}

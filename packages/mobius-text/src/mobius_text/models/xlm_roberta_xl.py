@@ -10,35 +10,21 @@ from __future__ import annotations
 
 from onnxscript import nn
 
-from mobius.components import Embedding, LayerNorm
+from mobius.components import LayerNorm
+from mobius_text.models._bert_common import ResidualDense
 from mobius_text.models.bert import BertEncoder, BertIntermediate, BertSelfAttention
 from mobius_text.models.roberta import (
-    ResidualDense,
     RobertaConfig,
+    RobertaEmbeddings,
     RobertaForFeatureExtraction,
     RobertaModel,
-    padding_aware_position_ids,
 )
 
 
-class XLMRobertaXLEmbeddings(nn.Module):
-    """Word, token-type and padding-aware position embeddings, summed (no LayerNorm)."""
+class XLMRobertaXLEmbeddings(RobertaEmbeddings):
+    """RoBERTa's word, token-type and padding-aware position embeddings, summed (no LayerNorm)."""
 
-    def __init__(self, config: RobertaConfig) -> None:
-        super().__init__()
-        self.word_embeddings = Embedding(config.vocab_size, config.hidden_size)
-        self.position_embeddings = Embedding(config.max_position_embeddings, config.hidden_size)
-        self.token_type_embeddings = Embedding(config.type_vocab_size, config.hidden_size)
-        self.padding_idx = config.pad_token_id
-
-    def forward(self, op, input_ids, token_type_ids):
-        if token_type_ids is None:  # no token_type_ids input: every token is type 0
-            token_type_ids = op.Constant(value_int=0)
-        x = op.Add(
-            self.word_embeddings(op, input_ids), self.token_type_embeddings(op, token_type_ids)
-        )
-        positions = padding_aware_position_ids(op, input_ids, self.padding_idx)
-        return op.Add(x, self.position_embeddings(op, positions))  # [batch, seq, hidden]
+    normalized = False
 
 
 class XLMRobertaXLAttention(nn.Module):

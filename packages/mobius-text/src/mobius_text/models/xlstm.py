@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius.components import Embedding, Linear
+from mobius.components import Embedding, Linear, split_heads
+from mobius.model import Model
 
 
 @dataclass
@@ -199,15 +200,9 @@ class XlstmLayer(nn.Module):
         f = soft_cap(op, self.fgate_preact(op, x), gate_cap)
         q, k, v, o = self.q(op, x), self.k(op, x), self.v(op, x), self.ogate_preact(op, x)
 
-        def split_heads(t):  # [batch, seq, heads*d] -> [batch, heads, seq, d]
-            return op.Transpose(
-                op.Reshape(t, op.Constant(value_ints=[0, 0, heads, -1])), perm=[0, 2, 1, 3]
-            )
-
         i, f = op.Transpose(i, perm=[0, 2, 1]), op.Transpose(f, perm=[0, 2, 1])  # [b, heads, seq]
-        h, state = mlstm_scan(
-            op, split_heads(q), split_heads(k), split_heads(v), i, f, *state, scale, self.config.eps
-        )
+        q, k, v = (split_heads(op, t, heads) for t in (q, k, v))  # [batch, heads, seq, d]
+        h, state = mlstm_scan(op, q, k, v, i, f, *state, scale, self.config.eps)
         h = self.multihead_norm(op, op.Transpose(h, perm=[0, 2, 1, 3]))  # [batch, seq, v_dim]
         return self.out_proj(op, op.Mul(op.Sigmoid(o), h)), state
 
@@ -260,7 +255,7 @@ class XlstmModel(nn.Module):
         return self.out_norm(op, x), presents
 
 
-class XlstmForCausalLM(nn.Module):
+class XlstmForCausalLM(Model):
     """xLSTM language model; the attention mask and position ids are unused, as in HF."""
 
     config_class = XlstmConfig

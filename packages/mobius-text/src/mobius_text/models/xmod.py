@@ -18,6 +18,7 @@ from onnxscript import nn
 
 from mobius.components import LayerNorm, Linear, get_activation, module_scope
 from mobius.errors import ConfigError
+from mobius_text.models._bert_common import ResidualDense
 from mobius_text.models.bert import BertEncoder, BertIntermediate, BertSelfAttention
 from mobius_text.models.roberta import RobertaConfig, RobertaForFeatureExtraction, RobertaModel
 
@@ -59,16 +60,12 @@ def owned_norm(op, owner: nn.Module, x):
         return owner.LayerNorm(op, x)
 
 
-class XmodSelfOutput(nn.Module):
+class XmodSelfOutput(ResidualDense):
     """``dense(x) + residual``; the parent applies ``LayerNorm`` before or after the block."""
 
     def __init__(self, config: XmodConfig) -> None:
-        super().__init__()
-        self.dense = Linear(config.hidden_size, config.hidden_size, bias=True)
+        super().__init__(config.hidden_size, config.hidden_size)
         self.LayerNorm = LayerNorm(config.hidden_size, config.layer_norm_eps)
-
-    def forward(self, op, x, residual):
-        return op.Add(self.dense(op, x), residual)
 
 
 class XmodAttention(nn.Module):
@@ -181,11 +178,11 @@ class XmodForFeatureExtraction(RobertaForFeatureExtraction):
     model_class = XmodModel
 
     @property
-    def ignored_weights(self) -> tuple[str, ...]:
+    def ignored(self) -> tuple[str, ...]:
         """RoBERTa's, and the adapters of the languages the graph does not serve."""
         others = [name for name in self.config.languages if name != self.config.language]
         adapters = f"{self.base_model_prefix}.encoder.layer.*.output.adapter_modules"
-        return (*super().ignored_weights, *(f"{adapters}.{name}.*" for name in others))
+        return (*super().ignored, *(f"{adapters}.{name}.*" for name in others))
 
 
 MODEL_TYPES = {"xmod": XmodForFeatureExtraction}

@@ -30,6 +30,7 @@ from mobius.components import (
     attention_bias,
     get_activation,
 )
+from mobius.model import Model
 from mobius_text.models.llama import LlamaConfig
 from mobius_text.models.mamba import DepthwiseConv1d, selective_scan
 
@@ -237,7 +238,7 @@ class ZambaModel(nn.Module):
         return self.final_layernorm(op, x), presents
 
 
-class ZambaForCausalLM(nn.Module):
+class ZambaForCausalLM(Model):
     config_class = ZambaConfig
 
     def __init__(self, config: ZambaConfig) -> None:
@@ -266,7 +267,7 @@ class ZambaForCausalLM(nn.Module):
         hidden, presents = self.model(op, input_ids, attention_mask, past)
         return self.lm_head(op, hidden), presents
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         if self.config.tie_word_embeddings:
             weights.pop("lm_head.weight", None)
         return weights

@@ -30,8 +30,10 @@ from mobius.components import (
     attention_bias,
     get_activation,
     make_rotary_embedding,
+    merge_heads,
     rotary_dim,
 )
+from mobius.model import Model
 from mobius_text.models.llama import LlamaConfig
 from mobius_text.models.mamba2 import Mamba2Config, Mamba2Mixer
 
@@ -150,7 +152,7 @@ class Zamba2Attention(Attention):
             q = apply_rotary(op, q, cos, sin, self.rotary_dim)
             k = apply_rotary(op, k, cos, sin, self.rotary_dim)
         y, present_key, present_value = self.attend(op, q, k, v, bias, past_key, past_value)
-        y = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
+        y = merge_heads(op, y)
         return self.o_proj(op, y), (present_key, present_value)
 
 
@@ -267,7 +269,7 @@ class Zamba2Model(nn.Module):
         return self.final_layernorm(op, x), presents
 
 
-class Zamba2ForCausalLM(nn.Module):
+class Zamba2ForCausalLM(Model):
     config_class = Zamba2Config
 
     def __init__(self, config: Zamba2Config) -> None:
@@ -294,7 +296,7 @@ class Zamba2ForCausalLM(nn.Module):
         hidden, presents = self.model(op, input_ids, attention_mask, position_ids, past)
         return self.lm_head(op, hidden), presents
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         """Adapters of a block's later uses are named in the graph after the layer that runs them.
 
         A graph parameter takes the name of the scope that first uses it, so slot ``j`` of a

@@ -37,11 +37,13 @@ from mobius.components import (
     attention_bias,
     get_activation,
     make_rotary_embedding,
+    merge_heads,
     repeat_kv,
     rotary_dim,
 )
 from mobius.components.moe import StackedGatedExperts, flatten_tokens, unflatten_tokens
 from mobius.config import ArchitectureConfig, RopeConfig
+from mobius.model import Model
 
 FLOAT = ir.DataType.FLOAT
 # Whether each attention kind uses the sliding window.
@@ -210,7 +212,7 @@ class ZayaAttention(nn.Module):
         y, key, value = op.Attention(
             q, k, v, bias, past_key, past_value, scale=self.scale, _outputs=3
         )
-        y = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
+        y = merge_heads(op, y)
         return self.o_proj(op, y), (key, value, conv_state, value_state)
 
 
@@ -357,7 +359,7 @@ class ZayaModel(nn.Module):
         return self.norm(op, x), presents
 
 
-class ZayaForCausalLM(nn.Module):
+class ZayaForCausalLM(Model):
     """ZAYA causal LM; per layer the cache holds keys, values and the two CCA states."""
 
     config_class = ZayaConfig
@@ -389,7 +391,7 @@ class ZayaForCausalLM(nn.Module):
         hidden, presents = self.model(op, input_ids, attention_mask, position_ids, past_key_values)
         return self.lm_head(op, hidden), presents
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         if self.config.tie_word_embeddings:
             weights.pop("lm_head.weight", None)
         return weights

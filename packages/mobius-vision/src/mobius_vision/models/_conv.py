@@ -11,6 +11,7 @@ import math
 from onnxscript import nn
 
 from mobius.components import BatchNorm, Conv2d, Linear, get_activation
+from mobius.model import Model
 
 __all__ = ["BatchNorm2d", "Conv2d"]  # re-exported: the vision families import them from here
 
@@ -103,7 +104,7 @@ def global_average_pool(op, x):
     return op.GlobalAveragePool(x)
 
 
-class ConvNetForImageClassification(nn.Module):
+class ConvNetForImageClassification(Model):
     """A backbone (``base_model_prefix``) returning ``(last_hidden_state, pooler_output)`` and,
     with ``--head image-classification``, ``classifier`` on the pooled features.
 
@@ -139,11 +140,11 @@ class ConvNetForImageClassification(nn.Module):
         return {"last_hidden_state": hidden, "pooler_output": pooled}
 
     @property
-    def ignored_weights(self) -> tuple[str, ...]:
+    def ignored(self) -> tuple[str, ...]:
         """BatchNorm counters and, without the head, the classifier."""
         return (BATCHNORM_COUNTERS,) + (() if self.classifier is not None else ("classifier.*",))
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         """A bare backbone checkpoint gets the base prefix."""
         prefix = f"{self.base_model_prefix}."
         return {

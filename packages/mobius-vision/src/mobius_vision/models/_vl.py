@@ -9,12 +9,16 @@ uses. The family adds the projector and says which tower states it reads.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from onnxscript import nn
 
 from mobius._registry import registry
 from mobius.components import embeddings_given, merge_image_features, module_scope
 from mobius.errors import ConfigError
+from mobius.model import Model
 from mobius.tasks._causal_lm import cache_layout
+from mobius.weights import rename_prefixes
 
 
 def vision_tower(config) -> nn.Module:
@@ -49,7 +53,7 @@ def flatten_images(op, features):
     return op.Reshape(features, op.Concat(rows, op.Shape(features, start=2), axis=0))
 
 
-class VisionLanguageModel(nn.Module):
+class VisionLanguageModel(Model):
     """``vision_tower``, ``multi_modal_projector`` and ``language_model``, composed.
 
     Subclasses set ``config_class``, build the projector in :meth:`make_projector`,
@@ -57,6 +61,15 @@ class VisionLanguageModel(nn.Module):
     """
 
     task = "vision-language"
+    #: Checkpoint key prefixes and the module paths they map to, tried in order (longest
+    #: first): every layout (hub, transformers 4.5x, 5) to the module tree.
+    renames: ClassVar[dict[str, str]] = {
+        "model.vision_tower.": "vision_tower.",
+        "vision_tower.vision_model.": "vision_tower.",
+        "model.multi_modal_projector.": "multi_modal_projector.",
+        "model.language_model.": "language_model.model.",
+        "lm_head.": "language_model.lm_head.",
+    }
 
     def __init__(self, config) -> None:
         super().__init__()
@@ -120,43 +133,19 @@ class VisionLanguageModel(nn.Module):
     def cache_layout(self):
         return cache_layout(self.language_model)
 
-    def unused_tower_weights(self) -> list[str]:
-        """Tower tensors :meth:`image_features` does not read (layers past the chosen one...)."""
-        return []
-
     @property
-    def ignored_weights(self) -> tuple[str, ...]:
-        decoder = getattr(self.language_model, "ignored_weights", ())
-        return (
-            *self.unused_tower_weights(),
-            *(f"language_model.{pattern}" for pattern in decoder),
-        )
+    def ignored(self) -> tuple[str, ...]:
+        """The decoder's own patterns under ``language_model.``; families add the tower tensors
+        :meth:`image_features` does not read (layers past the chosen one...)."""
+        decoder = self.language_model.ignored
+        return (*super().ignored, *(f"language_model.{pattern}" for pattern in decoder))
 
-    def checkpoint_renames(self) -> dict[str, str]:
-        """Checkpoint key prefixes and the module paths they map to, longest first."""
-        return {
-            "model.vision_tower.": "vision_tower.",
-            "vision_tower.vision_model.": "vision_tower.",
-            "model.multi_modal_projector.": "multi_modal_projector.",
-            "model.language_model.": "language_model.model.",
-            "lm_head.": "language_model.lm_head.",
-        }
-
-    def preprocess_weights(self, weights: dict) -> dict:
-        """Every checkpoint layout (hub, transformers 4.5x, 5) to the module tree; the decoder's own
-        exceptions (a tied head's copy) as its text-only build makes them."""
-        renames = self.checkpoint_renames()
-        renamed = {}
-        for key, value in weights.items():
-            for old, new in renames.items():
-                if key.startswith(old):
-                    key = new + key[len(old) :]
-                    break
-            renamed[key] = value
+    def sanitize(self, weights: dict) -> dict:
+        """:attr:`renames` applied; the decoder's own exceptions (a tied head's copy) as its
+        text-only build makes them."""
+        renamed = rename_prefixes(weights, self.renames)
         prefix = "language_model."
         text = {k[len(prefix) :]: v for k, v in renamed.items() if k.startswith(prefix)}
-        preprocess = getattr(self.language_model, "preprocess_weights", None)
-        if preprocess is not None:
-            text = preprocess(text)
+        text = self.language_model.sanitize(text)
         rest = {k: v for k, v in renamed.items() if not k.startswith(prefix)}
         return {**rest, **{prefix + k: v for k, v in text.items()}}

@@ -135,14 +135,14 @@ class AyaVisionForConditionalGeneration(VisionLanguageModel):
         x = self.multi_modal_projector(op, self.select_features(op, pixel_values))
         return flatten_images(op, x)  # [tiles * tokens, text_hidden], tiles in order
 
-    def unused_tower_weights(self) -> list[str]:
+    #: transformers 4.5x nested the SigLIP tower's own ``vision_model.`` under ``model.``.
+    renames = {"model.vision_tower.vision_model.": "vision_tower.", **VisionLanguageModel.renames}
+
+    @property
+    def ignored(self) -> tuple[str, ...]:
         depth = self.config.vision.num_hidden_layers
         layers = [f"vision_tower.encoder.layers.{i}.*" for i in range(self.feature_layer, depth)]
-        return [*layers, "vision_tower.post_layernorm.*", "vision_tower.head.*"]
-
-    def checkpoint_renames(self) -> dict[str, str]:
-        # transformers 4.5x nested the SigLIP tower's own ``vision_model.`` under ``model.``.
-        return {"model.vision_tower.vision_model.": "vision_tower.", **super().checkpoint_renames()}
+        return (*super().ignored, *layers, "vision_tower.post_layernorm.*", "vision_tower.head.*")
 
 
 MODEL_TYPES = {"aya_vision": AyaVisionForConditionalGeneration}

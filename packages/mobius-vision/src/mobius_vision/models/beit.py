@@ -234,7 +234,7 @@ class BeitForImageClassification(ViTForImageClassification):
         return outputs
 
     @property
-    def ignored_weights(self) -> tuple[str, ...]:
+    def ignored(self) -> tuple[str, ...]:
         ignored = [f"{self.base_model_prefix}.embeddings.mask_token", "lm_head.*"]
         if self.base_model.pooler is None:
             ignored.append(f"{self.base_model_prefix}.pooler.*")

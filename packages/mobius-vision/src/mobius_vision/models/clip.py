@@ -18,6 +18,7 @@ from onnxscript import nn
 
 from mobius.components import Linear
 from mobius.errors import ConfigError
+from mobius.model import Model
 from mobius_text.models.clip_text import CLIPTextConfig, CLIPTextTransformer
 from mobius_vision.config import VisionConfig
 from mobius_vision.models.clip_vision import CLIPVisionConfig, CLIPVisionTransformer
@@ -74,7 +75,7 @@ def similarity(op, text_embeds, image_embeds, logit_scale, logit_bias=None):
     return op.Transpose(logits_per_text, perm=[1, 0]), logits_per_text
 
 
-class CLIPModel(nn.Module):
+class CLIPModel(Model):
     """``text_model``, ``vision_model``, both projections and ``logit_scale``."""
 
     config_class = CLIPConfig
@@ -108,7 +109,7 @@ class CLIPModel(nn.Module):
         )
 
     @property
-    def ignored_weights(self) -> tuple[str, ...]:
+    def ignored(self) -> tuple[str, ...]:
         return ("*.embeddings.position_ids",)  # a buffer older checkpoints saved
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from onnxscript import nn
 
 from mobius.components import LayerNorm, Linear
+from mobius.model import Model
 from mobius_text.models import clip_text
 from mobius_text.models.clip_text import CLIPMLP  # noqa: F401  (the towers built on CLIP import it here)
 from mobius_vision.config import VisionConfig
@@ -125,7 +126,7 @@ class CLIPVisionTransformer(nn.Module):
         return x, self.post_layernorm(op, cls)
 
 
-class CLIPVisionModel(nn.Module):
+class CLIPVisionModel(Model):
     """``vision_model`` and, for ``CLIPVisionModelWithProjection``, ``visual_projection``."""
 
     config_class = CLIPVisionConfig
@@ -155,9 +156,9 @@ class CLIPVisionModel(nn.Module):
         return {"last_hidden_state": hidden, "pooler_output": pooled}
 
     #: A buffer older checkpoints saved; the graph numbers the positions itself.
-    ignored_weights = ("vision_model.embeddings.position_ids",)
+    ignored = ("vision_model.embeddings.position_ids",)
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         """A checkpoint without the ``vision_model.`` prefix gets it."""
         return {
             k if k.startswith(("vision_model.", "visual_projection.")) else f"vision_model.{k}": v

@@ -72,8 +72,10 @@ class Cohere2VisionForConditionalGeneration(AyaVisionForConditionalGeneration):
         with module_scope(op, self.vision_tower):
             return self.vision_tower.post_layernorm(op, x)
 
-    def unused_tower_weights(self) -> list[str]:
-        return ["vision_tower.head.*"]
+    @property
+    def ignored(self) -> tuple[str, ...]:
+        # every layer and post_layernorm are read: the base's set, not Aya's
+        return (*super(AyaVisionForConditionalGeneration, self).ignored, "vision_tower.head.*")
 
 
 MODEL_TYPES = {"cohere2_vision": Cohere2VisionForConditionalGeneration}

@@ -305,12 +305,12 @@ class CvtForImageClassification(ConvNetForImageClassification):
         return outputs
 
     @property
-    def ignored_weights(self) -> tuple[str, ...]:
+    def ignored(self) -> tuple[str, ...]:
         """BatchNorm counters and, without the head, ``layernorm`` and ``classifier``."""
         head = () if self.classifier is not None else ("classifier.*", "layernorm.*")
         return (BATCHNORM_COUNTERS, *head)
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         """A bare ``CvtModel`` checkpoint gets the ``cvt.`` prefix."""
         keep = ("cvt.", "classifier.", "layernorm.")
         return {k if k.startswith(keep) else "cvt." + k: v for k, v in weights.items()}

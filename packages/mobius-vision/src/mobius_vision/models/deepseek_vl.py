@@ -49,16 +49,17 @@ class DeepseekVLForConditionalGeneration(VisionLanguageModel):
         x = self.multi_modal_projector(op, x)  # [images, patches, text_hidden]
         return flatten_images(op, x)
 
-    def unused_tower_weights(self) -> list[str]:
-        return ["vision_tower.head.*"]  # pooler_output is replaced by the aligner's output
+    renames = {
+        "model.vision_model.vision_model.": "vision_tower.",  # a nested SiglipVisionModel
+        "model.vision_model.": "vision_tower.",
+        "model.aligner.": "multi_modal_projector.",
+        **VisionLanguageModel.renames,
+    }
 
-    def checkpoint_renames(self) -> dict[str, str]:
-        return {
-            "model.vision_model.vision_model.": "vision_tower.",  # a nested SiglipVisionModel
-            "model.vision_model.": "vision_tower.",
-            "model.aligner.": "multi_modal_projector.",
-            **super().checkpoint_renames(),
-        }
+    @property
+    def ignored(self) -> tuple[str, ...]:
+        # pooler_output is replaced by the aligner's output
+        return (*super().ignored, "vision_tower.head.*")
 
 
 MODEL_TYPES = {"deepseek_vl": DeepseekVLForConditionalGeneration}

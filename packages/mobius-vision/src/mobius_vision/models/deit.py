@@ -107,13 +107,13 @@ class DeiTForImageClassification(ViTForImageClassification):
         return outputs
 
     @property
-    def ignored_weights(self) -> tuple[str, ...]:
-        ignored = list(super().ignored_weights)
+    def ignored(self) -> tuple[str, ...]:
+        ignored = list(super().ignored)
         if self.config.head != "image-classification":
             ignored += ["cls_classifier.*", "distillation_classifier.*"]
         return tuple(ignored)
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         """A bare ``DeiTModel`` checkpoint gets the ``deit.`` prefix (the heads keep their names)."""
         keep = (f"{self.base_model_prefix}.", *(f"{h}." for h in self.head_names))
         prefix = f"{self.base_model_prefix}."

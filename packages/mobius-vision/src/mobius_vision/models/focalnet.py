@@ -299,9 +299,9 @@ class FocalNetForImageClassification(ConvNetForImageClassification):
         }
 
     @property
-    def ignored_weights(self) -> tuple[str, ...]:
+    def ignored(self) -> tuple[str, ...]:
         """A masked-image-modeling checkpoint's mask token and pixel decoder: no head reads them."""
-        return super().ignored_weights + ("focalnet.embeddings.mask_token", "decoder.*")
+        return super().ignored + ("focalnet.embeddings.mask_token", "decoder.*")
 
 
 MODEL_TYPES = {"focalnet": FocalNetForImageClassification}

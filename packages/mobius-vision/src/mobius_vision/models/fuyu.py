@@ -61,11 +61,7 @@ class FuyuForCausalLM(VisionLanguageModel):
     def image_features(self, op, pixel_values):
         return self.vision_embed_tokens(op, pixel_values)  # [num_patches, text_hidden]
 
-    def checkpoint_renames(self) -> dict[str, str]:
-        return {
-            "model.vision_embed_tokens.": "vision_embed_tokens.",
-            **super().checkpoint_renames(),
-        }
+    renames = {"model.vision_embed_tokens.": "vision_embed_tokens.", **VisionLanguageModel.renames}
 
 
 MODEL_TYPES = {"fuyu": FuyuForCausalLM}

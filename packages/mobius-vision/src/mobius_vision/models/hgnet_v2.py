@@ -22,6 +22,7 @@ from onnxscript import nn
 
 from mobius.components import Linear
 from mobius.errors import ConfigError
+from mobius.model import Model
 from mobius_vision.config import VisionConfig
 from mobius_vision.models._conv import BATCHNORM_COUNTERS, BatchNorm2d, Conv2d, activation
 
@@ -220,7 +221,7 @@ class HGNetV2Encoder(nn.Module):
         return x
 
 
-class HGNetV2ForImageClassification(nn.Module):
+class HGNetV2ForImageClassification(Model):
     """The backbone and, with ``--head image-classification``, ``fc`` on the average pool."""
 
     config_class = HGNetV2Config
@@ -254,7 +255,7 @@ class HGNetV2ForImageClassification(nn.Module):
         return outputs
 
     @property
-    def ignored_weights(self) -> tuple[str, ...]:
+    def ignored(self) -> tuple[str, ...]:
         """BatchNorm counters and, without the head, the classifier."""
         return (BATCHNORM_COUNTERS,) + (() if self.fc is not None else ("fc.*",))
 

@@ -124,13 +124,12 @@ class Idefics3ForConditionalGeneration(VisionLanguageModel):
         states = self.vision_tower(op, tiles, self.patch_mask(op, masks))  # [tiles, patches, d]
         return flatten_images(op, self.multi_modal_projector(op, states))
 
-    def checkpoint_renames(self) -> dict[str, str]:
-        return {
-            "model.vision_model.": "vision_tower.",
-            "model.connector.": "multi_modal_projector.",
-            "model.text_model.": "language_model.model.",
-            "lm_head.": "language_model.lm_head.",
-        }
+    renames = {
+        "model.vision_model.": "vision_tower.",
+        "model.connector.": "multi_modal_projector.",
+        "model.text_model.": "language_model.model.",
+        "lm_head.": "language_model.lm_head.",
+    }
 
 
 MODEL_TYPES = {"idefics3": Idefics3ForConditionalGeneration}

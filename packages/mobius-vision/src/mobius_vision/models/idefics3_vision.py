@@ -21,6 +21,7 @@ from onnxscript import nn
 
 from mobius.components import Embedding, LayerNorm, lowest_value
 from mobius.errors import ConfigError
+from mobius.model import Model
 from mobius_vision.config import VisionConfig
 from mobius_vision.models.clip_vision import CLIPEncoder
 from mobius_vision.models.vit import PatchConv
@@ -172,7 +173,7 @@ class Idefics3VisionTransformer(nn.Module):
         return self.post_layernorm(op, x)
 
 
-class Idefics3VisionModel(nn.Module):
+class Idefics3VisionModel(Model):
     """``vision_model`` -> ``last_hidden_state`` (whole tiles: every patch real)."""
 
     config_class = Idefics3VisionConfig
@@ -192,7 +193,7 @@ class Idefics3VisionModel(nn.Module):
     def forward(self, op, pixel_values):
         return {"last_hidden_state": self.vision_model(op, pixel_values)}
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         """transformers saves the tower without the ``vision_model.`` prefix; it is added."""
         prefix = "vision_model."
         return {k if k.startswith(prefix) else prefix + k: v for k, v in weights.items()}

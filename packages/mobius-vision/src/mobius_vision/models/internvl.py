@@ -124,14 +124,15 @@ class InternVLForConditionalGeneration(VisionLanguageModel):
             op, self.multi_modal_projector(op, x)
         )  # [tiles * tokens, text_hidden]
 
-    def unused_tower_weights(self) -> list[str]:
+    @property
+    def ignored(self) -> tuple[str, ...]:
         depth = self.config.vision.num_hidden_layers
         unused = [f"vision_tower.encoder.layer.{i}.*" for i in range(self.feature_layer, depth)]
         if self.config.vision_feature_layer != -1 and not self.config.vision.use_mean_pooling:
             unused.append("vision_tower.layernorm.*")
         if self.config.vision.use_mask_token:
             unused.append("vision_tower.embeddings.mask_token")
-        return unused
+        return (*super().ignored, *unused)
 
 
 MODEL_TYPES = {"internvl": InternVLForConditionalGeneration}

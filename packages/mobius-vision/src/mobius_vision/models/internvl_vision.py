@@ -19,6 +19,7 @@ from onnxscript import nn
 
 from mobius.components import LayerNorm, Linear, RMSNorm, bidirectional_attention
 from mobius.errors import ConfigError
+from mobius.model import Model
 from mobius_vision.config import VisionConfig
 from mobius_vision.models.clip_vision import CLIPMLP
 from mobius_vision.models.vit import PatchConv
@@ -170,7 +171,7 @@ class InternVLVisionEncoder(nn.Module):
         return states
 
 
-class InternVLVisionTransformer(nn.Module):
+class InternVLVisionTransformer(Model):
     """The tower: embeddings, encoder and (without ``use_mean_pooling``) a final ``layernorm``."""
 
     def __init__(self, config: InternVLVisionConfig) -> None:
@@ -216,7 +217,7 @@ class InternVLVisionModel(InternVLVisionTransformer):
         return {"last_hidden_state": super().forward(op, pixel_values)}
 
     @property
-    def ignored_weights(self) -> tuple[str, ...]:
+    def ignored(self) -> tuple[str, ...]:
         return ("embeddings.mask_token",) if self.config.use_mask_token else ()
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius.components import Linear
+from mobius.components import Linear, merge_heads
 from mobius.errors import ConfigError
 from mobius_vision.config import VisionConfig
 from mobius_vision.models._conv import (
@@ -162,7 +162,7 @@ def biased_attention(op, q, k, v, biases, indices: np.ndarray, scale: float):
     bias = op.Gather(biases, idx, axis=1)  # [heads, queries, keys]
     scores = op.Add(op.Mul(op.MatMul(q, op.Transpose(k, perm=[0, 1, 3, 2])), scale), bias)
     out = op.MatMul(op.Softmax(scores, axis=-1), v)  # [batch, heads, queries, dim]
-    return op.Reshape(op.Transpose(out, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
+    return merge_heads(op, out)
 
 
 def split_heads(op, x, heads: int, sizes: list[int]) -> list:
@@ -338,9 +338,9 @@ class LevitForImageClassification(ConvNetForImageClassification):
         return {"last_hidden_state": hidden, "logits": logits}
 
     @property
-    def ignored_weights(self) -> tuple[str, ...]:
+    def ignored(self) -> tuple[str, ...]:
         """BatchNorm counters; the heads this build does not read."""
-        ignored = super().ignored_weights
+        ignored = super().ignored
         return ignored + (() if self.classifier_distill is not None else ("classifier_distill.*",))
 
 

@@ -85,12 +85,13 @@ class LlavaForConditionalGeneration(VisionLanguageModel):
         x = self.multi_modal_projector(op, self.select_features(op, pixel_values))
         return flatten_images(op, x)  # [num_images * tokens, text_hidden]
 
-    def unused_tower_weights(self) -> list[str]:
+    @property
+    def ignored(self) -> tuple[str, ...]:
         depth = self.config.vision.num_hidden_layers
         unused = [
             f"vision_tower.encoder.layers.{i}.*" for i in range(max(self.feature_layers), depth)
         ]
-        return [*unused, "vision_tower.post_layernorm.*"]
+        return (*super().ignored, *unused, "vision_tower.post_layernorm.*")
 
 
 MODEL_TYPES = {"llava": LlavaForConditionalGeneration}

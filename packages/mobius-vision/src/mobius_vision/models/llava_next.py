@@ -153,11 +153,11 @@ class LlavaNextForConditionalGeneration(LlavaForConditionalGeneration):
         shape = ["num_images", "num_patches", channels, height, width]
         return [("pixel_values", dtype, shape), ("image_sizes", INT64, ["num_images", 2])]
 
-    def checkpoint_renames(self) -> dict[str, str]:
-        return {"model.image_newline": "image_newline", **super().checkpoint_renames()}
+    renames = {"model.image_newline": "image_newline", **LlavaForConditionalGeneration.renames}
 
-    def unused_tower_weights(self) -> list[str]:
-        return [*super().unused_tower_weights(), "vision_tower.head.*"]  # SigLIP's pooling head
+    @property
+    def ignored(self) -> tuple[str, ...]:
+        return (*super().ignored, "vision_tower.head.*")  # SigLIP's pooling head
 
     def tile_grids(self, op, image_sizes):
         """Tiles down and across per image (``get_anyres_image_grid_shape``), int64 [num_images]."""

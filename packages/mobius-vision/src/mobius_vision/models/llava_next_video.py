@@ -14,9 +14,10 @@ from mobius_vision.models.llava_next import LlavaNextForConditionalGeneration
 class LlavaNextVideoForConditionalGeneration(LlavaNextForConditionalGeneration):
     """LLaVA-NeXT-Video's image path (see the module docstring)."""
 
-    def unused_tower_weights(self) -> list[str]:
-        resampler = ["vision_resampler.*", "model.vision_resampler.*"]  # the video pooler
-        return [*super().unused_tower_weights(), *resampler]
+    @property
+    def ignored(self) -> tuple[str, ...]:
+        resampler = ("vision_resampler.*", "model.vision_resampler.*")  # the video pooler
+        return (*super().ignored, *resampler)
 
 
 MODEL_TYPES = {"llava_next_video": LlavaNextVideoForConditionalGeneration}

@@ -135,9 +135,13 @@ class Mistral3ForConditionalGeneration(VisionLanguageModel):
         x = op.Squeeze(states[layer], [0])  # [patches, vision_hidden]
         return self.multi_modal_projector(op, x, counts, grid)  # [image_tokens, text_hidden]
 
-    def unused_tower_weights(self) -> list[str]:
+    @property
+    def ignored(self) -> tuple[str, ...]:
         depth = self.config.vision.num_hidden_layers
-        return [f"vision_tower.transformer.layers.{i}.*" for i in range(self.feature_layer, depth)]
+        layers = [
+            f"vision_tower.transformer.layers.{i}.*" for i in range(self.feature_layer, depth)
+        ]
+        return (*super().ignored, *layers)
 
 
 MODEL_TYPES = {"mistral3": Mistral3ForConditionalGeneration}

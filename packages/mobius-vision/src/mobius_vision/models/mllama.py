@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import onnx_ir as ir
@@ -29,6 +29,8 @@ from onnxscript import nn
 
 from mobius.components import MLP, Embedding, LayerNorm, Linear, lowest_value
 from mobius.errors import ConfigError
+from mobius.model import Model
+from mobius.weights import rename_prefixes
 from mobius_text.models.mllama_text import (
     MllamaTextConfig,
     MllamaTextForCausalLM,
@@ -277,7 +279,7 @@ class MllamaVisionModel(nn.Module):
         return op.Reshape(x, out)  # [batch, images * tiles * tokens, vision_output_dim]
 
 
-class MllamaForConditionalGeneration(nn.Module):
+class MllamaForConditionalGeneration(Model):
     """``vision_model``, ``multi_modal_projector`` and the cross-attending ``language_model``."""
 
     task = "cross-attention-vision-language"
@@ -332,25 +334,17 @@ class MllamaForConditionalGeneration(nn.Module):
             op, input_ids, attention_mask, position_ids, past, bias, row_mask, cross
         )
 
-    def checkpoint_renames(self) -> dict[str, str]:
-        """transformers 5's checkpoint key prefixes to module paths (the older layout of the hub's
-        checkpoints, ``vision_model.``, ``language_model.model.``..., is the module tree already)."""
-        return {
-            "model.vision_model.": "vision_model.",
-            "model.multi_modal_projector.": "multi_modal_projector.",
-            "model.language_model.": "language_model.model.",
-            "lm_head.": "language_model.lm_head.",
-        }
+    #: transformers 5's checkpoint key prefixes to module paths (the older layout of the hub's
+    #: checkpoints, ``vision_model.``, ``language_model.model.``..., is the module tree already).
+    renames: ClassVar[dict[str, str]] = {
+        "model.vision_model.": "vision_model.",
+        "model.multi_modal_projector.": "multi_modal_projector.",
+        "model.language_model.": "language_model.model.",
+        "lm_head.": "language_model.lm_head.",
+    }
 
-    def preprocess_weights(self, weights: dict) -> dict:
-        renamed = {}
-        for key, value in weights.items():
-            for old, new in self.checkpoint_renames().items():
-                if key.startswith(old):
-                    key = new + key[len(old) :]
-                    break
-            renamed[key] = value
-        return renamed
+    def sanitize(self, weights: dict) -> dict:
+        return rename_prefixes(weights, self.renames)
 
 
 MODEL_TYPES = {"mllama": MllamaForConditionalGeneration}

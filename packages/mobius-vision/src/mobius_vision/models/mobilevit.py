@@ -12,8 +12,8 @@ The module tree follows ``MobileViTFor*`` checkpoints (``mobilevit.conv_stem.con
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
 
 from onnxscript import nn
 
@@ -45,18 +45,18 @@ class MobileViTBaseConfig(VisionConfig):
 
     @classmethod
     def hf_fields(cls, hf_config: Any) -> dict[str, Any]:
-        fields = super().hf_fields(hf_config)
-        if any(a.endswith("ForSemanticSegmentation") for a in fields["architectures"]):
+        base = super().hf_fields(hf_config)
+        if any(a.endswith("ForSemanticSegmentation") for a in base["architectures"]):
             raise ConfigError(
                 f"{hf_config.model_type}: a semantic-segmentation checkpoint is not supported; "
                 "only the backbone and image classification"
             )
         if not isinstance(hf_config.patch_size, int):
             raise ConfigError(f"{hf_config.model_type}: patch_size must be one int")
-        names = [f for f in cls.__dataclass_fields__ if f not in VisionConfig.__dataclass_fields__]
+        names = [f.name for f in fields(cls) if f.name not in VisionConfig.__dataclass_fields__]
         values = {n: getattr(hf_config, n) for n in names}
         values = {n: tuple(v) if isinstance(v, list | tuple) else v for n, v in values.items()}
-        return dict(fields, **values)
+        return dict(base, **values)
 
     def dilations(self) -> tuple[int, int]:
         """The dilation of layers 4 and 5: ``output_stride`` 8 or 16 dilates instead of striding."""
@@ -81,6 +81,18 @@ class MobileViTConfig(MobileViTBaseConfig):
     num_attention_heads: int = 4
     mlp_ratio: float = 2.0
     qkv_bias: bool = True
+
+    #: Inverted residuals of the two MobileNet layers.
+    mobilenet_depths: ClassVar[tuple[int, int]] = (1, 3)
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        """The output width of the stem, of the five encoder layers and of ``conv_1x1_exp``."""
+        return self.neck_hidden_sizes
+
+    def attention_blocks(self) -> list[tuple[int, int]]:
+        """Each MobileViT block's transformer width and depth."""
+        return list(zip(self.hidden_sizes, (2, 4, 3), strict=True))
 
 
 class MobileViTConvLayer(nn.Module):
@@ -235,23 +247,26 @@ class MobileViTLayer(nn.Module):
 
 
 class MobileViTEncoder(nn.Module):
-    depths = (2, 4, 3)  # transformer layers of the three MobileViT blocks
+    """Two MobileNet layers, then three blocks of the variant's ``block_class``."""
 
-    def __init__(self, config: MobileViTConfig) -> None:
+    block_class = MobileViTLayer
+
+    def __init__(self, config) -> None:
         super().__init__()
-        neck, sizes = config.neck_hidden_sizes, config.layer_sizes()
+        widths, sizes = config.widths, config.layer_sizes()
         dilations = (1, *config.dilations())
+        first, second = config.mobilenet_depths
         self.layer = Sequential(
             [
-                MobileViTMobileNetLayer(config, neck[0], neck[1], 1, 1),
-                MobileViTMobileNetLayer(config, neck[1], neck[2], 2, 3),
+                MobileViTMobileNetLayer(config, widths[0], widths[1], 1, first),
+                MobileViTMobileNetLayer(config, widths[1], widths[2], 2, second),
             ]
             + [
-                MobileViTLayer(
-                    config, neck[i + 2], neck[i + 3], hidden, depth, dilation, sizes[i + 3]
+                self.block_class(
+                    config, widths[i + 2], widths[i + 3], dim, depth, dilation, sizes[i + 3]
                 )
-                for i, (hidden, depth, dilation) in enumerate(
-                    zip(config.hidden_sizes, self.depths, dilations, strict=True)
+                for i, ((dim, depth), dilation) in enumerate(
+                    zip(config.attention_blocks(), dilations, strict=True)
                 )
             ]
         )
@@ -261,15 +276,25 @@ class MobileViTEncoder(nn.Module):
 
 
 class MobileViTModel(nn.Module):
-    def __init__(self, config: MobileViTConfig) -> None:
+    """The stem, the encoder and ``conv_1x1_exp``; ``pooler_output`` is the spatial mean."""
+
+    encoder_class = MobileViTEncoder
+
+    def __init__(self, config) -> None:
         super().__init__()
-        neck = config.neck_hidden_sizes
-        self.conv_stem = MobileViTConvLayer(config, config.num_channels, neck[0], 3, stride=2)
-        self.encoder = MobileViTEncoder(config)
-        self.conv_1x1_exp = MobileViTConvLayer(config, neck[5], neck[6], 1)
+        stem = config.widths[0]
+        self.conv_stem = MobileViTConvLayer(config, config.num_channels, stem, 3, stride=2)
+        self.encoder = self.encoder_class(config)
+        self.conv_1x1_exp = self.expansion(config)
+
+    def expansion(self, config) -> nn.Module | None:
+        """The 1x1 conv that widens the encoder's output to the last width."""
+        return MobileViTConvLayer(config, config.widths[5], config.widths[6], 1)
 
     def forward(self, op, pixel_values):
-        x = self.conv_1x1_exp(op, self.encoder(op, self.conv_stem(op, pixel_values)))
+        x = self.encoder(op, self.conv_stem(op, pixel_values))
+        if self.conv_1x1_exp is not None:
+            x = self.conv_1x1_exp(op, x)
         return x, op.ReduceMean(x, op.Constant(value_ints=[2, 3]), keepdims=0)
 
 
@@ -281,15 +306,14 @@ class MobileViTForImageClassification(ConvNetForImageClassification):
     base_model_prefix = "mobilevit"
 
     def make_classifier(self, config) -> nn.Module:
-        return Linear(config.neck_hidden_sizes[-1], config.num_labels, bias=True)
+        return Linear(config.widths[-1], config.num_labels, bias=True)
 
     def output_shapes(self) -> dict[str, list]:
         c = self.config
         h, w = c.layer_sizes()[-1]
-        width = c.neck_hidden_sizes[-1]
         return {
-            "last_hidden_state": ["batch", width, h, w],
-            "pooler_output": ["batch", width],
+            "last_hidden_state": ["batch", c.widths[-1], h, w],
+            "pooler_output": ["batch", c.widths[-1]],
             "logits": ["batch", c.num_labels],
         }
 

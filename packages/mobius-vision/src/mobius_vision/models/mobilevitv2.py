@@ -12,17 +12,19 @@ attention.qkv_proj.convolution``..., ``classifier``); ``last_hidden_state`` is
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from onnxscript import nn
 
-from mobius.components import Linear
-from mobius_vision.models._conv import ConvNetForImageClassification, Sequential
+from mobius_vision.models._conv import Sequential
 from mobius_vision.models.bit import GroupNorm
 from mobius_vision.models.mobilenet_v2 import make_divisible
 from mobius_vision.models.mobilevit import (
     MobileViTBaseConfig,
     MobileViTConvLayer,
-    MobileViTMobileNetLayer,
+    MobileViTEncoder,
+    MobileViTForImageClassification,
+    MobileViTModel,
     downsampling_layer,
 )
 
@@ -36,6 +38,9 @@ class MobileViTV2Config(MobileViTBaseConfig):
     width_multiplier: float = 1.0
     ffn_multiplier: float = 2.0
 
+    #: Inverted residuals of the two MobileNet layers.
+    mobilenet_depths: ClassVar[tuple[int, int]] = (1, 2)
+
     @property
     def widths(self) -> list[int]:
         """The output width of the stem and of the five encoder layers."""
@@ -45,9 +50,10 @@ class MobileViTV2Config(MobileViTBaseConfig):
             make_divisible(c * m, 8) for c in (128, 256, 384, 512)
         ]
 
-    @property
-    def attn_dims(self) -> list[int]:
-        return [make_divisible(d * self.width_multiplier, 8) for d in self.base_attn_unit_dims]
+    def attention_blocks(self) -> list[tuple[int, int]]:
+        """Each MobileViTV2 block's attention width and depth."""
+        dims = [make_divisible(d * self.width_multiplier, 8) for d in self.base_attn_unit_dims]
+        return list(zip(dims, self.n_attn_blocks, strict=True))
 
 
 class MobileViTV2LinearSelfAttention(nn.Module):
@@ -160,58 +166,23 @@ class MobileViTV2Layer(nn.Module):
         return self.conv_projection(op, self.fold(op, x))
 
 
-class MobileViTV2Encoder(nn.Module):
-    def __init__(self, config: MobileViTV2Config) -> None:
-        super().__init__()
-        widths, sizes = config.widths, config.layer_sizes()
-        dilations = (1, *config.dilations())
-        self.layer = Sequential(
-            [
-                MobileViTMobileNetLayer(config, widths[0], widths[1], 1, 1),
-                MobileViTMobileNetLayer(config, widths[1], widths[2], 2, 2),
-            ]
-            + [
-                MobileViTV2Layer(config, widths[i + 2], widths[i + 3], dim, depth, d, sizes[i + 3])
-                for i, (dim, depth, d) in enumerate(
-                    zip(config.attn_dims, config.n_attn_blocks, dilations, strict=True)
-                )
-            ]
-        )
-
-    def forward(self, op, x):
-        return self.layer(op, x)
+class MobileViTV2Encoder(MobileViTEncoder):
+    block_class = MobileViTV2Layer
 
 
-class MobileViTV2Model(nn.Module):
-    def __init__(self, config: MobileViTV2Config) -> None:
-        super().__init__()
-        stem = config.widths[0]
-        self.conv_stem = MobileViTConvLayer(config, config.num_channels, stem, 3, stride=2)
-        self.encoder = MobileViTV2Encoder(config)
+class MobileViTV2Model(MobileViTModel):
+    """MobileViT's backbone without ``conv_1x1_exp``."""
 
-    def forward(self, op, pixel_values):
-        x = self.encoder(op, self.conv_stem(op, pixel_values))
-        return x, op.ReduceMean(x, op.Constant(value_ints=[2, 3]), keepdims=0)
+    encoder_class = MobileViTV2Encoder
+
+    def expansion(self, config) -> None:
+        return None
 
 
-class MobileViTV2ForImageClassification(ConvNetForImageClassification):
-    """The backbone and, with ``--head image-classification``, a linear classifier on the mean."""
-
+class MobileViTV2ForImageClassification(MobileViTForImageClassification):
     config_class = MobileViTV2Config
     model_class = MobileViTV2Model
     base_model_prefix = "mobilevitv2"
-
-    def make_classifier(self, config) -> nn.Module:
-        return Linear(config.widths[-1], config.num_labels, bias=True)
-
-    def output_shapes(self) -> dict[str, list]:
-        c = self.config
-        h, w = c.layer_sizes()[-1]
-        return {
-            "last_hidden_state": ["batch", c.widths[-1], h, w],
-            "pooler_output": ["batch", c.widths[-1]],
-            "logits": ["batch", c.num_labels],
-        }
 
 
 MODEL_TYPES = {"mobilevitv2": MobileViTV2ForImageClassification}

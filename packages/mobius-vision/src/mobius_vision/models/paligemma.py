@@ -61,8 +61,10 @@ class PaliGemmaForConditionalGeneration(VisionLanguageModel):
         hidden, _ = self.vision_tower(op, pixel_values)  # [images, patches, vision_hidden]
         return flatten_images(op, self.multi_modal_projector(op, hidden))
 
-    def unused_tower_weights(self) -> list[str]:
-        return ["vision_tower.head.*"]  # transformers reads last_hidden_state only
+    @property
+    def ignored(self) -> tuple[str, ...]:
+        # transformers reads last_hidden_state only
+        return (*super().ignored, "vision_tower.head.*")
 
     def decoder_inputs(self) -> list[tuple]:
         return [("token_type_ids", ir.DataType.INT64, ["batch", "sequence"])]

@@ -19,8 +19,9 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius.components import GatedMLP, Linear, RMSNorm, apply_rotary
+from mobius.components import GatedMLP, Linear, RMSNorm, apply_rotary, merge_heads
 from mobius.errors import ConfigError
+from mobius.model import Model
 from mobius_vision.config import VisionConfig
 from mobius_vision.models.vit import PatchConv
 
@@ -124,7 +125,7 @@ class PixtralAttention(nn.Module):
         q = apply_rotary(op, heads(self.q_proj), cos, sin, self.head_dim)
         k = apply_rotary(op, heads(self.k_proj), cos, sin, self.head_dim)
         y = op.Attention(q, k, heads(self.v_proj), bias, scale=self.head_dim**-0.5)
-        y = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
+        y = merge_heads(op, y)
         return self.o_proj(op, y)
 
 
@@ -158,7 +159,7 @@ class PixtralTransformer(nn.Module):
         return states
 
 
-class PixtralTower(nn.Module):
+class PixtralTower(Model):
     """The tower (HF ``PixtralVisionModel``): ``patch_conv``, ``ln_pre``, ``transformer``."""
 
     def __init__(self, config: PixtralVisionConfig) -> None:

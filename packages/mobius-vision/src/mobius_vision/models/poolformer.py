@@ -11,18 +11,22 @@ mean of its GroupNorm (``norm``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import ClassVar
 
 from onnxscript import nn
 
-from mobius.components import Linear
 from mobius.errors import ConfigError
-from mobius_vision.config import VisionConfig
-from mobius_vision.models._conv import Conv2d, ConvNetForImageClassification, activation
+from mobius_vision.models._conv import Conv2d, activation
+from mobius_vision.models._pyramid import (
+    PyramidConfig,
+    PyramidForImageClassification,
+    PyramidModel,
+    conv_grids,
+)
 
 
 @dataclass
-class PoolFormerConfig(VisionConfig):
+class PoolFormerConfig(PyramidConfig):
     hidden_sizes: tuple[int, ...] = (64, 128, 320, 512)
     depths: tuple[int, ...] = (2, 2, 6, 2)
     patch_sizes: tuple[int, ...] = (7, 3, 3, 3)
@@ -30,39 +34,18 @@ class PoolFormerConfig(VisionConfig):
     padding: tuple[int, ...] = (2, 1, 1, 1)
     pool_size: int = 3
     mlp_ratio: float = 4.0
-    hidden_act: str = "gelu"
     use_layer_scale: bool = True
 
-    @classmethod
-    def hf_fields(cls, hf_config: Any) -> dict[str, Any]:
-        n, t = hf_config.num_encoder_blocks, hf_config.model_type
-        if hf_config.pool_size % 2 == 0:
-            raise ConfigError(f"{t}: an even pool_size changes the grid; x - pool(x) cannot add")
-        sizes = (hf_config.patch_sizes[:n], hf_config.strides[:n], hf_config.padding[:n])
-        if not all(isinstance(v, int) for group in sizes for v in group):
-            raise ConfigError(f"{t}: only square (int) patch_sizes, strides and padding")
-        if hf_config.hidden_sizes[-1] != hf_config.hidden_sizes[n - 1]:
-            raise ConfigError(f"{t}: the classifier's hidden_sizes[-1] is not the last stage's")
-        return dict(
-            super().hf_fields(hf_config),
-            hidden_sizes=tuple(hf_config.hidden_sizes[:n]),
-            depths=tuple(hf_config.depths[:n]),
-            patch_sizes=tuple(hf_config.patch_sizes[:n]),
-            strides=tuple(hf_config.strides[:n]),
-            padding=tuple(hf_config.padding[:n]),
-            pool_size=hf_config.pool_size,
-            mlp_ratio=float(hf_config.mlp_ratio),
-            hidden_act=hf_config.hidden_act,
-            use_layer_scale=bool(hf_config.use_layer_scale),
-        )
+    square_lists: ClassVar[tuple[str, ...]] = ("patch_sizes", "strides", "padding")
+
+    def check(self) -> None:
+        if self.pool_size % 2 == 0:
+            raise ConfigError(
+                f"{self.model_type}: an even pool_size changes the grid; x - pool(x) cannot add"
+            )
 
     def grids(self) -> list[tuple[int, int]]:
-        h, w = self.image_size
-        grids = []
-        for k, s, p in zip(self.patch_sizes, self.strides, self.padding, strict=True):
-            h, w = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
-            grids.append((h, w))
-        return grids
+        return conv_grids(self.image_size, self.patch_sizes, self.strides, self.padding)
 
 
 class PoolFormerGroupNorm(nn.Module):
@@ -165,16 +148,11 @@ class PoolFormerEncoder(nn.Module):
         return x
 
 
-class PoolFormerModel(nn.Module):
-    def __init__(self, config: PoolFormerConfig) -> None:
-        super().__init__()
-        self.encoder = PoolFormerEncoder(config)
-
-    def forward(self, op, pixel_values):
-        return self.encoder(op, pixel_values)
+class PoolFormerModel(PyramidModel):
+    encoder_class = PoolFormerEncoder
 
 
-class PoolFormerForImageClassification(ConvNetForImageClassification):
+class PoolFormerForImageClassification(PyramidForImageClassification):
     """``last_hidden_state`` and, with the head, the classifier on the mean of ``norm(hidden)``."""
 
     config_class = PoolFormerConfig
@@ -186,29 +164,14 @@ class PoolFormerForImageClassification(ConvNetForImageClassification):
         classify = self.classifier is not None
         self.norm = PoolFormerGroupNorm(config.hidden_sizes[-1]) if classify else None
 
-    def make_classifier(self, config) -> nn.Module:
-        return Linear(config.hidden_sizes[-1], config.num_labels, bias=True)
-
-    def output_shapes(self) -> dict[str, list]:
-        c = self.config
-        h, w = c.grids()[-1]
-        return {
-            "last_hidden_state": ["batch", c.hidden_sizes[-1], h, w],
-            "logits": ["batch", c.num_labels],
-        }
-
-    def forward(self, op, pixel_values):
-        hidden = self.base_model(op, pixel_values)
-        if self.classifier is None:
-            return {"last_hidden_state": hidden}
-        pooled = op.ReduceMean(self.norm(op, hidden), op.Constant(value_ints=[2, 3]), keepdims=0)
-        return {"last_hidden_state": hidden, "logits": self.classifier(op, pooled)}
+    def pool(self, op, hidden):
+        return super().pool(op, self.norm(op, hidden))
 
     @property
-    def ignored_weights(self) -> tuple[str, ...]:
-        return super().ignored_weights + (() if self.norm is not None else ("norm.*",))
+    def ignored(self) -> tuple[str, ...]:
+        return super().ignored + (() if self.norm is not None else ("norm.*",))
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         """A bare ``PoolFormerModel`` checkpoint gets the prefix (the head keeps its names)."""
         keep = (f"{self.base_model_prefix}.", "classifier.", "norm.")
         prefix = f"{self.base_model_prefix}."

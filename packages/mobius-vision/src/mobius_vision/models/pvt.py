@@ -11,18 +11,32 @@ The last stage prepends a class token; ``last_hidden_state`` is ``[batch, 1 + to
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from onnxscript import nn
 
 from mobius.components import LayerNorm, Linear, bidirectional_attention
 from mobius.errors import ConfigError
-from mobius_vision.config import VisionConfig
-from mobius_vision.models._conv import Conv2d, ConvNetForImageClassification, activation
+from mobius_vision.models._conv import Conv2d, activation
+from mobius_vision.models._pyramid import (
+    PyramidConfig,
+    PyramidForImageClassification,
+    PyramidModel,
+    conv_grids,
+    grid_to_tokens,
+    tokens_to_grid,
+)
+
+
+def check_heads(model_type: str, hidden_sizes, num_attention_heads) -> None:
+    """Refuse a stage whose width does not split into its heads."""
+    for dim, heads in zip(hidden_sizes, num_attention_heads, strict=True):
+        if dim % heads:
+            raise ConfigError(f"{model_type}: hidden size {dim} is not a multiple of {heads} heads")
 
 
 @dataclass
-class PvtConfig(VisionConfig):
+class PvtConfig(PyramidConfig):
     hidden_sizes: tuple[int, ...] = (64, 128, 320, 512)
     depths: tuple[int, ...] = (2, 2, 2, 2)
     sequence_reduction_ratios: tuple[int, ...] = (8, 4, 2, 1)
@@ -30,41 +44,22 @@ class PvtConfig(VisionConfig):
     strides: tuple[int, ...] = (4, 2, 2, 2)
     num_attention_heads: tuple[int, ...] = (1, 2, 5, 8)
     mlp_ratios: tuple[int, ...] = (8, 8, 4, 4)
-    hidden_act: str = "gelu"
     layer_norm_eps: float = 1e-6
     qkv_bias: bool = True
 
+    square_lists: ClassVar[tuple[str, ...]] = ("patch_sizes", "strides")
+
     @classmethod
     def hf_fields(cls, hf_config: Any) -> dict[str, Any]:
-        n, t = hf_config.num_encoder_blocks, hf_config.model_type
-        if n > 1 and not isinstance(hf_config.image_size, int):
+        if hf_config.num_encoder_blocks > 1 and not isinstance(hf_config.image_size, int):
+            t = hf_config.model_type
             raise ConfigError(f"{t}: transformers sizes later stages from an int image_size only")
-        if not all(isinstance(v, int) for v in (*hf_config.patch_sizes, *hf_config.strides)):
-            raise ConfigError(f"{t}: only square (int) patch_sizes and strides are supported")
-        fields = dict(
-            super().hf_fields(hf_config),
-            hidden_sizes=tuple(hf_config.hidden_sizes[:n]),
-            depths=tuple(hf_config.depths[:n]),
-            sequence_reduction_ratios=tuple(hf_config.sequence_reduction_ratios[:n]),
-            patch_sizes=tuple(hf_config.patch_sizes[:n]),
-            strides=tuple(hf_config.strides[:n]),
-            num_attention_heads=tuple(hf_config.num_attention_heads[:n]),
-            mlp_ratios=tuple(hf_config.mlp_ratios[:n]),
-            hidden_act=hf_config.hidden_act,
-            layer_norm_eps=hf_config.layer_norm_eps,
-            qkv_bias=bool(hf_config.qkv_bias),
-        )
-        cls(**fields).check(hf_config.hidden_sizes[-1])
-        return fields
+        return super().hf_fields(hf_config)
 
-    def check(self, final_size: int) -> None:
+    def check(self) -> None:
         """Refuse what transformers cannot run: its reshapes fail on these configs."""
         t = self.model_type
-        if final_size != self.hidden_sizes[-1]:
-            raise ConfigError(f"{t}: the final norm's hidden_sizes[-1] is not the last stage's")
-        for dim, heads in zip(self.hidden_sizes, self.num_attention_heads, strict=True):
-            if dim % heads:
-                raise ConfigError(f"{t}: hidden size {dim} is not a multiple of {heads} heads")
+        check_heads(t, self.hidden_sizes, self.num_attention_heads)
         if self.sequence_reduction_ratios[-1] > 1:
             raise ConfigError(f"{t}: the last stage's class token admits no sequence reduction")
         for i, ((h, w), count) in enumerate(zip(self.grids(), self.table_sizes(), strict=True)):
@@ -76,12 +71,7 @@ class PvtConfig(VisionConfig):
 
     def grids(self) -> list[tuple[int, int]]:
         """Each stage's token grid: a conv of kernel ``strides[i]`` and stride ``patch_sizes[i]``."""
-        h, w = self.image_size
-        grids = []
-        for kernel, step in zip(self.strides, self.patch_sizes, strict=True):
-            h, w = (h - kernel) // step + 1, (w - kernel) // step + 1
-            grids.append((h, w))
-        return grids
+        return conv_grids(self.image_size, self.strides, self.patch_sizes, [0] * len(self.strides))
 
     def table_sizes(self) -> list[int]:
         """The patches each stage's position table holds, as transformers sizes them."""
@@ -106,9 +96,7 @@ class PvtPatchEmbeddings(nn.Module):
         self.layer_norm = LayerNorm(dim, config.layer_norm_eps)
 
     def forward(self, op, x):
-        x = self.projection(op, x)  # [batch, C, h, w]
-        x = op.Transpose(op.Reshape(x, op.Constant(value_ints=[0, 0, -1])), perm=[0, 2, 1])
-        x = self.layer_norm(op, x)  # [batch, tokens, C]
+        x = self.layer_norm(op, grid_to_tokens(op, self.projection(op, x)))  # [batch, tokens, C]
         if self.cls_token is not None:
             shape = op.Concat(op.Shape(x, start=0, end=1), op.Constant(value_ints=[1, 1]), axis=0)
             x = op.Concat(op.Expand(self.cls_token, shape), x, axis=1)
@@ -116,31 +104,28 @@ class PvtPatchEmbeddings(nn.Module):
         return op.Add(x, self.position_embeddings)
 
 
-def tokens_to_grid(op, x, channels: int, h: int, w: int):
-    """``[batch, h*w, C]`` -> ``[batch, C, h, w]``."""
-    x = op.Transpose(x, perm=[0, 2, 1])
-    return op.Reshape(x, op.Constant(value_ints=[0, channels, h, w]))
-
-
-def grid_to_tokens(op, x):
-    """``[batch, C, h, w]`` -> ``[batch, h*w, C]``."""
-    return op.Transpose(op.Reshape(x, op.Constant(value_ints=[0, 0, -1])), perm=[0, 2, 1])
-
-
 class PvtEfficientSelfAttention(nn.Module):
-    def __init__(self, config: PvtConfig, dim: int, heads: int, ratio: int, grid) -> None:
+    """Attention whose keys and values come from the grid reduced by a strided conv and LayerNorm.
+
+    ``kernel`` is the reducing conv's kernel and stride; ``None`` attends to the tokens as they are.
+    """
+
+    reduction_name = "sequence_reduction"  # the checkpoint's name for the reducing conv
+
+    def __init__(self, config, dim: int, heads: int, kernel: int | None, grid) -> None:
         super().__init__()
         bias = config.qkv_bias
         self.query, self.key, self.value = (Linear(dim, dim, bias) for _ in range(3))
-        self.reduces = ratio > 1
+        self.reduces = kernel is not None
         if self.reduces:
-            self.sequence_reduction = Conv2d(dim, dim, ratio, stride=ratio)
+            setattr(self, self.reduction_name, Conv2d(dim, dim, kernel, stride=kernel))
             self.layer_norm = LayerNorm(dim, config.layer_norm_eps)
         self.heads, self.scale, self.dim, self.grid = heads, (dim // heads) ** -0.5, dim, grid
 
     def reduce(self, op, x):
-        y = self.sequence_reduction(op, tokens_to_grid(op, x, self.dim, *self.grid))
-        return self.layer_norm(op, grid_to_tokens(op, y))  # [batch, tokens / ratio^2, C]
+        conv = getattr(self, self.reduction_name)
+        y = conv(op, tokens_to_grid(op, x, self.dim, *self.grid))
+        return self.layer_norm(op, grid_to_tokens(op, y))  # [batch, reduced tokens, C]
 
     def forward(self, op, x):
         kv = self.reduce(op, x) if self.reduces else x
@@ -158,9 +143,12 @@ class PvtDense(nn.Module):
 
 
 class PvtAttention(nn.Module):
-    def __init__(self, config: PvtConfig, dim: int, heads: int, ratio: int, grid) -> None:
+    def __init__(self, config: PvtConfig, i: int, grid) -> None:
         super().__init__()
-        self.self = PvtEfficientSelfAttention(config, dim, heads, ratio, grid)
+        dim, ratio = config.hidden_sizes[i], config.sequence_reduction_ratios[i]
+        kernel = ratio if ratio > 1 else None
+        heads = config.num_attention_heads[i]
+        self.self = PvtEfficientSelfAttention(config, dim, heads, kernel, grid)
         self.output = PvtDense(dim)
 
     def forward(self, op, x):
@@ -168,27 +156,35 @@ class PvtAttention(nn.Module):
 
 
 class PvtFFN(nn.Module):
-    def __init__(self, dim: int, hidden: int, act: str) -> None:
+    def __init__(self, config, i: int, grid) -> None:
         super().__init__()
+        dim = config.hidden_sizes[i]
+        hidden = int(dim * config.mlp_ratios[i])
         self.dense1 = Linear(dim, hidden, bias=True)
-        self.act = activation(act)
+        self.act = activation(config.hidden_act)
         self.dense2 = Linear(hidden, dim, bias=True)
 
+    def mix_tokens(self, op, x):
+        """What mixes neighbouring tokens between the two layers: nothing in PVT."""
+        return x
+
     def forward(self, op, x):
-        return self.dense2(op, self.act(op, self.dense1(op, x)))
+        return self.dense2(op, self.act(op, self.mix_tokens(op, self.dense1(op, x))))
 
 
 class PvtLayer(nn.Module):
     """Pre-norm attention and MLP, both residual."""
 
-    def __init__(self, config: PvtConfig, i: int, grid) -> None:
+    attention_class = PvtAttention
+    mlp_class = PvtFFN
+
+    def __init__(self, config, i: int, grid) -> None:
         super().__init__()
         dim, eps = config.hidden_sizes[i], config.layer_norm_eps
-        heads, ratio = config.num_attention_heads[i], config.sequence_reduction_ratios[i]
         self.layer_norm_1 = LayerNorm(dim, eps)
-        self.attention = PvtAttention(config, dim, heads, ratio, grid)
+        self.attention = self.attention_class(config, i, grid)
         self.layer_norm_2 = LayerNorm(dim, eps)
-        self.mlp = PvtFFN(dim, int(dim * config.mlp_ratios[i]), config.hidden_act)
+        self.mlp = self.mlp_class(config, i, grid)
 
     def forward(self, op, x):
         x = op.Add(x, self.attention(op, self.layer_norm_1(op, x)))
@@ -223,39 +219,23 @@ class PvtEncoder(nn.Module):
         return self.layer_norm(op, x)
 
 
-class PvtModel(nn.Module):
-    def __init__(self, config: PvtConfig) -> None:
-        super().__init__()
-        self.encoder = PvtEncoder(config)
-
-    def forward(self, op, pixel_values):
-        return self.encoder(op, pixel_values)
+class PvtModel(PyramidModel):
+    encoder_class = PvtEncoder
 
 
-class PvtForImageClassification(ConvNetForImageClassification):
-    """``last_hidden_state`` and, with the head, the classifier on the class token."""
+class PvtForImageClassification(PyramidForImageClassification):
+    """``last_hidden_state`` ``[batch, 1 + tokens, C]``; the classifier reads the class token."""
 
     config_class = PvtConfig
     model_class = PvtModel
     base_model_prefix = "pvt"
 
-    def make_classifier(self, config) -> nn.Module:
-        return Linear(config.hidden_sizes[-1], config.num_labels, bias=True)
+    def hidden_shape(self) -> list[int]:
+        h, w = self.config.grids()[-1]
+        return [1 + h * w, self.config.hidden_sizes[-1]]
 
-    def output_shapes(self) -> dict[str, list]:
-        c = self.config
-        h, w = c.grids()[-1]
-        return {
-            "last_hidden_state": ["batch", 1 + h * w, c.hidden_sizes[-1]],
-            "logits": ["batch", c.num_labels],
-        }
-
-    def forward(self, op, pixel_values):
-        hidden = self.base_model(op, pixel_values)
-        if self.classifier is None:
-            return {"last_hidden_state": hidden}
-        cls = op.Gather(hidden, op.Constant(value_int=0), axis=1)  # [batch, C]
-        return {"last_hidden_state": hidden, "logits": self.classifier(op, cls)}
+    def pool(self, op, hidden):
+        return op.Gather(hidden, op.Constant(value_int=0), axis=1)  # [batch, C]
 
 
 MODEL_TYPES = {"pvt": PvtForImageClassification}

@@ -11,24 +11,30 @@ pooler); the classifier reads its spatial mean.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import ClassVar
 
 import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius.components import LayerNorm, Linear, bidirectional_attention
-from mobius.errors import ConfigError
-from mobius_vision.config import VisionConfig
-from mobius_vision.models._conv import Conv2d, ConvNetForImageClassification, activation
-from mobius_vision.models.pvt import grid_to_tokens, tokens_to_grid
+from mobius.components import LayerNorm, Linear
+from mobius_vision.models._conv import Conv2d, activation
+from mobius_vision.models._pyramid import (
+    PyramidConfig,
+    PyramidForImageClassification,
+    PyramidModel,
+    conv_grids,
+    grid_to_tokens,
+    tokens_to_grid,
+)
+from mobius_vision.models.pvt import PvtEfficientSelfAttention, PvtFFN, PvtLayer, check_heads
 
 #: ``nn.AdaptiveAvgPool2d(7)`` of the linear attention.
 POOLED = 7
 
 
 @dataclass
-class PvtV2Config(VisionConfig):
+class PvtV2Config(PyramidConfig):
     hidden_sizes: tuple[int, ...] = (32, 64, 160, 256)
     depths: tuple[int, ...] = (2, 2, 2, 2)
     sr_ratios: tuple[int, ...] = (8, 4, 2, 1)
@@ -36,46 +42,19 @@ class PvtV2Config(VisionConfig):
     strides: tuple[int, ...] = (4, 2, 2, 2)
     num_attention_heads: tuple[int, ...] = (1, 2, 5, 8)
     mlp_ratios: tuple[int, ...] = (8, 8, 4, 4)
-    hidden_act: str = "gelu"
     layer_norm_eps: float = 1e-6
     qkv_bias: bool = True
     linear_attention: bool = False
 
-    @classmethod
-    def hf_fields(cls, hf_config: Any) -> dict[str, Any]:
-        n, t = hf_config.num_encoder_blocks, hf_config.model_type
-        if not all(isinstance(p, int) for p in hf_config.patch_sizes[:n]):
-            raise ConfigError(f"{t}: only square (int) patch_sizes are supported")
-        if hf_config.hidden_sizes[-1] != hf_config.hidden_sizes[n - 1]:
-            raise ConfigError(f"{t}: the classifier's hidden_sizes[-1] is not the last stage's")
-        for dim, heads in zip(
-            hf_config.hidden_sizes[:n], hf_config.num_attention_heads[:n], strict=True
-        ):
-            if dim % heads:
-                raise ConfigError(f"{t}: hidden size {dim} is not a multiple of {heads} heads")
-        return dict(
-            super().hf_fields(hf_config),
-            hidden_sizes=tuple(hf_config.hidden_sizes[:n]),
-            depths=tuple(hf_config.depths[:n]),
-            sr_ratios=tuple(hf_config.sr_ratios[:n]),
-            patch_sizes=tuple(hf_config.patch_sizes[:n]),
-            strides=tuple(hf_config.strides[:n]),
-            num_attention_heads=tuple(hf_config.num_attention_heads[:n]),
-            mlp_ratios=tuple(hf_config.mlp_ratios[:n]),
-            hidden_act=hf_config.hidden_act,
-            layer_norm_eps=hf_config.layer_norm_eps,
-            qkv_bias=bool(hf_config.qkv_bias),
-            linear_attention=bool(hf_config.linear_attention),
-        )
+    square_lists: ClassVar[tuple[str, ...]] = ("patch_sizes",)
+
+    def check(self) -> None:
+        check_heads(self.model_type, self.hidden_sizes, self.num_attention_heads)
 
     def grids(self) -> list[tuple[int, int]]:
         """Each stage's token grid: a conv of kernel ``patch``, padding ``patch // 2``."""
-        h, w = self.image_size
-        grids = []
-        for patch, stride in zip(self.patch_sizes, self.strides, strict=True):
-            h, w = ((s + 2 * (patch // 2) - patch) // stride + 1 for s in (h, w))
-            grids.append((h, w))
-        return grids
+        pads = [p // 2 for p in self.patch_sizes]
+        return conv_grids(self.image_size, self.patch_sizes, self.strides, pads)
 
 
 class PvtV2OverlapPatchEmbeddings(nn.Module):
@@ -108,32 +87,30 @@ def adaptive_average_pool(op, x, h: int, w: int, out: int):
     return op.MatMul(op.MatMul(rows, x), cols)  # [batch, C, out, out]
 
 
-class PvtV2SelfAttention(nn.Module):
-    def __init__(self, config: PvtV2Config, dim: int, heads: int, ratio: int, grid) -> None:
-        super().__init__()
-        bias = config.qkv_bias
-        self.query, self.key, self.value = (Linear(dim, dim, bias) for _ in range(3))
+class PvtV2SelfAttention(PvtEfficientSelfAttention):
+    """PVT's attention plus ``proj``; linear attention reduces a 7x7 pool with a 1x1 conv and GELU."""
+
+    reduction_name = "spatial_reduction"
+
+    def __init__(self, config: PvtV2Config, i: int, grid) -> None:
+        dim, ratio = config.hidden_sizes[i], config.sr_ratios[i]
+        kernel = 1 if config.linear_attention else (ratio if ratio > 1 else None)
+        super().__init__(config, dim, config.num_attention_heads[i], kernel, grid)
         self.proj = Linear(dim, dim, bias=True)
         self.linear = config.linear_attention
-        self.reduces = self.linear or ratio > 1
-        if self.reduces:
-            kernel = 1 if self.linear else ratio
-            self.spatial_reduction = Conv2d(dim, dim, kernel, stride=kernel)
-            self.layer_norm = LayerNorm(dim, config.layer_norm_eps)
         self.gelu = activation("gelu")
-        self.heads, self.scale, self.dim, self.grid = heads, (dim // heads) ** -0.5, dim, grid
 
     def reduce(self, op, x):
-        y = tokens_to_grid(op, x, self.dim, *self.grid)  # [batch, C, h, w]
-        if self.linear:
-            y = adaptive_average_pool(op, y, *self.grid, POOLED)
+        if not self.linear:
+            return super().reduce(op, x)
+        y = adaptive_average_pool(
+            op, tokens_to_grid(op, x, self.dim, *self.grid), *self.grid, POOLED
+        )
         y = self.layer_norm(op, grid_to_tokens(op, self.spatial_reduction(op, y)))
-        return self.gelu(op, y) if self.linear else y  # [batch, reduced tokens, C]
+        return self.gelu(op, y)  # [batch, POOLED * POOLED, C]
 
     def forward(self, op, x):
-        kv = self.reduce(op, x) if self.reduces else x
-        q, k, v = self.query(op, x), self.key(op, kv), self.value(op, kv)
-        return self.proj(op, bidirectional_attention(op, q, k, v, None, self.heads, self.scale))
+        return self.proj(op, super().forward(op, x))
 
 
 class PvtV2DepthWiseConv(nn.Module):
@@ -148,36 +125,21 @@ class PvtV2DepthWiseConv(nn.Module):
         return grid_to_tokens(op, self.dwconv(op, tokens_to_grid(op, x, self.dim, *self.grid)))
 
 
-class PvtV2ConvFeedForwardNetwork(nn.Module):
-    def __init__(self, config: PvtV2Config, dim: int, hidden: int, grid) -> None:
-        super().__init__()
-        self.dense1 = Linear(dim, hidden, bias=True)
-        self.relu = activation("relu" if config.linear_attention else None)
-        self.dwconv = PvtV2DepthWiseConv(hidden, grid)
-        self.act = activation(config.hidden_act)
-        self.dense2 = Linear(hidden, dim, bias=True)
-
-    def forward(self, op, x):
-        x = self.dwconv(op, self.relu(op, self.dense1(op, x)))
-        return self.dense2(op, self.act(op, x))
-
-
-class PvtV2BlockLayer(nn.Module):
-    """Pre-norm attention and conv MLP, both residual."""
+class PvtV2ConvFeedForwardNetwork(PvtFFN):
+    """PVT's MLP with a depthwise conv (after a ReLU in linear attention) between its layers."""
 
     def __init__(self, config: PvtV2Config, i: int, grid) -> None:
-        super().__init__()
-        dim, eps = config.hidden_sizes[i], config.layer_norm_eps
-        heads, ratio = config.num_attention_heads[i], config.sr_ratios[i]
-        self.layer_norm_1 = LayerNorm(dim, eps)
-        self.attention = PvtV2SelfAttention(config, dim, heads, ratio, grid)
-        self.layer_norm_2 = LayerNorm(dim, eps)
-        hidden = int(dim * config.mlp_ratios[i])
-        self.mlp = PvtV2ConvFeedForwardNetwork(config, dim, hidden, grid)
+        super().__init__(config, i, grid)
+        self.relu = activation("relu" if config.linear_attention else None)
+        self.dwconv = PvtV2DepthWiseConv(int(config.hidden_sizes[i] * config.mlp_ratios[i]), grid)
 
-    def forward(self, op, x):
-        x = op.Add(x, self.attention(op, self.layer_norm_1(op, x)))
-        return op.Add(x, self.mlp(op, self.layer_norm_2(op, x)))
+    def mix_tokens(self, op, x):
+        return self.dwconv(op, self.relu(op, x))
+
+
+class PvtV2BlockLayer(PvtLayer):
+    attention_class = PvtV2SelfAttention
+    mlp_class = PvtV2ConvFeedForwardNetwork
 
 
 class PvtV2EncoderLayer(nn.Module):
@@ -212,39 +174,16 @@ class PvtV2Encoder(nn.Module):
         return x
 
 
-class PvtV2Model(nn.Module):
-    def __init__(self, config: PvtV2Config) -> None:
-        super().__init__()
-        self.encoder = PvtV2Encoder(config)
-
-    def forward(self, op, pixel_values):
-        return self.encoder(op, pixel_values)
+class PvtV2Model(PyramidModel):
+    encoder_class = PvtV2Encoder
 
 
-class PvtV2ForImageClassification(ConvNetForImageClassification):
+class PvtV2ForImageClassification(PyramidForImageClassification):
     """``last_hidden_state`` and, with the head, the classifier on its spatial mean."""
 
     config_class = PvtV2Config
     model_class = PvtV2Model
     base_model_prefix = "pvt_v2"
-
-    def make_classifier(self, config) -> nn.Module:
-        return Linear(config.hidden_sizes[-1], config.num_labels, bias=True)
-
-    def output_shapes(self) -> dict[str, list]:
-        c = self.config
-        h, w = c.grids()[-1]
-        return {
-            "last_hidden_state": ["batch", c.hidden_sizes[-1], h, w],
-            "logits": ["batch", c.num_labels],
-        }
-
-    def forward(self, op, pixel_values):
-        hidden = self.base_model(op, pixel_values)
-        if self.classifier is None:
-            return {"last_hidden_state": hidden}
-        pooled = op.ReduceMean(hidden, op.Constant(value_ints=[2, 3]), keepdims=0)
-        return {"last_hidden_state": hidden, "logits": self.classifier(op, pooled)}
 
 
 MODEL_TYPES = {"pvt_v2": PvtV2ForImageClassification}

@@ -316,14 +316,13 @@ class Qwen2VLForConditionalGeneration(VisionLanguageModel):
     def image_features(self, op, pixel_values, image_grid_thw):
         return self.vision_tower(op, pixel_values, image_grid_thw)  # [image_tokens, text_hidden]
 
-    def checkpoint_renames(self) -> dict[str, str]:
-        return {
-            "model.visual.": "vision_tower.",
-            "visual.": "vision_tower.",
-            "model.language_model.": "language_model.model.",
-            "model.": "language_model.model.",  # transformers 4.4x layout
-            "lm_head.": "language_model.lm_head.",
-        }
+    renames = {
+        "model.visual.": "vision_tower.",
+        "visual.": "vision_tower.",
+        "model.language_model.": "language_model.model.",
+        "model.": "language_model.model.",  # transformers 4.4x layout
+        "lm_head.": "language_model.lm_head.",
+    }
 
 
 MODEL_TYPES = {"qwen2_vl": Qwen2VLForConditionalGeneration}

@@ -18,6 +18,7 @@ from typing import Any
 from onnxscript import nn
 
 from mobius.errors import ConfigError
+from mobius.model import Model
 from mobius_text.models.siglip_text import SiglipTextConfig, SiglipTextTransformer
 from mobius_vision.models.clip import CLIPConfig, l2_normalize, similarity
 from mobius_vision.models.siglip_vision import SiglipVisionConfig, SiglipVisionTransformer
@@ -41,7 +42,7 @@ class SiglipConfig(CLIPConfig):
         return vision.hidden_size
 
 
-class SiglipModel(nn.Module):
+class SiglipModel(Model):
     """``text_model``, ``vision_model``, ``logit_scale`` and ``logit_bias``."""
 
     config_class = SiglipConfig
@@ -70,7 +71,7 @@ class SiglipModel(nn.Module):
         )
 
     @property
-    def ignored_weights(self) -> tuple[str, ...]:
+    def ignored(self) -> tuple[str, ...]:
         return ("*.embeddings.position_ids",)  # a buffer, if a checkpoint saved it
 
 

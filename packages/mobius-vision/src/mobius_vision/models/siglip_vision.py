@@ -19,6 +19,7 @@ from onnxscript import nn
 
 from mobius.components import LayerNorm, Linear, TransposedParameter, bidirectional_attention
 from mobius.errors import ConfigError
+from mobius.model import Model
 from mobius_vision.config import VisionConfig
 from mobius_vision.models.clip_vision import CLIPMLP, CLIPEncoder, PositionTable
 from mobius_vision.models.vit import PatchConv
@@ -141,7 +142,7 @@ class SiglipVisionTransformer(nn.Module):
         return x, None if self.head is None else self.head(op, x)
 
 
-class SiglipVisionModel(nn.Module):
+class SiglipVisionModel(Model):
     """``vision_model``: ``last_hidden_state`` and, with the pooling head, ``pooler_output``."""
 
     config_class = SiglipVisionConfig
@@ -168,7 +169,7 @@ class SiglipVisionModel(nn.Module):
             outputs["pooler_output"] = pooled
         return outputs
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         """A checkpoint without the ``vision_model.`` prefix gets it."""
         prefix = "vision_model."
         return {k if k.startswith(prefix) else prefix + k: v for k, v in weights.items()}

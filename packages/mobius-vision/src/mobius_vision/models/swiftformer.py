@@ -20,6 +20,7 @@ from onnxscript import nn
 
 from mobius.components import Linear
 from mobius.errors import ConfigError
+from mobius.model import Model
 from mobius_vision.config import VisionConfig, image_size_pair
 from mobius_vision.models._conv import (
     BATCHNORM_COUNTERS,
@@ -233,7 +234,7 @@ class SwiftFormerModel(nn.Module):
         return self.encoder(op, self.patch_embed(op, pixel_values))
 
 
-class SwiftFormerForImageClassification(nn.Module):
+class SwiftFormerForImageClassification(Model):
     """The backbone and, with ``--head image-classification``, the mean of ``head`` and
     ``dist_head`` on the spatial mean of ``norm(last_hidden_state)``."""
 
@@ -276,13 +277,13 @@ class SwiftFormerForImageClassification(nn.Module):
         return outputs
 
     @property
-    def ignored_weights(self) -> tuple[str, ...]:
+    def ignored(self) -> tuple[str, ...]:
         """BatchNorm counters and, without the head, the classifier's norm and heads."""
         return (BATCHNORM_COUNTERS,) + (
             () if self.classify else ("norm.*", "head.*", "dist_head.*")
         )
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         """A bare ``SwiftFormerModel`` checkpoint gets the ``swiftformer.`` prefix."""
         bare = ("patch_embed.", "encoder.")
         return {"swiftformer." + k if k.startswith(bare) else k: v for k, v in weights.items()}

@@ -383,7 +383,7 @@ class SwinForImageClassification(ConvNetForImageClassification):
         }
 
     @property
-    def ignored_weights(self) -> tuple[str, ...]:
+    def ignored(self) -> tuple[str, ...]:
         """The lookup tables older checkpoints saved (constants here) and, without the head, the classifier."""
         constants = ("*.relative_position_index", "*.relative_coords_table")
         return constants + (() if self.classifier is not None else ("classifier.*",))

@@ -19,6 +19,7 @@ from onnxscript import nn
 
 from mobius.components import Linear
 from mobius.errors import ConfigError
+from mobius.model import Model
 from mobius_vision.config import VisionConfig
 from mobius_vision.models._conv import BATCHNORM_COUNTERS, BatchNorm2d, activation
 
@@ -195,7 +196,7 @@ class TextNetModel(nn.Module):
         return self.encoder(op, self.stem(op, pixel_values))  # [batch, C, h, w]
 
 
-class TextNetForImageClassification(nn.Module):
+class TextNetForImageClassification(Model):
     """The backbone and its 2x2 pool or, with ``--head image-classification``, ``fc`` on the
     global average pool."""
 
@@ -232,11 +233,11 @@ class TextNetForImageClassification(nn.Module):
         }
 
     @property
-    def ignored_weights(self) -> tuple[str, ...]:
+    def ignored(self) -> tuple[str, ...]:
         """BatchNorm counters and, without the head, the classifier."""
         return (BATCHNORM_COUNTERS,) + (() if self.fc is not None else ("fc.*",))
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         """A bare ``TextNetModel`` checkpoint gets the ``textnet.`` prefix."""
         bare = ("stem.", "encoder.")
         return {"textnet." + k if k.startswith(bare) else k: v for k, v in weights.items()}

@@ -18,18 +18,18 @@ class VideoLlavaForConditionalGeneration(LlavaForConditionalGeneration):
         _, dtype, shape = super().vision_inputs(dtype)[0]
         return [("pixel_values_images", dtype, shape)]
 
-    def checkpoint_renames(self) -> dict[str, str]:
-        """``image_tower`` in every layout (hub, transformers 4.5x, 5) is the composed tower."""
-        return {
-            "image_tower.vision_model.": "vision_tower.",
-            "model.image_tower.": "vision_tower.",
-            "image_tower.": "vision_tower.",
-            "model.video_tower.": "video_tower.",
-            **super().checkpoint_renames(),
-        }
+    #: ``image_tower`` in every layout (hub, transformers 4.5x, 5) is the composed tower.
+    renames = {
+        "image_tower.vision_model.": "vision_tower.",
+        "model.image_tower.": "vision_tower.",
+        "image_tower.": "vision_tower.",
+        "model.video_tower.": "video_tower.",
+        **LlavaForConditionalGeneration.renames,
+    }
 
-    def unused_tower_weights(self) -> list[str]:
-        return [*super().unused_tower_weights(), "video_tower.*"]  # frames are not built
+    @property
+    def ignored(self) -> tuple[str, ...]:
+        return (*super().ignored, "video_tower.*")  # frames are not built
 
 
 MODEL_TYPES = {"video_llava": VideoLlavaForConditionalGeneration}

@@ -14,6 +14,7 @@ from typing import Any
 from onnxscript import nn
 
 from mobius.components import LayerNorm, Linear, bidirectional_attention, get_activation
+from mobius.model import Model
 from mobius_vision.config import VisionConfig
 
 
@@ -214,7 +215,7 @@ class ViTModel(nn.Module):
         return x, None if self.pooler is None else self.pooler(op, x)
 
 
-class ViTForImageClassification(nn.Module):
+class ViTForImageClassification(Model):
     """The encoder and, with ``--head image-classification``, the classifier on the class token."""
 
     config_class = ViTConfig
@@ -255,7 +256,7 @@ class ViTForImageClassification(nn.Module):
         return outputs
 
     @property
-    def ignored_weights(self) -> tuple[str, ...]:
+    def ignored(self) -> tuple[str, ...]:
         """Tensors no graph of this head reads (the pooler under a classifier, the other head)."""
         prefix = self.base_model_prefix
         ignored = [f"{prefix}.embeddings.mask_token"]
@@ -265,7 +266,7 @@ class ViTForImageClassification(nn.Module):
             ignored.append("classifier.*")
         return tuple(ignored)
 
-    def preprocess_weights(self, weights: dict) -> dict:
+    def sanitize(self, weights: dict) -> dict:
         """A bare ``ViTModel`` checkpoint gets the ``vit.`` prefix."""
         prefix = f"{self.base_model_prefix}."
         return {

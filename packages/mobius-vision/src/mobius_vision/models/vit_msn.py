@@ -1,7 +1,7 @@
 """ViT-MSN: ViT pre-trained with masked siamese networks; no pooler, the class token classified.
 
 Checkpoints keep ViT's keys under ``vit.`` (transformers 5 saves a classifier's
-encoder layers without the prefix; :meth:`preprocess_weights` adds it back).
+encoder layers without the prefix; :meth:`sanitize` adds it back).
 """
 
 from __future__ import annotations

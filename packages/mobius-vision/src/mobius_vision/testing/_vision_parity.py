@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 
 from mobius.testing._parity import PARITY_ATOL, build_with_cli, perturb_parameters
+from mobius.testing._parity_log import record_parity
 from mobius_vision.config import image_size_pair
 
 #: How far apart two random images' reference outputs must be for a comparison to count.
@@ -58,6 +59,7 @@ class VisionParity:
     diffs: dict[str, float] = field(default_factory=dict)
 
     def assert_close(self, atol: float = PARITY_ATOL) -> None:
+        record_parity(self)
         assert self.diffs, f"--ep {self.ep} --head {self.head}: no output was compared"
         worst = max(self.diffs.values())
         assert worst <= atol, f"--ep {self.ep} --head {self.head}: {self.diffs} > {atol:g}"

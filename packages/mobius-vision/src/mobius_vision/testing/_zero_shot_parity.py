@@ -11,6 +11,7 @@ import onnx
 
 from mobius.testing._encoder_parity import right_padded_batch
 from mobius.testing._parity import PARITY_ATOL, build_with_cli, perturb_parameters
+from mobius.testing._parity_log import record_parity
 from mobius_vision.testing._vision_parity import _assert_depends_on_image, random_pixels
 
 #: The outputs of the task, as transformers' ``CLIPOutput`` / ``SiglipOutput`` name them.
@@ -55,6 +56,7 @@ class ZeroShotParity:
     diffs: dict[str, float] = field(default_factory=dict)
 
     def assert_close(self, atol: float = PARITY_ATOL) -> None:
+        record_parity(self)
         assert set(self.diffs) == set(ZERO_SHOT_OUTPUTS), f"--ep {self.ep}: compared {self.diffs}"
         worst = max(self.diffs.values())
         assert worst <= atol, f"--ep {self.ep}: {self.diffs} > {atol:g}"
