@@ -183,3 +183,21 @@ def test_the_cycle_check_finds_a_cycle():
 @pytest.mark.parametrize("gone", ["_speech.py", "_pipeline.py", "_genai_processor.py"])
 def test_domain_modules_left_core(gone):
     assert not (SRC / gone).exists()
+
+
+DOMAIN_SRC = [
+    SRC.parents[2] / f"mobius-{d}" / "src" for d in ("text", "vision", "audio", "diffusion")
+]
+
+
+def test_domain_packages_use_only_public_core_modules():
+    """A domain package imports core's public modules only, so core can change its internals."""
+    offenders = []
+    for src in DOMAIN_SRC:
+        for path in sorted(src.rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                module = (node.module or "") if isinstance(node, ast.ImportFrom) else ""
+                private = any(part.startswith("_") for part in module.split("."))
+                if module.startswith("mobius.") and private:
+                    offenders.append(f"{path.relative_to(src)}:{node.lineno} {module}")
+    assert offenders == []

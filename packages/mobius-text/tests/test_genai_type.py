@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from mobius._genai import GENERIC_DECODER_TYPE
+from mobius.genai import GENERIC_DECODER_TYPE
 from mobius_text.models.llama import GENAI_TYPES, LlamaConfig
 from mobius_text.models.qwen import QwenConfig
 

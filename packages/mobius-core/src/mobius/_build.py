@@ -99,7 +99,7 @@ def _add_genai_config(package: ModelPackage, options: BuildOptions, registry) ->
     notes why not otherwise; ``ort-genai`` insists (its refusal is the build's
     error); ``onnx`` never writes it.
     """
-    from mobius._genai import FILENAME, GenAIUnsupportedError
+    from mobius.genai import FILENAME, GenAIUnsupportedError
 
     if options.runtime == "onnx" or (options.runtime == "auto" and not options.load_weights):
         return

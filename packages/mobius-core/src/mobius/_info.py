@@ -4,7 +4,7 @@ Everything is read from the config (a hub id fetches ``config.json`` and
 ``generation_config.json`` only) and from graphs built without weights, so the
 answers are those a real build would give: the parameter count is the built
 graph's, fused ops are those the ``--ep cpu`` build contains, ort-genai support is
-what :func:`mobius._genai.genai_config` accepts, and the int4 size comes from
+what :func:`mobius.genai.genai_config` accepts, and the int4 size comes from
 running the int4 pass itself on placeholder weights that are never read.
 """
 
@@ -121,8 +121,8 @@ def _int4_sizes(package) -> tuple[int, int, int]:
 
 def _runtime_options(package, registry) -> dict[str, OptionInfo]:
     """``--ep cpu`` and ``--runtime ort-genai``, from a weightless ``--ep cpu`` build."""
-    from mobius._genai import GenAIUnsupportedError
     from mobius.components._runtime import MS_DOMAIN
+    from mobius.genai import GenAIUnsupportedError
 
     fused = Counter(
         node.op_type

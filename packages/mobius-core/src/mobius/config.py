@@ -77,7 +77,7 @@ class ArchitectureConfig:
 
     #: The model type onnxruntime-genai's generator runs the family as (``model.type``
     #: of ``genai_config.json``); None: its generic decoder class
-    #: (:data:`mobius._genai.GENERIC_DECODER_TYPE`). A family may also answer per
+    #: (:data:`mobius.genai.GENERIC_DECODER_TYPE`). A family may also answer per
     #: instance (a property reading ``model_type``).
     genai_type: ClassVar[str | None] = None
 

@@ -38,7 +38,7 @@ def recognise_component(path: Path, options, registry) -> ModelSource | None:
     class_name = raw.get("_class_name")
     if raw.get("model_type") or not isinstance(class_name, str):
         return None
-    from mobius.weights._open import open_checkpoint
+    from mobius.weights import open_checkpoint
     from mobius_diffusion.config import ComponentConfig
 
     entry = registry.get(options.model_type or class_name)

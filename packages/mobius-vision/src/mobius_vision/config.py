@@ -143,11 +143,11 @@ class VisionLanguageConfig:
     def genai_processor_config(self, preprocessor: dict[str, Any]) -> dict[str, Any]:
         """The generator's ``processor_config.json`` from the source's ``preprocessor_config.json``.
 
-        Raises :class:`~mobius._genai.GenAIUnsupportedError` where the generator's image
+        Raises :class:`~mobius.genai.GenAIUnsupportedError` where the generator's image
         preprocessing would not compute what transformers' image processor computes: a
         family overrides this where it does (Qwen2.5-VL).
         """
-        from mobius._genai import GenAIUnsupportedError
+        from mobius.genai import GenAIUnsupportedError
 
         raise GenAIUnsupportedError(
             f"onnxruntime-genai's image preprocessing for {self.model_type!r} does not "

@@ -2,7 +2,7 @@
 
 A vision–language package qualifies in its split form, for the families the
 generator has a class for (:data:`GENAI_VISION_LANGUAGE_TYPES`): the decoder takes
-``inputs_embeds`` (core's :func:`mobius._genai.decoder_genai_config` describes it),
+``inputs_embeds`` (core's :func:`mobius.genai.decoder_genai_config` describes it),
 and ``embedding`` and ``vision`` sections name the other two graphs. A family adds
 what only its generator class reads (:meth:`~mobius_vision.config.VisionLanguageConfig.genai_model_fields`).
 
@@ -19,7 +19,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from mobius._genai import GenAIUnsupportedError, decoder_genai_config
+from mobius.genai import GenAIUnsupportedError, decoder_genai_config
 
 PROCESSOR_FILENAME = "processor_config.json"
 
@@ -45,7 +45,7 @@ def vision_language_genai_config(package, *, ep: str = "cpu") -> dict:
     """The ``genai_config.json`` content for a built vision–language ``package`` (module docstring).
 
     ``ep`` picks the generator's execution provider (``"cuda"`` asks for CUDA,
-    anything else runs on CPU). Raises :class:`~mobius._genai.GenAIUnsupportedError`
+    anything else runs on CPU). Raises :class:`~mobius.genai.GenAIUnsupportedError`
     for a package the generator cannot run: the single form, or a family it has no
     class for.
     """

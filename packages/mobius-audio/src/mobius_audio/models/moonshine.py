@@ -32,10 +32,10 @@ from mobius.components import (
     Linear,
     RotaryEmbedding,
     causal_bias,
+    default_inv_freq,
     get_activation,
     padding_bias,
 )
-from mobius.components._rope import default_inv_freq
 from mobius.config import RopeConfig
 from mobius.errors import ConfigError
 from mobius_audio.models.whisper import WhisperForConditionalGeneration, _length

@@ -24,10 +24,10 @@ from mobius.components import (
     LayerNorm,
     Linear,
     bidirectional_attention,
+    default_inv_freq,
     get_activation,
     padding_bias,
 )
-from mobius.components._rope import default_inv_freq
 from mobius.errors import ConfigError
 from mobius_audio.models.wav2vec2 import (
     Conv1d,

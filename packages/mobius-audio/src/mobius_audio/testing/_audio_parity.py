@@ -17,8 +17,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from mobius.testing import PARITY_ATOL, build_with_cli, perturb_parameters
-from mobius.testing._parity_log import record_parity
+from mobius.testing import PARITY_ATOL, build_with_cli, perturb_parameters, record_parity
 
 #: ``head`` -> the transformers auto class of its checkpoint.
 _AUTO_CLASSES = {

@@ -1,6 +1,7 @@
 """Building blocks shared by more than one model family. Each takes explicit arguments."""
 
 from mobius.components._activations import ACTIVATIONS, get_activation, softcap
+from mobius.components._alibi import alibi, alibi_attention_bias, alibi_slopes, cumulative_positions
 from mobius.components._attention import (
     Attention,
     attention_bias,
@@ -47,6 +48,7 @@ from mobius.components._rope import (
     LongRopeRotaryEmbedding,
     RotaryEmbedding,
     apply_rotary,
+    default_inv_freq,
     make_rotary_embedding,
     rotary_dim,
 )
@@ -56,6 +58,11 @@ from mobius.components._scope import module_scope, realize_parameters
 
 __all__ = [
     "ACTIVATIONS",
+    "alibi",
+    "alibi_attention_bias",
+    "alibi_slopes",
+    "cumulative_positions",
+    "default_inv_freq",
     "EXECUTION_PROVIDERS",
     "MLP",
     "Attention",

@@ -6,7 +6,7 @@ either by name.
 """
 
 from mobius.tasks._base import IR_VERSION, OPSET, ModelTask, new_graph, set_output, twin_module
-from mobius.tasks._causal_lm import CausalLMTask
+from mobius.tasks._causal_lm import INT64, CausalLMTask, cache_layout, present_shape
 from mobius.tasks._feature_extraction import FeatureExtractionTask
 from mobius.tasks._seq2seq import Seq2SeqTask
 
@@ -19,14 +19,17 @@ def get_task(name: str, ep: str = "default") -> ModelTask:
 
 
 __all__ = [
+    "INT64",
     "IR_VERSION",
     "OPSET",
     "CausalLMTask",
     "FeatureExtractionTask",
     "ModelTask",
     "Seq2SeqTask",
+    "cache_layout",
     "get_task",
     "new_graph",
+    "present_shape",
     "set_output",
     "twin_module",
 ]

@@ -51,7 +51,7 @@ class ModelTask:
 
     def genai_config(self, package) -> dict:
         """``genai_config.json`` for onnxruntime-genai's generator, or GenAIUnsupportedError."""
-        from mobius._genai import GenAIUnsupportedError
+        from mobius.genai import GenAIUnsupportedError
 
         raise GenAIUnsupportedError(
             f"onnxruntime-genai's generator does not run {self.name} models"

@@ -29,7 +29,8 @@ def cache_layout(module) -> CacheLayout:
     return module.cache_layout()
 
 
-def _present_shape(shape: list) -> list:
+def present_shape(shape: list) -> list:
+    """A past cache tensor's shape with ``past_sequence`` grown to ``total_sequence``."""
     return ["total_sequence" if dim == "past_sequence" else dim for dim in shape]
 
 
@@ -40,7 +41,7 @@ class CausalLMTask(ModelTask):
     genai = True
 
     def genai_config(self, package) -> dict:
-        from mobius._genai import genai_config
+        from mobius.genai import genai_config
 
         return genai_config(package, ep=self.ep)
 
@@ -62,5 +63,5 @@ class CausalLMTask(ModelTask):
         set_output(builder, logits, "logits", dtype, ["batch", "sequence", config.vocab_size])
         for i, (values, layer) in enumerate(zip(present, layout, strict=True)):
             for value, (kind, shape) in zip(values, layer, strict=True):
-                set_output(builder, value, f"present.{i}.{kind}", dtype, _present_shape(shape))
+                set_output(builder, value, f"present.{i}.{kind}", dtype, present_shape(shape))
         return {"model": ir.Model(graph, ir_version=IR_VERSION, producer_name="mobius")}

@@ -23,6 +23,7 @@ from mobius.testing._parity import (
     make_random_model,
     perturb_parameters,
 )
+from mobius.testing._parity_log import record_parity
 from mobius.testing._seq2seq_parity import (
     OnnxSeq2Seq,
     Seq2SeqParity,
@@ -32,6 +33,7 @@ from mobius.testing._seq2seq_parity import (
 from mobius.testing._tokenizer import tiny_tokenizer
 
 __all__ = [
+    "record_parity",
     "tiny_tokenizer",
     "OnnxSeq2Seq",
     "Seq2SeqParity",

@@ -19,9 +19,7 @@ import numpy as np
 import onnx_ir as ir
 
 from mobius.errors import CheckpointError
-from mobius.weights import GGUFFile, GGUFTensor, RepackedWeight
-from mobius.weights._closing import Closing
-from mobius.weights._gguf_quant import REPACKABLE
+from mobius.weights import REPACKABLE, Closing, GGUFFile, GGUFTensor, RepackedWeight
 from mobius_text.gguf._config import GEMMA, PERMUTED_QK, architecture, gguf_config
 
 _GLOBAL_NAMES = {

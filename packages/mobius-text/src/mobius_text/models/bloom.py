@@ -17,15 +17,13 @@ from mobius.components import (
     LayerNorm,
     Linear,
     TiedLMHead,
-    apply_rotary,
-    get_activation,
-    merge_heads,
-)
-from mobius.components._alibi import (
     alibi,
     alibi_attention_bias,
     alibi_slopes,
+    apply_rotary,
     cumulative_positions,
+    get_activation,
+    merge_heads,
 )
 from mobius.config import ArchitectureConfig
 from mobius.model import Model

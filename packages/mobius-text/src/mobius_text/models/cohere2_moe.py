@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 
 from onnxscript import nn
 
-from mobius.components import GatedMLP, LayerNorm, RMSNorm
-from mobius.components._linear import TransposedParameter
+from mobius.components import GatedMLP, LayerNorm, RMSNorm, TransposedParameter
 from mobius.components.moe import ExpertList, flatten_tokens, top_k_routing, unflatten_tokens
 from mobius_text.models.cohere import ParallelDecoderLayer
 from mobius_text.models.cohere2 import Cohere2Config, Cohere2ForCausalLM, Cohere2Model

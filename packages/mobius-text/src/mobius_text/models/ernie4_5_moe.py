@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 from onnxscript import nn
 
-from mobius.components import DecoderLayer, GatedMLP, Linear, RMSNorm
-from mobius.components._linear import TransposedParameter
+from mobius.components import DecoderLayer, GatedMLP, Linear, RMSNorm, TransposedParameter
 from mobius.components.moe import (
     ExpertList,
     dispatch_experts,

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 
 from onnxscript import nn
 
-from mobius.components import GatedMLP, repeat_kv, rotary_dim
-from mobius.components._linear import TransposedParameter
+from mobius.components import GatedMLP, TransposedParameter, repeat_kv, rotary_dim
 from mobius.components.moe import ExpertList, flatten_tokens, top_k_routing, unflatten_tokens
 from mobius_text.models.qwen import QKNormAttention
 from mobius_text.models.qwen3_moe import Qwen3MoeConfig, Qwen3MoeForCausalLM, Qwen3MoeModel

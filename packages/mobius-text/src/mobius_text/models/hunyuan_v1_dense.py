@@ -14,10 +14,10 @@ from mobius.components import (
     RMSNorm,
     RotaryEmbedding,
     apply_rotary,
+    default_inv_freq,
     merge_heads,
     rotary_dim,
 )
-from mobius.components._rope import default_inv_freq
 from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM, LlamaModel
 
 

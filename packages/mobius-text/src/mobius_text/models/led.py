@@ -20,8 +20,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius.components import Linear
-from mobius.components._encoder import lowest_value
+from mobius.components import Linear, lowest_value
 from mobius_text.models.bart import (
     BartConfig,
     BartDecoder,

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 
 from onnxscript import nn
 
-from mobius.components import RMSNorm, rotary_dim
-from mobius.components._linear import TransposedParameter
+from mobius.components import RMSNorm, TransposedParameter, rotary_dim
 from mobius.components.moe import (
     ExpertList,
     ExpertW123,

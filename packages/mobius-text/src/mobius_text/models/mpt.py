@@ -13,8 +13,16 @@ from dataclasses import dataclass
 import numpy as np
 from onnxscript import nn
 
-from mobius.components import Attention, Embedding, LayerNorm, Linear, TiedLMHead, merge_heads
-from mobius.components._alibi import alibi, alibi_attention_bias
+from mobius.components import (
+    Attention,
+    Embedding,
+    LayerNorm,
+    Linear,
+    TiedLMHead,
+    alibi,
+    alibi_attention_bias,
+    merge_heads,
+)
 from mobius.config import ArchitectureConfig
 from mobius.model import Model
 

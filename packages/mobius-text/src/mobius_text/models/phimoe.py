@@ -19,9 +19,14 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius.components import LayerNorm, Linear, RotaryEmbedding
-from mobius.components._linear import TransposedParameter
-from mobius.components._rope import default_inv_freq, rotary_dim
+from mobius.components import (
+    LayerNorm,
+    Linear,
+    RotaryEmbedding,
+    TransposedParameter,
+    default_inv_freq,
+    rotary_dim,
+)
 from mobius.components.moe import ExpertList, ExpertW123, scatter_top_k
 from mobius_text.models.llama import LlamaForCausalLM
 from mobius_text.models.mixtral import (

@@ -22,7 +22,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius.components._rope import default_inv_freq
+from mobius.components import default_inv_freq
 from mobius.errors import ConfigError
 from mobius_text.models.qwen import Qwen2ForCausalLM, Qwen2Model, QwenConfig
 

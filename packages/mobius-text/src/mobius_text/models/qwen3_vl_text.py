@@ -26,7 +26,7 @@ import numpy as np
 
 from mobius.components import GatedMLP
 from mobius.components.moe import StackedGatedExperts, TopKRouter
-from mobius.weights._apply import DerivedTensor
+from mobius.weights import DerivedTensor
 from mobius_text.models.mixtral import SparseMoeBlock
 from mobius_text.models.qwen import Qwen3ForCausalLM, Qwen3Model
 from mobius_text.models.qwen2_vl_text import MRopeRotary, Qwen2VLTextConfig

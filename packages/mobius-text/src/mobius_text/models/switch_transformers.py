@@ -20,9 +20,7 @@ from typing import Any
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius.components import RMSNorm
-from mobius.components._activations import ACTIVATIONS
-from mobius.components._linear import TransposedParameter
+from mobius.components import ACTIVATIONS, RMSNorm, TransposedParameter
 from mobius.components.moe import dispatch_experts, flatten_tokens, unflatten_tokens
 from mobius.errors import ConfigError
 from mobius_text.models.t5 import (

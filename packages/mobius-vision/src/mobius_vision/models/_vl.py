@@ -13,11 +13,11 @@ from typing import ClassVar
 
 from onnxscript import nn
 
-from mobius._registry import registry
+from mobius import registry
 from mobius.components import embeddings_given, merge_image_features, module_scope
 from mobius.errors import ConfigError
 from mobius.model import Model
-from mobius.tasks._causal_lm import cache_layout
+from mobius.tasks import cache_layout
 from mobius.weights import rename_prefixes
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mobius._genai import GenAIUnsupportedError
+from mobius.genai import GenAIUnsupportedError
 
 # The HF image processors whose computation the Qwen pipeline below reproduces.
 _QWEN_IMAGE_PROCESSORS = frozenset(
@@ -64,7 +64,7 @@ def processor_config(config, hf: dict[str, Any]) -> dict:
 
     ``hf`` is the source's ``preprocessor_config.json`` (empty when it has none); its
     patch geometry must be the built vision graph's (``config.vision``). Raises
-    :class:`~mobius._genai.GenAIUnsupportedError` when the generator's preprocessing
+    :class:`~mobius.genai.GenAIUnsupportedError` when the generator's preprocessing
     would not equal transformers' (then the package still runs text prompts in the
     generator).
     """

@@ -23,8 +23,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius.components import LayerNorm, Linear, apply_rotary, get_activation
-from mobius.components._rope import default_inv_freq
+from mobius.components import LayerNorm, Linear, apply_rotary, default_inv_freq, get_activation
 from mobius.errors import ConfigError
 from mobius_text.models.qwen2_vl_text import Qwen2VLTextConfig, Qwen2VLTextForCausalLM
 from mobius_vision.config import VisionLanguageConfig

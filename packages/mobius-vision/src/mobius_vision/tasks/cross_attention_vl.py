@@ -40,7 +40,7 @@ import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from mobius.errors import ConfigError
-from mobius.tasks._base import IR_VERSION, ModelTask, set_output, twin_module
+from mobius.tasks import IR_VERSION, ModelTask, set_output, twin_module
 from mobius_vision.tasks.vision_language import apply_form
 
 INT64 = ir.DataType.INT64

@@ -22,7 +22,7 @@ from typing import Any
 import onnx_ir as ir
 
 from mobius.errors import ConfigError
-from mobius.tasks._base import IR_VERSION, ModelTask, set_output
+from mobius.tasks import IR_VERSION, ModelTask, set_output
 from mobius_vision.config import VISION_HEADS, VisionConfig
 
 # Architecture classes whose checkpoints hold a classifier (``--head auto``).

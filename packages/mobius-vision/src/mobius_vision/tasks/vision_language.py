@@ -48,8 +48,15 @@ from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from mobius.components import realize_parameters, scan_body
 from mobius.errors import MobiusError
-from mobius.tasks._base import IR_VERSION, ModelTask, set_output, twin_module
-from mobius.tasks._causal_lm import INT64, _present_shape, cache_layout
+from mobius.tasks import (
+    INT64,
+    IR_VERSION,
+    ModelTask,
+    cache_layout,
+    present_shape,
+    set_output,
+    twin_module,
+)
 from mobius_vision.config import VISION_LANGUAGE_FORMS, VisionLanguageConfig
 
 
@@ -79,7 +86,7 @@ def _decoder_outputs(builder, module, logits, present, layout, dtype) -> None:
     set_output(builder, logits, "logits", dtype, ["batch", "sequence", module.config.vocab_size])
     for i, (values, layer) in enumerate(zip(present, layout, strict=True)):
         for value, (kind, shape) in zip(values, layer, strict=True):
-            set_output(builder, value, f"present.{i}.{kind}", dtype, _present_shape(shape))
+            set_output(builder, value, f"present.{i}.{kind}", dtype, present_shape(shape))
 
 
 def _values(result) -> list:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from mobius.tasks._base import IR_VERSION, ModelTask, set_output
+from mobius.tasks import IR_VERSION, ModelTask, set_output
 
 INT64 = ir.DataType.INT64
 

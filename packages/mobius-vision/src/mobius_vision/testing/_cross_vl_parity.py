@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from mobius.testing._parity import PARITY_ATOL, CausalLMParity, build_with_cli
+from mobius.testing import PARITY_ATOL, CausalLMParity, build_with_cli
 from mobius_vision.testing._vl_parity import make_random_vl_model, random_images
 
 

@@ -8,8 +8,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from mobius.testing._parity import PARITY_ATOL, build_with_cli, perturb_parameters
-from mobius.testing._parity_log import record_parity
+from mobius.testing import PARITY_ATOL, build_with_cli, perturb_parameters, record_parity
 from mobius_vision.config import image_size_pair
 
 #: How far apart two random images' reference outputs must be for a comparison to count.

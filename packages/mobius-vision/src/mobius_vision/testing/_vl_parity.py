@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from mobius.testing._parity import (
+from mobius.testing import (
     PARITY_ATOL,
     CausalLMParity,
     OnnxCausalLM,

@@ -9,9 +9,13 @@ from types import SimpleNamespace
 import numpy as np
 import onnx
 
-from mobius.testing._encoder_parity import right_padded_batch
-from mobius.testing._parity import PARITY_ATOL, build_with_cli, perturb_parameters
-from mobius.testing._parity_log import record_parity
+from mobius.testing import (
+    PARITY_ATOL,
+    build_with_cli,
+    perturb_parameters,
+    record_parity,
+    right_padded_batch,
+)
 from mobius_vision.testing._vision_parity import _assert_depends_on_image, random_pixels
 
 #: The outputs of the task, as transformers' ``CLIPOutput`` / ``SiglipOutput`` name them.
