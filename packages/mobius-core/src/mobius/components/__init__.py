@@ -1,7 +1,6 @@
 """Building blocks shared by more than one model family. Each takes explicit arguments."""
 
 from mobius.components._activations import ACTIVATIONS, get_activation, softcap
-from mobius.components._alibi import alibi, alibi_attention_bias, alibi_slopes, cumulative_positions
 from mobius.components._attention import (
     Attention,
     attention_bias,
@@ -41,7 +40,6 @@ from mobius.components._linear import (
     checkpoint_shape,
 )
 from mobius.components._mlp import MLP, GatedMLP
-from mobius.components._multimodal import embeddings_given, merge_image_features
 from mobius.components._norms import LayerNorm, RMSNorm, WeightlessRMSNorm
 from mobius.components._rope import (
     DynamicNTKRotaryEmbedding,
@@ -58,10 +56,6 @@ from mobius.components._scope import module_scope, realize_parameters
 
 __all__ = [
     "ACTIVATIONS",
-    "alibi",
-    "alibi_attention_bias",
-    "alibi_slopes",
-    "cumulative_positions",
     "default_inv_freq",
     "EXECUTION_PROVIDERS",
     "MLP",
@@ -93,7 +87,6 @@ __all__ = [
     "c2p_scores",
     "causal_bias",
     "checkpoint_shape",
-    "embeddings_given",
     "execution_provider_of",
     "float_constant",
     "fused_ops",
@@ -104,7 +97,6 @@ __all__ = [
     "make_rotary_embedding",
     "masked_softmax_attention",
     "merge_heads",
-    "merge_image_features",
     "module_scope",
     "p2c_scores",
     "padding_bias",

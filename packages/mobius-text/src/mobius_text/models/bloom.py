@@ -17,16 +17,18 @@ from mobius.components import (
     LayerNorm,
     Linear,
     TiedLMHead,
-    alibi,
-    alibi_attention_bias,
-    alibi_slopes,
     apply_rotary,
-    cumulative_positions,
     get_activation,
     merge_heads,
 )
 from mobius.config import ArchitectureConfig
 from mobius.model import Model
+from mobius_text.models._alibi import (
+    alibi,
+    alibi_attention_bias,
+    alibi_slopes,
+    cumulative_positions,
+)
 
 
 @dataclass

@@ -26,14 +26,12 @@ from mobius.components import (
     LayerNorm,
     Linear,
     TiedLMHead,
-    alibi_attention_bias,
-    alibi_slopes,
     attention_bias,
-    cumulative_positions,
     make_rotary_embedding,
 )
 from mobius.config import ArchitectureConfig
 from mobius.model import Model
+from mobius_text.models._alibi import alibi_attention_bias, alibi_slopes, cumulative_positions
 from mobius_text.models.bloom import DenseMLP, FusedQKVAttention
 
 

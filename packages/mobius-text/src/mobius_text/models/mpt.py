@@ -13,18 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 from onnxscript import nn
 
-from mobius.components import (
-    Attention,
-    Embedding,
-    LayerNorm,
-    Linear,
-    TiedLMHead,
-    alibi,
-    alibi_attention_bias,
-    merge_heads,
-)
+from mobius.components import Attention, Embedding, LayerNorm, Linear, TiedLMHead, merge_heads
 from mobius.config import ArchitectureConfig
 from mobius.model import Model
+from mobius_text.models._alibi import alibi, alibi_attention_bias
 
 
 def mpt_alibi_slopes(num_heads: int, alibi_bias_max: float = 8.0) -> np.ndarray:

@@ -14,11 +14,12 @@ from typing import ClassVar
 from onnxscript import nn
 
 from mobius import registry
-from mobius.components import embeddings_given, merge_image_features, module_scope
+from mobius.components import module_scope
 from mobius.errors import ConfigError
 from mobius.model import Model
 from mobius.tasks import cache_layout
 from mobius.weights import rename_prefixes
+from mobius_vision.models._compose import embeddings_given, merge_image_features
 
 
 def vision_tower(config) -> nn.Module:

@@ -25,9 +25,10 @@ from typing import Any
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius.components import Embedding, LayerNorm, Linear, get_activation, merge_image_features
+from mobius.components import Embedding, LayerNorm, Linear, get_activation
 from mobius.errors import ConfigError
 from mobius_text.models.qwen3_vl_text import Qwen3VLTextConfig, Qwen3VLTextForCausalLM
+from mobius_vision.models._compose import merge_image_features
 from mobius_vision.models.qwen2_5_vl import _Attributes
 from mobius_vision.models.qwen2_vl import (
     PatchEmbed,

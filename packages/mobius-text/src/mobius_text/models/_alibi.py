@@ -14,7 +14,7 @@ import math
 import numpy as np
 import onnx_ir as ir
 
-from mobius.components._attention import attention_bias
+from mobius.components import attention_bias
 
 
 def alibi_slopes(num_heads: int) -> np.ndarray:

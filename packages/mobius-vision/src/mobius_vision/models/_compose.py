@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 from onnxscript import nn
 
-from mobius.components._scope import module_scope
+from mobius.components import module_scope
 
 
 def merge_image_features(op, inputs_embeds, input_ids, image_features, image_token_id: int):
