@@ -86,3 +86,34 @@ def test_pipeline_options_refused_elsewhere(tmp_path):
         mobius.build(vae, load_weights=False, skip_component=["unet"])
     with pytest.raises(MobiusError, match="--output applies to diffusion pipelines"):
         run_text_cli(tmp_path / "text-out", "hi", {"image_output": "x.png", "steps": 20})
+
+
+def test_a_hub_pipeline_is_fetched_with_its_component_folders(tmp_path, monkeypatch):
+    """Core's first snapshot finds model_index.json; the diffusion source names the second download."""
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    from mobius.weights import resolve_model
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    snapshot = tmp_path / "snapshot"
+    calls = []
+
+    def fake(repo_id, allow_patterns=None, ignore_patterns=None, **kwargs):
+        calls.append((list(allow_patterns), ignore_patterns))
+        snapshot.mkdir(exist_ok=True)
+        (snapshot / "model_index.json").write_text("{}")
+        return str(snapshot)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake)
+    assert resolve_model("org/pipeline") == snapshot
+    assert len(calls) == 2
+    allow, ignore = calls[1]
+    assert "*/*.safetensors" in allow and "*/*.bin" not in allow
+    assert "*/*.*.safetensors" in ignore  # other weight variants are left out
+
+    calls.clear()
+    resolve_model("org/pipeline", allow_pickle=True)
+    assert "*/*.bin" in calls[1][0]

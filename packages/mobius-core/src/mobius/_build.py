@@ -75,7 +75,9 @@ def build(
     options = BuildOptions.of(options, **keywords)
     options.check()
     registry = registry or default_registry
-    path = resolve_model(model, revision=options.revision, allow_pickle=options.allow_pickle)
+    path = resolve_model(
+        model, revision=options.revision, allow_pickle=options.allow_pickle, registry=registry
+    )
     source = open_source(path, options, registry)
     package = source.build(options, registry)
     if not options.load_weights:

@@ -67,6 +67,11 @@ class SourceInfo:
     package: str
     #: A sentence for ``mobius build --help``: what this source reads and builds.
     help: str = ""
+    #: For hub downloads: ``hub_files(snapshot, allow_pickle) -> (allow, ignore) | None``
+    #: (callable or lazy string) looks at the first snapshot (configs, tokenizer,
+    #: root weights) and names the files of a second download its source needs
+    #: (a pipeline's component folders), or None when the snapshot is not its kind.
+    hub_files: Any = None
 
     def function(self):
         return load(self.recognise)

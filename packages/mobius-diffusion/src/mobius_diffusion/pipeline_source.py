@@ -57,6 +57,37 @@ TOKENIZER_BACKENDS = (
 )
 
 
+#: The files of a pipeline's second hub download: its index, and each component folder's
+#: configs, tokenizer and scheduler files and safetensors weights.
+HUB_PIPELINE_PATTERNS = (
+    "model_index.json",
+    "*/*.json",  # config.json, scheduler_config.json, tokenizer files, weight indexes
+    "*/*.txt",  # merges.txt, vocab.txt
+    "*/*.model",  # spiece.model
+    "*/*.safetensors",
+)
+
+#: Left out of it: weights of other variants (``*.fp16.safetensors``,
+#: ``*.fp16-00001-of-00002.safetensors`` and their indexes); the default variant's
+#: names have no second dot.
+HUB_PIPELINE_IGNORE = ("*/*.*.safetensors", "*/*.safetensors.index.*.json", "*/*.*.bin")
+
+#: Added with ``allow_pickle``.
+HUB_PIPELINE_PICKLE_PATTERNS = ("*/*.bin",)
+
+
+def hub_files(snapshot: Path, allow_pickle: bool) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """The component folders to fetch when a hub snapshot is a pipeline (else None).
+
+    Core's first download brings the root files; a pipeline keeps its components in
+    folders, so they come in a second one, the default weight variant only.
+    """
+    if not is_pipeline(snapshot):
+        return None
+    pickles = HUB_PIPELINE_PICKLE_PATTERNS if allow_pickle else ()
+    return HUB_PIPELINE_PATTERNS + pickles, HUB_PIPELINE_IGNORE
+
+
 def is_pipeline(model_dir: Path) -> bool:
     """Whether a directory is a diffusers pipeline (``model_index.json``, no ``config.json``)."""
     return (model_dir / INDEX).is_file() and not (model_dir / "config.json").is_file()

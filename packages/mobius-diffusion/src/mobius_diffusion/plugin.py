@@ -48,8 +48,16 @@ def register_slice(registry) -> None:
         ("diffusers-component", "mobius_diffusion.source:recognise_component"),
         ("safetensors-adapter", "mobius_diffusion.source:recognise_weights_file"),
     ):
-        help_text = PIPELINE_HELP if name == "diffusers-pipeline" else ""
-        registry.register_source(SourceInfo(name, recognise, PACKAGE, help_text))
+        pipeline = name == "diffusers-pipeline"
+        registry.register_source(
+            SourceInfo(
+                name,
+                recognise,
+                PACKAGE,
+                help=PIPELINE_HELP if pipeline else "",
+                hub_files="mobius_diffusion.pipeline_source:hub_files" if pipeline else None,
+            )
+        )
     registry.register_option(
         CliOption(
             "build",

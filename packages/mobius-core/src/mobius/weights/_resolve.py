@@ -6,6 +6,7 @@ import os
 import pathlib
 
 from mobius.errors import ModelSourceError
+from mobius.plugins import load
 
 #: The files fetched from the hub: configs, tokenizer files and safetensors weights only.
 HUB_ALLOW_PATTERNS = [
@@ -28,7 +29,7 @@ HUB_ALLOW_PATTERNS = [
     "*_Pooling/config.json",
     "*.safetensors",
     "*.safetensors.index.json",
-    # a diffusers pipeline's index: its components are then fetched (HUB_PIPELINE_PATTERNS)
+    # a diffusers pipeline's index: mobius-diffusion's source then names its component files
     "model_index.json",
 ]
 
@@ -38,27 +39,13 @@ HUB_PICKLE_PATTERNS = ["pytorch_model*.bin", "pytorch_model.bin.index.json", "*.
 #: The files :func:`resolve_config` fetches: what describes a model, no weights.
 HUB_CONFIG_PATTERNS = ["config.json", "generation_config.json"]
 
-#: The files fetched for a diffusers pipeline: its index, and each component folder's
-#: configs, tokenizer and scheduler files and safetensors weights.
-HUB_PIPELINE_PATTERNS = [
-    "model_index.json",
-    "*/*.json",  # config.json, scheduler_config.json, tokenizer files, weight indexes
-    "*/*.txt",  # merges.txt, vocab.txt
-    "*/*.model",  # spiece.model
-    "*/*.safetensors",
-]
-
-#: Left out of a pipeline download: weights of other variants (``*.fp16.safetensors``,
-#: ``*.fp16-00001-of-00002.safetensors`` and their indexes); the default variant's
-#: names have no second dot.
-HUB_PIPELINE_IGNORE = ["*/*.*.safetensors", "*/*.safetensors.index.*.json", "*/*.*.bin"]
-
-#: Added to a pipeline download with ``allow_pickle``.
-HUB_PIPELINE_PICKLE_PATTERNS = ["*/*.bin"]
-
 
 def resolve_model(
-    model: str | os.PathLike[str], *, revision: str | None = None, allow_pickle: bool = False
+    model: str | os.PathLike[str],
+    *,
+    revision: str | None = None,
+    allow_pickle: bool = False,
+    registry=None,
 ) -> pathlib.Path:
     """Return a local path holding ``model``, downloading it from the hub if needed.
 
@@ -66,9 +53,9 @@ def resolve_model(
     ``.safetensors`` adapter (each returned as is) or a hub repo id such as
     ``org/name``; a repo id is fetched into the local hub cache (configs, tokenizer
     and safetensors files only; pickled weights too with ``allow_pickle``). With ``HF_HUB_OFFLINE=1``
-    only the local cache is consulted. A diffusers pipeline repository
-    (``model_index.json``, no root ``config.json``) is then fetched with its component
-    folders (:data:`HUB_PIPELINE_PATTERNS`), the default weight variant only.
+    only the local cache is consulted. A registered source that needs more than that
+    first snapshot (a pipeline's component folders) names the files of a second
+    download (:attr:`mobius.plugins.SourceInfo.hub_files`).
 
     Raises:
         ModelSourceError: ``model`` is neither a usable local path nor a repo id
@@ -84,10 +71,13 @@ def resolve_model(
         raise ModelSourceError(f"no such {what}: {model}")
     patterns = HUB_ALLOW_PATTERNS + (HUB_PICKLE_PATTERNS if allow_pickle else [])
     local = _download(model, revision, patterns)
-    if (local / "model_index.json").is_file() and not (local / "config.json").is_file():
-        # A diffusers pipeline: its components live in folders, fetched now.
-        patterns = HUB_PIPELINE_PATTERNS + (HUB_PIPELINE_PICKLE_PATTERNS if allow_pickle else [])
-        return _download(model, revision, patterns, HUB_PIPELINE_IGNORE)
+    if registry is None:
+        from mobius._registry import registry
+    for source in registry.sources():
+        wanted = load(source.hub_files)(local, allow_pickle) if source.hub_files else None
+        if wanted is not None:
+            allow, ignore = wanted
+            return _download(model, revision, list(allow), list(ignore) or None)
     return local
 
 
