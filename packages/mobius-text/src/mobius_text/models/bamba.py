@@ -118,11 +118,7 @@ class BambaForCausalLM(Model):
             ("key", ["batch", c.num_key_value_heads, "past_sequence", c.head_dim]),
             ("value", ["batch", c.num_key_value_heads, "past_sequence", c.head_dim]),
         ]
-        conv_dim = m.intermediate_size + 2 * m.n_groups * m.state_size
-        mamba = [
-            ("conv_state", ["batch", conv_dim, m.conv_kernel - 1]),
-            ("ssm_state", ["batch", m.num_heads, m.head_dim, m.state_size]),
-        ]
+        mamba = m.state_layout()
         return [attention if k == "full_attention" else mamba for k in c.layers_block_type]
 
     def forward(self, op, input_ids, attention_mask, position_ids, past):

@@ -261,13 +261,7 @@ class FalconH1ForCausalLM(Model):
     def cache_layout(self):
         c, m = self.config, self.config.mamba
         kv = ["batch", c.num_key_value_heads, "past_sequence", c.head_dim]
-        conv_dim = m.intermediate_size + 2 * m.n_groups * m.state_size
-        layer = [
-            ("key", kv),
-            ("value", kv),
-            ("conv_state", ["batch", conv_dim, m.conv_kernel - 1]),
-            ("ssm_state", ["batch", m.num_heads, m.head_dim, m.state_size]),
-        ]
+        layer = [("key", kv), ("value", kv), *m.state_layout()]
         return [layer] * c.num_hidden_layers
 
     def forward(self, op, input_ids, attention_mask, position_ids, past):

@@ -144,11 +144,7 @@ class GraniteMoeHybridForCausalLM(Model):
     def cache_layout(self):
         c, m = self.config, self.config.mamba
         kv = ["batch", c.num_key_value_heads, "past_sequence", c.head_dim]
-        conv_dim = m.intermediate_size + 2 * m.n_groups * m.state_size
-        mamba = [
-            ("conv_state", ["batch", conv_dim, m.conv_kernel - 1]),
-            ("ssm_state", ["batch", m.num_heads, m.head_dim, m.state_size]),
-        ]
+        mamba = m.state_layout()
         return [
             [("key", kv), ("value", kv)] if kind == "full_attention" else mamba
             for kind in c.layers_block_type

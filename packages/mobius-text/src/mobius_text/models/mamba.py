@@ -64,6 +64,13 @@ class MambaConfig:
         """One sequence's ``ssm_state``."""
         return [self.intermediate_size, self.state_size]
 
+    def state_layout(self) -> list[tuple[str, list]]:
+        """The cache of one mixer layer: its conv window and its SSM state."""
+        return [
+            ("conv_state", ["batch", self.conv_dim, self.conv_kernel - 1]),
+            ("ssm_state", ["batch", *self.ssm_state_shape]),
+        ]
+
 
 def real_token_scale(op, attention_mask, input_ids, like):
     """``[batch, seq, 1]``: 1 for this step's real tokens, 0 for padding (the mask's last ``seq`` columns).
@@ -257,12 +264,7 @@ class MambaForCausalLM(Model):
             self.lm_head = Linear(config.hidden_size, config.vocab_size)
 
     def cache_layout(self):
-        c = self.config
-        layer = [
-            ("conv_state", ["batch", c.conv_dim, c.conv_kernel - 1]),
-            ("ssm_state", ["batch", *c.ssm_state_shape]),
-        ]
-        return [layer] * c.num_hidden_layers
+        return [self.config.state_layout()] * self.config.num_hidden_layers
 
     def forward(self, op, input_ids, attention_mask, position_ids, states):
         hidden, presents = self.backbone(op, input_ids, attention_mask, states)

@@ -132,13 +132,9 @@ class NemotronHForCausalLM(Model):
     def cache_layout(self):
         c, m = self.config, self.config.mamba
         kv = ["batch", c.num_key_value_heads, "past_sequence", c.head_dim]
-        conv_dim = m.intermediate_size + 2 * m.n_groups * m.state_size
         layouts = {
             "full_attention": [("key", kv), ("value", kv)],
-            "linear_attention": [
-                ("conv_state", ["batch", conv_dim, m.conv_kernel - 1]),
-                ("ssm_state", ["batch", m.num_heads, m.head_dim, m.state_size]),
-            ],
+            "linear_attention": m.state_layout(),
             "mlp": [],
         }
         return [layouts[t] for t in c.layers_block_type]
