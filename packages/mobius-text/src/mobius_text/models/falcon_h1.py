@@ -74,23 +74,7 @@ class FalconH1Config(LlamaConfig):
             mamba_rms_norm=bool(hf_config.mamba_rms_norm),
             mamba_norm_before_gate=bool(hf_config.mamba_norm_before_gate),
             projectors_bias=bool(hf_config.projectors_bias),
-            mamba=Mamba2Config(
-                model_type=hf_config.model_type,
-                vocab_size=hf_config.vocab_size,
-                hidden_size=hf_config.hidden_size,
-                intermediate_size=inner,
-                num_hidden_layers=hf_config.num_hidden_layers,
-                state_size=hf_config.mamba_d_state,
-                conv_kernel=hf_config.mamba_d_conv,
-                time_step_rank=0,
-                layer_norm_epsilon=hf_config.rms_norm_eps,
-                use_bias=hf_config.mamba_proj_bias,
-                use_conv_bias=hf_config.mamba_conv_bias,
-                num_heads=hf_config.mamba_n_heads,
-                head_dim=hf_config.mamba_d_head,
-                n_groups=hf_config.mamba_n_groups,
-                time_step_limit=tuple(hf_config.time_step_limit or (0.0, float("inf"))),
-            ),
+            mamba=Mamba2Config.from_hybrid(hf_config, intermediate_size=inner),
         )
         return fields
 

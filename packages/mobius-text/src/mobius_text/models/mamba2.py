@@ -51,13 +51,16 @@ class Mamba2Config(MambaConfig):
         return [self.num_heads, self.head_dim, self.state_size]
 
     @classmethod
-    def from_hybrid(cls, hf_config) -> Mamba2Config:
-        """The mixer config of a hybrid that names it ``mamba_*`` (Bamba, Granite-MoE-Hybrid)."""
+    def from_hybrid(cls, hf_config, intermediate_size: int | None = None) -> Mamba2Config:
+        """The mixer config of a hybrid that names it ``mamba_*`` (Bamba, Granite-MoE-Hybrid,
+        Falcon-H1); ``intermediate_size`` defaults to ``mamba_expand * hidden_size``."""
+        if intermediate_size is None:
+            intermediate_size = int(hf_config.mamba_expand * hf_config.hidden_size)
         return cls(
             model_type=hf_config.model_type,
             vocab_size=hf_config.vocab_size,
             hidden_size=hf_config.hidden_size,
-            intermediate_size=int(hf_config.mamba_expand * hf_config.hidden_size),
+            intermediate_size=intermediate_size,
             num_hidden_layers=hf_config.num_hidden_layers,
             state_size=hf_config.mamba_d_state,
             conv_kernel=hf_config.mamba_d_conv,
