@@ -119,3 +119,21 @@ def test_modules_json_of_another_task_is_not_read(tmp_path):
     (model / "modules.json").write_text("not json")  # never read: not an encoder
     package = mobius.build(model, load_weights=False, runtime="onnx")
     assert package.task == "causal-lm"
+
+
+@pytest.mark.parametrize("escape", ["../outside", "/etc", 7])
+def test_a_module_path_outside_the_directory_is_refused(tmp_path, escape):
+    """modules.json is a stranger's file: its Pooling path may not leave the model directory."""
+    from mobius_text.sentence_transformers import sentence_transformers_pooling
+
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "config.json").write_text('{"pooling_mode_cls_token": true}')
+    modules = [
+        {"type": "sentence_transformers.models.Transformer", "path": ""},
+        {"type": "sentence_transformers.models.Pooling", "path": escape},
+    ]
+    (model_dir / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(ConfigError, match="module path"):
+        sentence_transformers_pooling(model_dir)

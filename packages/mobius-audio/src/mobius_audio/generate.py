@@ -187,7 +187,9 @@ class SpeechToTextGenerator(Seq2SeqGenerator):
                 )
             from transformers import AutoFeatureExtractor
 
-            self._feature_extractor = AutoFeatureExtractor.from_pretrained(str(self.package_dir))
+            self._feature_extractor = AutoFeatureExtractor.from_pretrained(
+                str(self.package_dir), trust_remote_code=False
+            )
         return self._feature_extractor
 
     def features(self, audio: np.ndarray, rate: int) -> dict[str, np.ndarray]:

@@ -384,7 +384,9 @@ class _Generator:
                     "tokenizer.model, vocab.json...): build from a checkpoint that has them"
                 )
             try:
-                self._tokenizer = AutoTokenizer.from_pretrained(str(self.package_dir))
+                self._tokenizer = AutoTokenizer.from_pretrained(
+                    str(self.package_dir), trust_remote_code=False
+                )
             except (OSError, ValueError, TypeError) as exc:
                 reason = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
                 raise PackageError(

@@ -127,7 +127,9 @@ class PipelineRunner:
         if key not in self._sessions:
             from transformers import AutoTokenizer
 
-            self._sessions[key] = AutoTokenizer.from_pretrained(str(self.package_dir / component))
+            self._sessions[key] = AutoTokenizer.from_pretrained(
+                str(self.package_dir / component), trust_remote_code=False
+            )
         return self._sessions[key]
 
     def vae_scale_factor(self) -> int:

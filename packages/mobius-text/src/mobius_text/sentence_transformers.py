@@ -17,6 +17,18 @@ from mobius.options import POOLING_MODES
 from mobius.source import ModelSource, lookup, model_source, read_json
 
 
+def _inside(model_dir: Path, name: object) -> Path:
+    """``model_dir / name`` for a module path read from modules.json, refused if it leaves the directory."""
+    if not isinstance(name, str):
+        raise ConfigError(
+            f"modules.json in {model_dir}: a module path must be a string, not {name!r}"
+        )
+    path = (model_dir / name).resolve()
+    if not path.is_relative_to(model_dir.resolve()):
+        raise ConfigError(f"modules.json in {model_dir}: module path {name!r} leaves the directory")
+    return path
+
+
 def sentence_transformers_pooling(model_dir: Path) -> tuple[str, bool] | None:
     """``(pooling, normalize)`` of a sentence-transformers directory (modules.json), else None.
 
@@ -40,7 +52,7 @@ def sentence_transformers_pooling(model_dir: Path) -> tuple[str, bool] | None:
         )
     mode = "mean"
     if "Pooling" in kinds:
-        pooling = read_json(model_dir / paths["Pooling"] / "config.json")
+        pooling = read_json(_inside(model_dir, paths["Pooling"]) / "config.json")
         modes = [
             m
             for m in ("cls", "mean", "max", "mean_sqrt_len")

@@ -30,7 +30,9 @@ def write_smollm2_checkpoint(directory: Path) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = smollm2_gguf()
-    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    loaded = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, trust_remote_code=False
+    )
     config = loaded.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
@@ -43,5 +45,7 @@ def write_smollm2_checkpoint(directory: Path) -> Path:
     assert model.lm_head.weight is model.model.embed_tokens.weight
     del loaded, state
     model.save_pretrained(directory, safe_serialization=True)
-    AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(directory)
+    AutoTokenizer.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, trust_remote_code=False
+    ).save_pretrained(directory)
     return Path(directory)
