@@ -9,12 +9,16 @@ so the skeleton reads its parts by name (:attr:`GPTBackbone.layers_name`,
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
 from mobius.components import (
     Embedding,
+    LayerNorm,
     Linear,
     TiedLMHead,
     attention_bias,
@@ -237,6 +241,68 @@ class GPTBackbone(nn.Module):
         if self.norm_name is not None:
             x = getattr(self, self.norm_name)(op, x)
         return self.finish(op, x), presents
+
+
+# fairseq's decoders (BioGPT, XGLM) build every LayerNorm with nn.LayerNorm's default epsilon;
+# their configs' layer_norm_eps, where they have one, is never read by transformers.
+FAIRSEQ_LAYER_NORM_EPS = 1e-5
+
+
+@dataclass
+class FairseqDecoderConfig(ArchitectureConfig):
+    """A fairseq decoder's fields: multi-head attention, no RoPE or windows, and embeddings
+    scaled by ``sqrt(hidden)`` when ``scale_embedding``."""
+
+    scale_embedding: bool = True
+
+    @classmethod
+    def hf_fields(cls, hf_config):
+        fields = super().hf_fields(hf_config)
+        heads = fields["num_attention_heads"]
+        fields.update(
+            num_key_value_heads=heads,
+            head_dim=fields["hidden_size"] // heads,
+            rms_norm_eps=FAIRSEQ_LAYER_NORM_EPS,
+            rope=None,
+            sliding_window=None,
+            layer_types=[],
+            scale_embedding=bool(hf_config.scale_embedding),
+        )
+        return fields
+
+
+class FairseqPreNormDecoder(GPTBackbone):
+    """BioGPT's and XGLM's backbone: scaled ``embed_tokens``, the family's ``embed_positions``
+    (:meth:`make_positions`, added in :meth:`embed`), pre-norm ``layers`` and ``layer_norm``."""
+
+    layers_name = "layers"
+    norm_name = "layer_norm"
+
+    def __init__(self, config: FairseqDecoderConfig) -> None:
+        super().__init__(config)
+        hidden = config.hidden_size
+        scale = math.sqrt(hidden) if config.scale_embedding else 1.0
+        self.embed_tokens = ScaledEmbedding(config.vocab_size, hidden, scale)
+        self.embed_positions = self.make_positions(config)
+        self.layers = nn.ModuleList(
+            [
+                PreNormDecoderLayer(
+                    QKVOutAttention(
+                        hidden, config.num_attention_heads, config.head_dim**-0.5, True, True
+                    ),
+                    hidden,
+                    config.intermediate_size,
+                    config.hidden_act,
+                    bias=True,
+                    norm=lambda: LayerNorm(hidden, config.rms_norm_eps),
+                )
+                for _ in range(config.num_hidden_layers)
+            ]
+        )
+        self.layer_norm = LayerNorm(hidden, config.rms_norm_eps)
+
+    def make_positions(self, config: FairseqDecoderConfig) -> nn.Module:
+        raise NotImplementedError
 
 
 class GPTForCausalLM(Model):

@@ -146,6 +146,14 @@ class BartLearnedPositionalEmbedding(Embedding):
         return super().forward(op, positions)
 
 
+class PositionsFromRowZero(BartLearnedPositionalEmbedding):
+    """A position table read from row 0, without fairseq's offset: the learned tables of
+    Blenderbot and LED, the fixed sinusoids of Pegasus, Marian and M2M-100 (which
+    ``sanitize`` computes when the checkpoint lacks them)."""
+
+    offset = 0
+
+
 def _length(op, x, axis: int):
     """The size of ``x``'s ``axis`` as a scalar int64."""
     return op.Squeeze(op.Shape(x, start=axis, end=axis + 1), [0])

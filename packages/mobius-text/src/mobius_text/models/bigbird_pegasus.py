@@ -24,10 +24,10 @@ from mobius_text.models.bart import (
     BartEncoder,
     BartForConditionalGeneration,
     BartModel,
+    PositionsFromRowZero,
     PreNormDecoderLayer,
     PreNormEncoderLayer,
 )
-from mobius_text.models.blenderbot import BlenderbotLearnedPositionalEmbedding
 
 
 @dataclass
@@ -87,7 +87,7 @@ class BigBirdPegasusEncoder(BartEncoder):
     """``layernorm_embedding`` closes the stack; the embeddings are not normalised."""
 
     layer_class = BigBirdPegasusEncoderLayer
-    positions_class = BlenderbotLearnedPositionalEmbedding
+    positions_class = PositionsFromRowZero
 
     def embed(self, op, input_ids, past_length):
         x = self.embed_tokens(op, input_ids)  # [batch, seq, hidden]
@@ -101,7 +101,7 @@ class BigBirdPegasusEncoder(BartEncoder):
 
 class BigBirdPegasusDecoder(BartDecoder):
     layer_class = BigBirdPegasusDecoderLayer
-    positions_class = BlenderbotLearnedPositionalEmbedding
+    positions_class = PositionsFromRowZero
     embed = BigBirdPegasusEncoder.embed
     finish = BigBirdPegasusEncoder.finish
 

@@ -6,29 +6,22 @@ from mobius_text.models.bart import (
     BartDecoder,
     BartEncoder,
     BartForConditionalGeneration,
-    BartLearnedPositionalEmbedding,
     BartModel,
-    PreNormDecoderLayer,
-    PreNormEncoderLayer,
+    PositionsFromRowZero,
 )
+from mobius_text.models.mbart import MBartDecoder, MBartEncoder
 
 
-class BlenderbotLearnedPositionalEmbedding(BartLearnedPositionalEmbedding):
-    offset = 0
+class BlenderbotEncoder(MBartEncoder):
+    """mBART's pre-norm stack and final norm; positions from row 0, no embedding norm."""
 
-
-class BlenderbotEncoder(BartEncoder):
-    layer_class = PreNormEncoderLayer
-    positions_class = BlenderbotLearnedPositionalEmbedding
+    positions_class = PositionsFromRowZero
     embedding_norm = False
-    final_norm = True
 
 
-class BlenderbotDecoder(BartDecoder):
-    layer_class = PreNormDecoderLayer
-    positions_class = BlenderbotLearnedPositionalEmbedding
+class BlenderbotDecoder(MBartDecoder):
+    positions_class = PositionsFromRowZero
     embedding_norm = False
-    final_norm = True
 
 
 class BlenderbotModel(BartModel):
@@ -41,11 +34,11 @@ class BlenderbotForConditionalGeneration(BartForConditionalGeneration):
 
 
 class BlenderbotSmallEncoder(BartEncoder):
-    positions_class = BlenderbotLearnedPositionalEmbedding
+    positions_class = PositionsFromRowZero
 
 
 class BlenderbotSmallDecoder(BartDecoder):
-    positions_class = BlenderbotLearnedPositionalEmbedding
+    positions_class = PositionsFromRowZero
 
     def embed(self, op, input_ids, past_length):
         """The decoder normalises the token embeddings before adding the positions."""

@@ -20,7 +20,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius.components import Linear, lowest_value
+from mobius.components import Linear, lowest_value, merge_heads, split_heads
 from mobius_text.models.bart import (
     BartConfig,
     BartDecoder,
@@ -28,8 +28,8 @@ from mobius_text.models.bart import (
     BartEncoderLayer,
     BartForConditionalGeneration,
     BartModel,
+    PositionsFromRowZero,
 )
-from mobius_text.models.blenderbot import BlenderbotLearnedPositionalEmbedding
 
 
 @dataclass
@@ -123,15 +123,14 @@ class LEDEncoderSelfAttention(nn.Module):
         self.num_heads, self.head_dim = config.encoder_heads, d // config.encoder_heads
         self.width = config.attention_window[layer] // 2
 
-    def heads(self, op, x):
-        x = op.Reshape(x, op.Constant(value_ints=[0, 0, self.num_heads, self.head_dim]))
-        return op.Transpose(x, perm=[0, 2, 1, 3])
-
     def forward(self, op, x, real):
-        q, k, v = (self.heads(op, proj(op, x)) for proj in (self.query, self.key, self.value))
+        q, k, v = (
+            split_heads(op, proj(op, x), self.num_heads, self.head_dim)
+            for proj in (self.query, self.key, self.value)
+        )
         scale, dtype = self.head_dim**-0.5, self.query.weight.dtype
         y = sliding_window_attention(op, q, k, v, real, self.width, scale, dtype)
-        return op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
+        return merge_heads(op, y)
 
 
 class LEDEncoderAttention(nn.Module):
@@ -153,7 +152,7 @@ class LEDEncoderLayer(BartEncoderLayer):
 
 
 class LEDEncoder(BartEncoder):
-    positions_class = BlenderbotLearnedPositionalEmbedding
+    positions_class = PositionsFromRowZero
 
     def __init__(self, config: LEDConfig) -> None:
         super().__init__(config, 0)
@@ -171,7 +170,7 @@ class LEDEncoder(BartEncoder):
 
 
 class LEDDecoder(BartDecoder):
-    positions_class = BlenderbotLearnedPositionalEmbedding
+    positions_class = PositionsFromRowZero
 
 
 class LEDModel(BartModel):

@@ -11,14 +11,11 @@ import onnx_ir as ir
 
 from mobius_text.models._sinusoids import supply_position_tables, tensor2tensor_sinusoids
 from mobius_text.models.bart import (
-    BartDecoder,
-    BartEncoder,
     BartForConditionalGeneration,
     BartModel,
-    PreNormDecoderLayer,
-    PreNormEncoderLayer,
+    PositionsFromRowZero,
 )
-from mobius_text.models.pegasus import SinusoidalPositions
+from mobius_text.models.blenderbot import BlenderbotDecoder, BlenderbotEncoder
 
 OFFSET = 2  # fairseq's table has two rows before the first position
 
@@ -31,27 +28,21 @@ def padding_aware_positions(op, input_ids, padding_idx: int, past_length):
     return op.Add(op.Mul(counts, real), pad)
 
 
-class M2M100PositionalEmbedding(SinusoidalPositions):
+class M2M100PositionalEmbedding(PositionsFromRowZero):
     def __init__(self, num_positions: int, dim: int, padding_idx: int | None = None) -> None:
         super().__init__(num_positions + OFFSET, dim)
         self.padding_idx = padding_idx
 
 
-class M2M100Encoder(BartEncoder):
-    layer_class = PreNormEncoderLayer
+class M2M100Encoder(BlenderbotEncoder):
     positions_class = M2M100PositionalEmbedding
-    embedding_norm = False
-    final_norm = True
 
     def position_ids(self, op, input_ids, past_length):
         return padding_aware_positions(op, input_ids, self.embed_positions.padding_idx, past_length)
 
 
-class M2M100Decoder(BartDecoder):
-    layer_class = PreNormDecoderLayer
+class M2M100Decoder(BlenderbotDecoder):
     positions_class = M2M100PositionalEmbedding
-    embedding_norm = False
-    final_norm = True
     position_ids = M2M100Encoder.position_ids
 
 

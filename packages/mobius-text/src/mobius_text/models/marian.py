@@ -17,8 +17,8 @@ from mobius_text.models.bart import (
     BartEncoder,
     BartForConditionalGeneration,
     BartModel,
+    PositionsFromRowZero,
 )
-from mobius_text.models.pegasus import SinusoidalPositions
 
 
 @dataclass
@@ -36,7 +36,7 @@ class MarianConfig(BartConfig):
 
 
 class MarianEncoder(BartEncoder):
-    positions_class = SinusoidalPositions
+    positions_class = PositionsFromRowZero
     embedding_norm = False
 
     def __init__(self, config: MarianConfig) -> None:
@@ -45,7 +45,7 @@ class MarianEncoder(BartEncoder):
 
 
 class MarianDecoder(BartDecoder):
-    positions_class = SinusoidalPositions
+    positions_class = PositionsFromRowZero
     embedding_norm = False
 
 

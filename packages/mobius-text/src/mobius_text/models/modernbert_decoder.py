@@ -20,17 +20,20 @@ from onnxscript import nn
 
 from mobius.components import (
     Attention,
-    Embedding,
-    LayerNorm,
     Linear,
     TiedLMHead,
     attention_bias,
-    get_activation,
     make_rotary_embedding,
 )
 from mobius.config import RopeConfig
 from mobius.model import Model
 from mobius_text.models.llama import LlamaConfig
+from mobius_text.models.modernbert import (
+    ModernBertEmbeddings,
+    ModernBertMLP,
+    ModernBertPredictionHead,
+    norm,
+)
 
 
 @dataclass
@@ -63,6 +66,11 @@ class ModernBertDecoderConfig(LlamaConfig):
             "layer_ropes": ropes,
         }
 
+    @property
+    def layer_norm_eps(self) -> float:
+        """The LayerNorms' epsilon under ModernBERT's name, for the encoder's modules reused here."""
+        return self.rms_norm_eps
+
 
 class ModernBertDecoderAttention(Attention):
     """Attention whose output projection is HF's ``Wo``."""
@@ -85,28 +93,13 @@ class ModernBertDecoderAttention(Attention):
         return self.Wo
 
 
-class ModernBertDecoderMLP(nn.Module):
-    """``Wo(act(x) * gate)`` where ``Wi`` yields ``[x, gate]``."""
-
-    def __init__(self, config: ModernBertDecoderConfig) -> None:
-        super().__init__()
-        self.Wi = Linear(config.hidden_size, 2 * config.intermediate_size, config.mlp_bias)
-        self.Wo = Linear(config.intermediate_size, config.hidden_size, config.mlp_bias)
-        self.act = get_activation(config.hidden_act)
-
-    def forward(self, op, h):
-        x, gate = op.Split(self.Wi(op, h), num_outputs=2, axis=-1, _outputs=2)
-        return self.Wo(op, op.Mul(self.act(op, x), gate))
-
-
 class ModernBertDecoderLayer(nn.Module):
     def __init__(self, config: ModernBertDecoderConfig, layer_idx: int) -> None:
         super().__init__()
-        norm = lambda: LayerNorm(config.hidden_size, config.rms_norm_eps, config.norm_bias)  # noqa: E731
-        self.attn_norm = norm() if layer_idx != 0 else None
+        self.attn_norm = norm(config) if layer_idx != 0 else None
         self.attn = ModernBertDecoderAttention(config)
-        self.mlp_norm = norm()
-        self.mlp = ModernBertDecoderMLP(config)
+        self.mlp_norm = norm(config)
+        self.mlp = ModernBertMLP(config)
 
     def forward(self, op, x, position_embeddings, bias, past_key, past_value):
         h = self.attn_norm(op, x) if self.attn_norm is not None else x
@@ -115,25 +108,15 @@ class ModernBertDecoderLayer(nn.Module):
         return op.Add(x, self.mlp(op, self.mlp_norm(op, x))), present
 
 
-class ModernBertDecoderEmbeddings(nn.Module):
-    def __init__(self, config: ModernBertDecoderConfig) -> None:
-        super().__init__()
-        self.tok_embeddings = Embedding(config.vocab_size, config.hidden_size)
-        self.norm = LayerNorm(config.hidden_size, config.rms_norm_eps, config.norm_bias)
-
-    def forward(self, op, input_ids):
-        return self.norm(op, self.tok_embeddings(op, input_ids))
-
-
 class ModernBertDecoderModel(nn.Module):
     def __init__(self, config: ModernBertDecoderConfig) -> None:
         super().__init__()
         self.config = config
-        self.embeddings = ModernBertDecoderEmbeddings(config)
+        self.embeddings = ModernBertEmbeddings(config)
         self.layers = nn.ModuleList(
             [ModernBertDecoderLayer(config, i) for i in range(config.num_hidden_layers)]
         )
-        self.final_norm = LayerNorm(config.hidden_size, config.rms_norm_eps, config.norm_bias)
+        self.final_norm = norm(config)
         # Built per layer kind at graph time (no parameters): a plain dict, not submodules.
         self.rotary = {
             kind: make_rotary_embedding(rope, config.head_dim, config.max_position_embeddings)
@@ -159,17 +142,6 @@ class ModernBertDecoderModel(nn.Module):
         return self.final_norm(op, x), presents
 
 
-class ModernBertDecoderPredictionHead(nn.Module):
-    def __init__(self, config: ModernBertDecoderConfig) -> None:
-        super().__init__()
-        self.dense = Linear(config.hidden_size, config.hidden_size, config.classifier_bias)
-        self.act = get_activation(config.classifier_activation)
-        self.norm = LayerNorm(config.hidden_size, config.rms_norm_eps, config.norm_bias)
-
-    def forward(self, op, x):
-        return self.norm(op, self.act(op, self.dense(op, x)))
-
-
 class ModernBertDecoderForCausalLM(Model):
     """The causal LM: ``model``, the prediction head ``lm_head`` and the vocabulary projection ``decoder``."""
 
@@ -179,7 +151,7 @@ class ModernBertDecoderForCausalLM(Model):
         super().__init__()
         self.config = config
         self.model = ModernBertDecoderModel(config)
-        self.lm_head = ModernBertDecoderPredictionHead(config)
+        self.lm_head = ModernBertPredictionHead(config)
         if config.tie_word_embeddings:
             self.decoder = TiedLMHead(self.model.embeddings.tok_embeddings, config.decoder_bias)
         else:

@@ -30,7 +30,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius.components import Embedding, Linear
+from mobius.components import Embedding, Linear, merge_heads, split_heads
 from mobius.errors import ConfigError
 from mobius_text.models._bert_common import ClassificationHead
 from mobius_text.models.bert import (
@@ -143,7 +143,7 @@ class NystromformerSelfAttention(nn.Module):
 
     def heads(self, op, x):
         """``[batch, seq, heads*dim]`` -> ``[batch, heads, seq, dim]``."""
-        return op.Transpose(op.Reshape(x, [0, 0, self.num_heads, self.head_dim]), perm=[0, 2, 1, 3])
+        return split_heads(op, x, self.num_heads, self.head_dim)
 
     def landmarks_of(self, op, x):
         """Segment means, reshaped as transformers does: ``[-1, heads, landmarks, dim]``."""
@@ -167,7 +167,7 @@ class NystromformerSelfAttention(nn.Module):
             context = op.MatMul(probs, op.MatMul(kernel_3, v))
         if self.conv is not None:
             context = op.Add(context, self.conv(op, v))
-        return op.Reshape(op.Transpose(context, perm=[0, 2, 1, 3]), [0, 0, -1])
+        return merge_heads(op, context)
 
 
 class NystromformerLayer(BertLayer):

@@ -14,6 +14,7 @@ tied to ``shared`` and rescales the decoder output by ``d_model**-0.5``.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,23 +55,9 @@ class SwitchTransformersConfig(T5Config):
             raise ConfigError(
                 "tie_word_embeddings=False (untied per-stack embeddings) is not built"
             )
-        return cls(
-            model_type=hf.model_type,
-            vocab_size=hf.vocab_size,
-            hidden_size=hf.d_model,
-            head_dim=hf.d_kv,
-            intermediate_size=hf.d_ff,
-            num_layers=hf.num_layers,
-            num_decoder_layers=hf.num_decoder_layers or hf.num_layers,
-            num_heads=hf.num_heads,
-            num_buckets=hf.relative_attention_num_buckets,
-            max_distance=hf.relative_attention_max_distance,
-            eps=hf.layer_norm_epsilon,
-            act=hf.dense_act_fn,
+        return dataclasses.replace(
+            super().from_hf(hf),
             scale_decoder_outputs=True,  # the head is tied
-            decoder_start_token_id=getattr(hf, "decoder_start_token_id", None),
-            eos_token_id=hf.eos_token_id,
-            pad_token_id=hf.pad_token_id,
             num_experts=hf.num_experts,
             expert_capacity=hf.expert_capacity,
             router_bias=hf.router_bias,

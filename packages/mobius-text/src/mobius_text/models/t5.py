@@ -64,7 +64,7 @@ class T5Config:
             max_distance=hf.relative_attention_max_distance,
             eps=hf.layer_norm_epsilon,
             act=hf.dense_act_fn,
-            gated=hf.is_gated_act,
+            gated=getattr(hf, "is_gated_act", False),  # Switch's experts are never gated
             scale_decoder_outputs=getattr(hf, "scale_decoder_outputs", False),  # mT5 never scales
             decoder_start_token_id=getattr(hf, "decoder_start_token_id", None),
             eos_token_id=hf.eos_token_id,
