@@ -27,12 +27,11 @@ from mobius.components import (
     GatedMLP,
     Linear,
     RMSNorm,
-    attention_bias,
     make_rotary_embedding,
-    softcap,
 )
 from mobius.config import RopeConfig
 from mobius_text.models.deepseek_v2 import DeepseekMoEConfig, DeepseekV2MoE
+from mobius_text.models.gemma2 import SoftcappedLogits
 from mobius_text.models.llama import LlamaForCausalLM, LlamaModel
 from mobius_text.models.qwen import QKNormAttention
 
@@ -158,41 +157,21 @@ class BeamModel(LlamaModel):
         )
         return op.Unsqueeze(scales, [1, 3])
 
-    def forward(self, op, input_ids, attention_mask, position_ids, past_key_values):
-        x = self.embed_tokens(op, input_ids)  # [batch, seq, hidden]
-        seq_len = op.Squeeze(op.Slice(op.Shape(input_ids), [1], [2]), [0])
-        windows = {"full_attention": None, "sliding_attention": self.config.sliding_window}
+    def position_embeddings(self, op, position_ids):
+        """RoPE on the layer types that have it, query scales on the others."""
         position = {
             kind: self.query_scales(op, position_ids) for kind in self.config.rope_by_layer_type
         }
         for kind, rotary in zip(self.rope_kinds, self.rotary_emb, strict=True):
             position[kind] = rotary(op, position_ids)
-        bias = {
-            kind: attention_bias(op, attention_mask, seq_len, x.dtype, windows[kind])
-            for kind in position
-        }
-        presents = []
-        for layer, kind, (past_key, past_value) in zip(
-            self.layers, self.config.layer_types, past_key_values, strict=True
-        ):
-            x, present = layer(op, x, position[kind], bias[kind], past_key, past_value)
-            presents.append(present)
-        return self.norm(op, x), presents
+        return position
 
 
-class BeamForCausalLM(LlamaForCausalLM):
+class BeamForCausalLM(SoftcappedLogits, LlamaForCausalLM):
     """Beam causal LM; the logits are soft-capped when the config says so."""
 
     config_class = BeamConfig
     model_class = BeamModel
-
-    def forward(self, op, input_ids, attention_mask, position_ids, past_key_values):
-        logits, presents = super().forward(
-            op, input_ids, attention_mask, position_ids, past_key_values
-        )
-        if self.config.final_logit_softcapping:
-            logits = softcap(op, logits, self.config.final_logit_softcapping)
-        return logits, presents
 
 
 MODEL_TYPES = {"beam": BeamForCausalLM}

@@ -16,19 +16,18 @@ from mobius.components import (
     Embedding,
     LayerNorm,
     Linear,
-    TiedLMHead,
     apply_rotary,
     get_activation,
     merge_heads,
 )
 from mobius.config import ArchitectureConfig
-from mobius.model import Model
 from mobius_text.models._alibi import (
     alibi,
     alibi_attention_bias,
     alibi_slopes,
     cumulative_positions,
 )
+from mobius_text.models.llama import LlamaForCausalLM
 
 
 @dataclass
@@ -148,7 +147,8 @@ class BloomModel(nn.Module):
         self.ln_f = LayerNorm(config.hidden_size, config.rms_norm_eps)
         self.slopes = alibi_slopes(config.num_attention_heads)
 
-    def forward(self, op, input_ids, attention_mask, past_key_values):
+    def forward(self, op, input_ids, attention_mask, position_ids, past_key_values):
+        # ALiBi models derive positions from attention_mask; position_ids is part of the contract only.
         x = self.word_embeddings_layernorm(op, self.word_embeddings(op, input_ids))
         seq_len = op.Squeeze(op.Slice(op.Shape(input_ids), [1], [2]), [0])
         # ALiBi on the real-token count, so a left-padded row starts at position 0.
@@ -161,34 +161,15 @@ class BloomModel(nn.Module):
         return self.ln_f(op, x), presents
 
 
-class BloomForCausalLM(Model):
+class BloomForCausalLM(LlamaForCausalLM):
     """The causal LM: ``transformer`` plus an ``lm_head`` (tied to the embeddings by default)."""
 
     config_class = BloomConfig
     model_class = BloomModel
+    backbone_name = "transformer"
 
-    def __init__(self, config: BloomConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.transformer = self.model_class(config)
-        if config.tie_word_embeddings:
-            self.lm_head = TiedLMHead(self.transformer.word_embeddings)
-        else:
-            self.lm_head = Linear(config.hidden_size, config.vocab_size)
-
-    def kv_cache_shapes(self) -> list[tuple[int, int, int]]:
-        c = self.config
-        return [(c.num_key_value_heads, c.head_dim, c.head_dim)] * c.num_hidden_layers
-
-    def forward(self, op, input_ids, attention_mask, position_ids, past_key_values):
-        # ALiBi models derive positions from attention_mask; position_ids is part of the contract only.
-        hidden, presents = self.transformer(op, input_ids, attention_mask, past_key_values)
-        return self.lm_head(op, hidden), presents
-
-    def sanitize(self, weights: dict) -> dict:
-        if self.config.tie_word_embeddings:
-            weights.pop("lm_head.weight", None)
-        return weights
+    def input_embedding(self):
+        return self.transformer.word_embeddings
 
 
 MODEL_TYPES = {"bloom": BloomForCausalLM}

@@ -228,18 +228,11 @@ class DbrxTransformer(nn.Module):
 
 class DbrxForCausalLM(LlamaForCausalLM):
     config_class = DbrxConfig
+    model_class = DbrxTransformer
+    backbone_name = "transformer"
 
-    def __init__(self, config: DbrxConfig) -> None:
-        nn.Module.__init__(self)
-        self.config = config
-        self.transformer = DbrxTransformer(config)
-        self.lm_head = Linear(config.hidden_size, config.vocab_size)
-
-    def forward(self, op, input_ids, attention_mask, position_ids, past_key_values):
-        hidden, presents = self.transformer(
-            op, input_ids, attention_mask, position_ids, past_key_values
-        )
-        return self.lm_head(op, hidden), presents
+    def input_embedding(self):
+        return self.transformer.wte
 
 
 MODEL_TYPES = {"dbrx": DbrxForCausalLM}

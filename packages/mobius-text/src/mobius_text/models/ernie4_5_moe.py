@@ -145,10 +145,10 @@ class Ernie4_5_MoeForCausalLM(LlamaForCausalLM):  # noqa: N801
     # Released checkpoints also carry the multi-token-prediction layers (transformers skips "mtp").
     ignored = ("*mtp*",)
 
-    def __init__(self, config: Ernie4_5_MoeConfig) -> None:
-        super().__init__(config)
-        if not config.tie_word_embeddings:
-            self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=config.use_bias)
+    def make_head(self, config: Ernie4_5_MoeConfig):
+        if config.tie_word_embeddings:
+            return super().make_head(config)
+        return Linear(config.hidden_size, config.vocab_size, bias=config.use_bias)
 
 
 MODEL_TYPES = {"ernie4_5_moe": Ernie4_5_MoeForCausalLM}

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from onnxscript import nn
-
 from mobius.components import GatedMLP, RMSNorm
 from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM, LlamaModel
+from mobius_text.models.olmo2 import PostNormDecoderLayer
 from mobius_text.models.qwen import QKNormAttention
 
 
@@ -18,23 +17,6 @@ class Exaone4Config(LlamaConfig):
     def hf_fields(cls, hf_config):
         # EXAONE 4's projections carry no biases, whatever stray config keys say.
         return {**super().hf_fields(hf_config), "attention_bias": False, "mlp_bias": False}
-
-
-class PostNormDecoderLayer(nn.Module):
-    """``x + norm(attn(x))`` then ``x + norm(mlp(x))``."""
-
-    def __init__(self, self_attn, mlp, hidden_size: int, eps: float) -> None:
-        super().__init__()
-        self.self_attn = self_attn
-        self.mlp = mlp
-        self.post_attention_layernorm = RMSNorm(hidden_size, eps)
-        self.post_feedforward_layernorm = RMSNorm(hidden_size, eps)
-
-    def forward(self, op, x, position_embeddings, bias, past_key, past_value):
-        h, present = self.self_attn(op, x, position_embeddings, bias, past_key, past_value)
-        x = op.Add(x, self.post_attention_layernorm(op, h))
-        x = op.Add(x, self.post_feedforward_layernorm(op, self.mlp(op, x)))
-        return x, present
 
 
 class Exaone4Model(LlamaModel):
@@ -51,8 +33,8 @@ class Exaone4Model(LlamaModel):
         return PostNormDecoderLayer(
             self.make_attention(config, layer_idx),
             GatedMLP(config.hidden_size, config.intermediate_size, config.hidden_act),
-            config.hidden_size,
-            config.rms_norm_eps,
+            RMSNorm(config.hidden_size, config.rms_norm_eps),
+            RMSNorm(config.hidden_size, config.rms_norm_eps),
         )
 
     def layer_uses_rope(self, layer_idx: int) -> bool:

@@ -24,15 +24,13 @@ from onnxscript import nn
 from mobius.components import (
     Embedding,
     LayerNorm,
-    Linear,
-    TiedLMHead,
     attention_bias,
     make_rotary_embedding,
 )
 from mobius.config import ArchitectureConfig
-from mobius.model import Model
 from mobius_text.models._alibi import alibi_attention_bias, alibi_slopes, cumulative_positions
 from mobius_text.models.bloom import DenseMLP, FusedQKVAttention
+from mobius_text.models.llama import LlamaForCausalLM
 
 
 @dataclass
@@ -182,34 +180,15 @@ class FalconModel(nn.Module):
         return self.ln_f(op, x), presents
 
 
-class FalconForCausalLM(Model):
+class FalconForCausalLM(LlamaForCausalLM):
     """The causal LM: ``transformer`` plus an ``lm_head`` (tied to the embeddings by default)."""
 
     config_class = FalconConfig
+    model_class = FalconModel
+    backbone_name = "transformer"
 
-    def __init__(self, config: FalconConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.transformer = FalconModel(config)
-        if config.tie_word_embeddings:
-            self.lm_head = TiedLMHead(self.transformer.word_embeddings)
-        else:
-            self.lm_head = Linear(config.hidden_size, config.vocab_size)
-
-    def kv_cache_shapes(self) -> list[tuple[int, int, int]]:
-        c = self.config
-        return [(c.num_key_value_heads, c.head_dim, c.head_dim)] * c.num_hidden_layers
-
-    def forward(self, op, input_ids, attention_mask, position_ids, past_key_values):
-        hidden, presents = self.transformer(
-            op, input_ids, attention_mask, position_ids, past_key_values
-        )
-        return self.lm_head(op, hidden), presents
-
-    def sanitize(self, weights: dict) -> dict:
-        if self.config.tie_word_embeddings:
-            weights.pop("lm_head.weight", None)
-        return weights
+    def input_embedding(self):
+        return self.transformer.word_embeddings
 
 
 MODEL_TYPES = {"falcon": FalconForCausalLM}

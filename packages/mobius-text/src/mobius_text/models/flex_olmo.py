@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from onnxscript import nn
-
 from mobius.components import RMSNorm, rotary_dim
 from mobius_text.models.llama import LlamaForCausalLM, LlamaModel
+from mobius_text.models.olmo2 import PostNormDecoderLayer
 from mobius_text.models.olmoe import FullWidthQKNormAttention, OlmoeConfig, make_olmoe_moe
 
 
@@ -20,23 +19,6 @@ class FlexOlmoConfig(OlmoeConfig):
     @classmethod
     def hf_fields(cls, hf_config):
         return {**super().hf_fields(hf_config), "clip_qkv": None}
-
-
-class PostNormDecoderLayer(nn.Module):
-    """``x + post_attention_layernorm(attn(x))``, then ``x + post_feedforward_layernorm(mlp(x))``."""
-
-    def __init__(self, self_attn, mlp, hidden_size: int, eps: float) -> None:
-        super().__init__()
-        self.self_attn = self_attn
-        self.mlp = mlp
-        self.post_attention_layernorm = RMSNorm(hidden_size, eps)
-        self.post_feedforward_layernorm = RMSNorm(hidden_size, eps)
-
-    def forward(self, op, x, position_embeddings, bias, past_key, past_value):
-        h, present = self.self_attn(op, x, position_embeddings, bias, past_key, past_value)
-        x = op.Add(x, self.post_attention_layernorm(op, h))
-        x = op.Add(x, self.post_feedforward_layernorm(op, self.mlp(op, x)))
-        return x, present
 
 
 class FlexOlmoModel(LlamaModel):
@@ -52,7 +34,10 @@ class FlexOlmoModel(LlamaModel):
             eps=config.rms_norm_eps,
         )
         return PostNormDecoderLayer(
-            attention, make_olmoe_moe(config), config.hidden_size, config.rms_norm_eps
+            attention,
+            make_olmoe_moe(config),
+            RMSNorm(config.hidden_size, config.rms_norm_eps),
+            RMSNorm(config.hidden_size, config.rms_norm_eps),
         )
 
 

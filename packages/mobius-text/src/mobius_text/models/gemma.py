@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from mobius.components import DecoderLayer, Embedding, GatedMLP, RMSNorm, attention_bias
+from mobius.components import DecoderLayer, Embedding, GatedMLP, RMSNorm
 from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM, LlamaModel
 
 
@@ -69,28 +69,6 @@ class GemmaModel(LlamaModel):
             input_layernorm=GemmaRMSNorm(config.hidden_size, config.rms_norm_eps),
             post_attention_layernorm=GemmaRMSNorm(config.hidden_size, config.rms_norm_eps),
         )
-
-    def position_embeddings(self, op, position_ids) -> dict[str, tuple[ir.Value, ir.Value]]:
-        """cos/sin per layer type; one table serves every layer here."""
-        cos_sin = self.rotary_emb(op, position_ids)
-        return dict.fromkeys(self.config.layer_types, cos_sin)
-
-    def forward(self, op, input_ids, attention_mask, position_ids, past_key_values):
-        x = self.embed_tokens(op, input_ids)  # [batch, seq, hidden]
-        rope = self.position_embeddings(op, position_ids)
-        seq_len = op.Squeeze(op.Slice(op.Shape(input_ids), [1], [2]), [0])
-        windows = {"full_attention": None, "sliding_attention": self.config.sliding_window}
-        biases = {
-            kind: attention_bias(op, attention_mask, seq_len, x.dtype, windows[kind])
-            for kind in dict.fromkeys(self.config.layer_types)
-        }
-        presents = []
-        for layer, kind, (past_key, past_value) in zip(
-            self.layers, self.config.layer_types, past_key_values, strict=True
-        ):
-            x, present = layer(op, x, rope[kind], biases[kind], past_key, past_value)
-            presents.append(present)
-        return self.norm(op, x), presents
 
 
 class GemmaForCausalLM(LlamaForCausalLM):

@@ -95,11 +95,11 @@ class Gemma2Model(GemmaModel):
         )
 
 
-class Gemma2ForCausalLM(GemmaForCausalLM):
-    """Gemma 2 causal LM; the logits are soft-capped when the config says so."""
+class SoftcappedLogits:
+    """Causal-LM mixin: the logits soft-capped by ``config.final_logit_softcapping`` when set.
 
-    config_class = Gemma2Config
-    model_class = Gemma2Model
+    Put it before the causal LM it caps: ``class X(SoftcappedLogits, LlamaForCausalLM)``.
+    """
 
     def forward(self, op, input_ids, attention_mask, position_ids, past_key_values):
         logits, presents = super().forward(
@@ -108,6 +108,13 @@ class Gemma2ForCausalLM(GemmaForCausalLM):
         if self.config.final_logit_softcapping:
             logits = softcap(op, logits, self.config.final_logit_softcapping)
         return logits, presents
+
+
+class Gemma2ForCausalLM(SoftcappedLogits, GemmaForCausalLM):
+    """Gemma 2 causal LM; the logits are soft-capped when the config says so."""
+
+    config_class = Gemma2Config
+    model_class = Gemma2Model
 
 
 MODEL_TYPES = {"gemma2": Gemma2ForCausalLM}

@@ -31,18 +31,17 @@ from mobius.components import (
     GatedMLP,
     Linear,
     RMSNorm,
-    TiedLMHead,
     apply_rotary,
     attention_bias,
     get_activation,
     make_rotary_embedding,
     merge_heads,
-    softcap,
     split_heads,
 )
 from mobius.config import ArchitectureConfig, RopeConfig
-from mobius.model import Model
 from mobius_text.models.gemma import ScaledEmbedding
+from mobius_text.models.gemma2 import SoftcappedLogits
+from mobius_text.models.llama import LlamaForCausalLM
 
 
 @dataclass
@@ -410,19 +409,11 @@ class Gemma3nTextModel(nn.Module):
         return self.norm(op, op.ReduceMean(stacked, [0], keepdims=0)), presents
 
 
-class Gemma3nForCausalLM(Model):
+class Gemma3nForCausalLM(SoftcappedLogits, LlamaForCausalLM):
     """Gemma 3n text causal LM; KV-sharing layers have no cache tensors."""
 
     config_class = Gemma3nTextConfig
-
-    def __init__(self, config: Gemma3nTextConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.model = Gemma3nTextModel(config)
-        if config.tie_word_embeddings:
-            self.lm_head = TiedLMHead(self.model.embed_tokens)
-        else:
-            self.lm_head = Linear(config.hidden_size, config.vocab_size)
+    model_class = Gemma3nTextModel
 
     def cache_layout(self):
         c = self.config
@@ -432,16 +423,8 @@ class Gemma3nForCausalLM(Model):
         ]
         return [[] if mode == "reuse" else kv for mode in c.kv_sharing_modes]
 
-    def forward(self, op, input_ids, attention_mask, position_ids, past_key_values):
-        hidden, presents = self.model(op, input_ids, attention_mask, position_ids, past_key_values)
-        logits = self.lm_head(op, hidden)
-        if self.config.final_logit_softcapping:
-            logits = softcap(op, logits, self.config.final_logit_softcapping)
-        return logits, presents
-
     def sanitize(self, weights: dict) -> dict:
-        if self.config.tie_word_embeddings:
-            weights.pop("lm_head.weight", None)
+        weights = super().sanitize(weights)
         if not self.config.altup_correct_scale:
             weights = {k: v for k, v in weights.items() if not k.endswith("correct_output_scale")}
         return weights

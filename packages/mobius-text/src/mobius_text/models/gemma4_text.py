@@ -29,22 +29,21 @@ from mobius.components import (
     Linear,
     RMSNorm,
     RotaryEmbedding,
-    TiedLMHead,
     attention_bias,
     get_activation,
     make_rotary_embedding,
     rotary_dim,
-    softcap,
 )
 from mobius.config import ArchitectureConfig, RopeConfig
-from mobius.model import Model
 from mobius_text.models.gemma import ScaledEmbedding
+from mobius_text.models.gemma2 import SoftcappedLogits
 from mobius_text.models.gemma3n_text import (
     Gemma3nSharedKVAttention,
+    Gemma3nTextModel,
     PerLayerEmbedding,
-    _f32,
     rms_normalize,
 )
+from mobius_text.models.llama import LlamaForCausalLM
 
 
 @dataclass
@@ -226,16 +225,7 @@ class Gemma4TextModel(nn.Module):
             self.per_layer_model_projection = Linear(hidden, layers * per_layer)
             self.per_layer_projection_norm = RMSNorm(per_layer, config.rms_norm_eps)
 
-    def per_layer_inputs(self, op, input_ids, x):
-        """``[batch, seq, layers, per_layer]``: table rows plus a projection of the embeddings."""
-        c = self.config
-        projected = op.Mul(
-            self.per_layer_model_projection(op, x), op.Constant(value=_f32(c.hidden_size**-0.5))
-        )
-        projected = op.Reshape(projected, op.Constant(value_ints=[0, 0, c.num_hidden_layers, -1]))
-        projected = self.per_layer_projection_norm(op, projected)
-        table = self.embed_tokens_per_layer(op, input_ids)
-        return op.Mul(op.Add(projected, table), op.Constant(value=_f32(2.0**-0.5)))
+    per_layer_inputs = Gemma3nTextModel.per_layer_inputs  # the same tables and projection
 
     def forward(self, op, input_ids, attention_mask, position_ids, past_key_values):
         c = self.config
@@ -265,19 +255,11 @@ class Gemma4TextModel(nn.Module):
         return self.norm(op, x), presents
 
 
-class Gemma4ForCausalLM(Model):
+class Gemma4ForCausalLM(SoftcappedLogits, LlamaForCausalLM):
     """Gemma 4 text causal LM; KV-sharing layers have no cache tensors."""
 
     config_class = Gemma4TextConfig
-
-    def __init__(self, config: Gemma4TextConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.model = Gemma4TextModel(config)
-        if config.tie_word_embeddings:
-            self.lm_head = TiedLMHead(self.model.embed_tokens)
-        else:
-            self.lm_head = Linear(config.hidden_size, config.vocab_size)
+    model_class = Gemma4TextModel
 
     def cache_layout(self):
         c = self.config
@@ -292,18 +274,6 @@ class Gemma4ForCausalLM(Model):
                 c.kv_sharing_modes, c.layer_kv_heads, c.layer_head_dims, strict=True
             )
         ]
-
-    def forward(self, op, input_ids, attention_mask, position_ids, past_key_values):
-        hidden, presents = self.model(op, input_ids, attention_mask, position_ids, past_key_values)
-        logits = self.lm_head(op, hidden)
-        if self.config.final_logit_softcapping:
-            logits = softcap(op, logits, self.config.final_logit_softcapping)
-        return logits, presents
-
-    def sanitize(self, weights: dict) -> dict:
-        if self.config.tie_word_embeddings:
-            weights.pop("lm_head.weight", None)
-        return weights
 
 
 MODEL_TYPES = {"gemma4_text": Gemma4ForCausalLM}

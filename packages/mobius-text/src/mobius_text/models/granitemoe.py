@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from onnxscript import nn
 
-from mobius.components import Attention, Embedding, Linear, RMSNorm, get_activation, rotary_dim
+from mobius.components import Linear, RMSNorm, get_activation
 from mobius.components.moe import (
     StackedLinear,
     dispatch_experts,
@@ -21,15 +21,16 @@ from mobius.components.moe import (
     top_k_routing,
     unflatten_tokens,
 )
-from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM, LlamaModel
+from mobius_text.models.granite import (
+    GraniteConfig,
+    GraniteForCausalLM,
+    GraniteModel,
+    ScaledResidualDecoderLayer,
+)
 
 
 @dataclass
-class GraniteMoeConfig(LlamaConfig):
-    embedding_multiplier: float = 1.0
-    residual_multiplier: float = 1.0
-    attention_multiplier: float = 1.0
-    logits_scaling: float = 1.0
+class GraniteMoeConfig(GraniteConfig):
     num_local_experts: int = 8
     num_experts_per_tok: int = 2
     shared_intermediate_size: int = 0
@@ -41,10 +42,6 @@ class GraniteMoeConfig(LlamaConfig):
             sliding_window=None,  # Granite-MoE always uses a full causal mask
             layer_types=[],
             mlp_bias=False,
-            embedding_multiplier=float(hf_config.embedding_multiplier),
-            residual_multiplier=float(hf_config.residual_multiplier),
-            attention_multiplier=float(hf_config.attention_multiplier),
-            logits_scaling=float(hf_config.logits_scaling),
             num_local_experts=hf_config.num_local_experts,
             num_experts_per_tok=hf_config.num_experts_per_tok,
             shared_intermediate_size=getattr(hf_config, "shared_intermediate_size", 0) or 0,
@@ -99,80 +96,45 @@ class GraniteSharedMLP(nn.Module):
         return self.output_linear(op, gated(op, self.act, self.input_linear(op, x)))
 
 
-class GraniteMoeDecoderLayer(nn.Module):
-    """Pre-norm layer: ``x + m * attn(norm(x))``, then ``x + m * (moe(norm(x)) [+ shared_mlp])``."""
+class GraniteMoeDecoderLayer(ScaledResidualDecoderLayer):
+    """Granite's layer whose feed-forward is ``block_sparse_moe`` [+ the dense ``shared_mlp``]."""
+
+    mlp_name = "block_sparse_moe"
 
     def __init__(self, config: GraniteMoeConfig, self_attn) -> None:
-        super().__init__()
-        self.self_attn = self_attn
-        self.block_sparse_moe = GraniteMoeBlock(config, config.intermediate_size)
-        if config.shared_intermediate_size:
-            self.shared_mlp = GraniteSharedMLP(
-                config.hidden_size, config.shared_intermediate_size, config.hidden_act
-            )
-        else:
-            self.shared_mlp = None
-        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.residual_multiplier = config.residual_multiplier
-
-    def forward(self, op, x, position_embeddings, bias, past_key, past_value):
-        h, present = self.self_attn(
-            op, self.input_layernorm(op, x), position_embeddings, bias, past_key, past_value
+        super().__init__(
+            self_attn,
+            GraniteMoeBlock(config, config.intermediate_size),
+            RMSNorm(config.hidden_size, config.rms_norm_eps),
+            RMSNorm(config.hidden_size, config.rms_norm_eps),
+            residual_multiplier=config.residual_multiplier,
         )
-        x = op.Add(x, op.Mul(h, self.residual_multiplier))
+        self.shared_mlp = make_shared_mlp(config)
+
+    def mlp_branch(self, op, x):
+        """``moe(norm(x)) + shared_mlp(norm(x))``; a layer may lack either (Granite-MoE-Hybrid)."""
         normed = self.post_attention_layernorm(op, x)
-        h = self.block_sparse_moe(op, normed)
-        if self.shared_mlp is not None:
-            h = op.Add(h, self.shared_mlp(op, normed))
-        return op.Add(x, op.Mul(h, self.residual_multiplier)), present
+        parts = [m(op, normed) for m in (self.block_sparse_moe, self.shared_mlp) if m is not None]
+        return parts[0] if len(parts) == 1 else op.Add(*parts)
 
 
-class ScaledEmbedding(Embedding):
-    """Token lookup times ``embedding_multiplier`` (the checkpoint stores the unscaled table)."""
-
-    def __init__(self, num_embeddings: int, embedding_dim: int, multiplier: float) -> None:
-        super().__init__(num_embeddings, embedding_dim)
-        self.multiplier = multiplier
-
-    def forward(self, op, ids):
-        return op.Mul(super().forward(op, ids), self.multiplier)
+def make_shared_mlp(config: GraniteMoeConfig) -> GraniteSharedMLP | None:
+    """Granite-MoE-Shared's dense ``shared_mlp`` (None without ``shared_intermediate_size``)."""
+    if not config.shared_intermediate_size:
+        return None
+    return GraniteSharedMLP(config.hidden_size, config.shared_intermediate_size, config.hidden_act)
 
 
-class GraniteMoeModel(LlamaModel):
-    def __init__(self, config: GraniteMoeConfig) -> None:
-        super().__init__(config)
-        self.embed_tokens = ScaledEmbedding(
-            config.vocab_size, config.hidden_size, config.embedding_multiplier
-        )
-
-    def make_attention(self, config, layer_idx):
-        return Attention(
-            config.hidden_size,
-            config.num_attention_heads,
-            config.num_key_value_heads,
-            config.head_dim,
-            bias=config.attention_bias,
-            out_bias=config.attention_bias,
-            rotary_dim=rotary_dim(config.rope, config.head_dim),
-            scale=config.attention_multiplier,
-        )
-
+class GraniteMoeModel(GraniteModel):
     def make_layer(self, config, layer_idx):
         return GraniteMoeDecoderLayer(config, self.make_attention(config, layer_idx))
 
 
-class GraniteMoeForCausalLM(LlamaForCausalLM):
+class GraniteMoeForCausalLM(GraniteForCausalLM):
     """Logits divided by ``logits_scaling``."""
 
     config_class = GraniteMoeConfig
     model_class = GraniteMoeModel
-
-    def forward(self, op, input_ids, attention_mask, position_ids, past_key_values):
-        logits, presents = super().forward(
-            op, input_ids, attention_mask, position_ids, past_key_values
-        )
-        return op.Div(logits, self.config.logits_scaling), presents
 
 
 MODEL_TYPES = {"granitemoe": GraniteMoeForCausalLM, "granitemoeshared": GraniteMoeForCausalLM}

@@ -24,11 +24,11 @@ from mobius.components import (
     rotary_dim,
 )
 from mobius.model import Model
+from mobius_text.models.granite import ScaledEmbedding
 from mobius_text.models.granitemoe import (
     GraniteMoeBlock,
     GraniteMoeConfig,
     GraniteSharedMLP,
-    ScaledEmbedding,
 )
 from mobius_text.models.mamba2 import Mamba2Config, Mamba2Mixer
 

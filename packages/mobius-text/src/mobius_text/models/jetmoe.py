@@ -14,12 +14,10 @@ query heads ``h * top_k + j`` (kv head major) and undoes the permutation afterwa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius.components import Linear, RMSNorm, apply_rotary
+from mobius.components import DecoderLayer, Linear, RMSNorm, apply_rotary, split_heads
 from mobius.components.moe import (
     StackedLinear,
     flatten_tokens,
@@ -28,23 +26,14 @@ from mobius.components.moe import (
     zero_rows,
 )
 from mobius_text.models.granitemoe import GraniteMoeBlock
-from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM, LlamaModel
+from mobius_text.models.llama import LlamaForCausalLM, LlamaModel
+from mobius_text.models.mixtral import MixtralConfig
 
 LAYER_NORM_EPS = 1e-6  # transformers builds the per-layer norms with their default eps
 
 
-@dataclass
-class JetMoeConfig(LlamaConfig):
-    num_local_experts: int = 8
-    num_experts_per_tok: int = 2
-
-    @classmethod
-    def hf_fields(cls, hf_config):
-        return {
-            **super().hf_fields(hf_config),
-            "num_local_experts": hf_config.num_local_experts,
-            "num_experts_per_tok": hf_config.num_experts_per_tok,
-        }
+class JetMoeConfig(MixtralConfig):
+    """Mixtral's expert count and top-k, shared by JetMoE's attention and MLP experts."""
 
 
 class SlotRouter(nn.Module):
@@ -135,8 +124,7 @@ class JetMoeAttention(nn.Module):
         q = op.Reshape(queries, op.Concat(op.Shape(x, end=2), [k_, self.kv_heads, d], axis=0))
         q = op.Reshape(op.Transpose(q, perm=[0, 3, 2, 1, 4]), [0, self.kv_heads * k_, -1, d])
         key, value = op.Split(self.kv_proj(op, x), axis=-1, num_outputs=2, _outputs=2)
-        key = op.Transpose(op.Reshape(key, [0, 0, self.kv_heads, d]), perm=[0, 2, 1, 3])
-        value = op.Transpose(op.Reshape(value, [0, 0, self.kv_heads, d]), perm=[0, 2, 1, 3])
+        key, value = (split_heads(op, t, self.kv_heads, d) for t in (key, value))
         cos, sin = position_embeddings
         q, key = apply_rotary(op, q, cos, sin, d), apply_rotary(op, key, cos, sin, d)
         y, present_key, present_value = op.Attention(
@@ -160,20 +148,18 @@ class JetMoeMoE(GraniteMoeBlock):
         return op.Add(super().forward(op, x), self.bias)
 
 
-class JetMoeDecoderLayer(nn.Module):
-    def __init__(self, config: JetMoeConfig) -> None:
-        super().__init__()
-        self.self_attention = JetMoeAttention(config)
-        self.mlp = JetMoeMoE(config)
-        self.input_layernorm = RMSNorm(config.hidden_size, LAYER_NORM_EPS)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, LAYER_NORM_EPS)
+class JetMoeDecoderLayer(DecoderLayer):
+    """The pre-norm layer; the checkpoint names the attention ``self_attention``."""
 
-    def forward(self, op, x, position_embeddings, bias, past_key, past_value):
-        h, present = self.self_attention(
-            op, self.input_layernorm(op, x), position_embeddings, bias, past_key, past_value
+    attention_name = "self_attention"
+
+    def __init__(self, config: JetMoeConfig) -> None:
+        super().__init__(
+            JetMoeAttention(config),
+            JetMoeMoE(config),
+            RMSNorm(config.hidden_size, LAYER_NORM_EPS),
+            RMSNorm(config.hidden_size, LAYER_NORM_EPS),
         )
-        x = op.Add(x, h)
-        return op.Add(x, self.mlp(op, self.post_attention_layernorm(op, x))), present
 
 
 class JetMoeModel(LlamaModel):

@@ -84,43 +84,64 @@ class LlamaModel(nn.Module):
     def layer_uses_rope(self, layer_idx: int) -> bool:
         return True
 
+    def layer_bias(self, op, kind: str, attention_mask, seq_len, dtype):
+        """The attention bias of the layers of type ``kind``: causal, windowed where sliding."""
+        windows = {"full_attention": None, "sliding_attention": self.config.sliding_window}
+        return attention_bias(op, attention_mask, seq_len, dtype, windows[kind])
+
+    def position_embeddings(self, op, position_ids) -> dict:
+        """Per layer type, the ``(cos, sin)`` its layers rotate by; one table serves all here."""
+        cos_sin = self.rotary_emb(op, position_ids)
+        return dict.fromkeys(self.config.layer_types, cos_sin)
+
     def forward(self, op, input_ids, attention_mask, position_ids, past_key_values):
         x = self.embed_tokens(op, input_ids)  # [batch, seq, hidden]
-        cos_sin = self.rotary_emb(op, position_ids)
+        rope = self.position_embeddings(op, position_ids)
         seq_len = op.Squeeze(op.Slice(op.Shape(input_ids), [1], [2]), [0])
-        windows = {
-            "full_attention": None,
-            "sliding_attention": self.config.sliding_window,
-        }
         biases = {
-            kind: attention_bias(op, attention_mask, seq_len, x.dtype, windows[kind])
+            kind: self.layer_bias(op, kind, attention_mask, seq_len, x.dtype)
             for kind in dict.fromkeys(self.config.layer_types)
         }
         presents = []
         for i, (layer, (past_key, past_value)) in enumerate(
             zip(self.layers, past_key_values, strict=True)
         ):
-            rope = cos_sin if self.layer_uses_rope(i) else None
-            bias = biases[self.config.layer_types[i]]
-            x, present = layer(op, x, rope, bias, past_key, past_value)
+            kind = self.config.layer_types[i]
+            position = rope[kind] if self.layer_uses_rope(i) else None
+            x, present = layer(op, x, position, biases[kind], past_key, past_value)
             presents.append(present)
         return self.norm(op, x), presents
 
 
 class LlamaForCausalLM(Model):
-    """The causal LM: ``model`` plus ``lm_head`` (tied to the embeddings when the config says so)."""
+    """The causal LM: ``model`` plus ``lm_head`` (tied to the embeddings when the config says so).
+
+    Families that keep this shape subclass it: they set ``model_class`` (any backbone called
+    as ``(op, input_ids, attention_mask, position_ids, past)``), ``backbone_name`` where their
+    checkpoints name it otherwise (``transformer``), :meth:`input_embedding` where the token
+    embedding has another name, :meth:`make_head` for a head with a bias, and ``cache_layout``
+    for caches that are not all key/value.
+    """
 
     config_class = LlamaConfig
     model_class = LlamaModel
+    backbone_name = "model"
 
     def __init__(self, config: LlamaConfig) -> None:
         super().__init__()
         self.config = config
-        self.model = self.model_class(config)
+        setattr(self, self.backbone_name, self.model_class(config))
+        self.lm_head = self.make_head(config)
+
+    def input_embedding(self) -> Embedding:
+        """The token embedding a tied ``lm_head`` shares."""
+        return getattr(self, self.backbone_name).embed_tokens
+
+    def make_head(self, config: LlamaConfig) -> nn.Module:
+        """``lm_head``: the input embedding when tied, else its own ``weight [vocab, hidden]``."""
         if config.tie_word_embeddings:
-            self.lm_head = TiedLMHead(self.model.embed_tokens)
-        else:
-            self.lm_head = Linear(config.hidden_size, config.vocab_size)
+            return TiedLMHead(self.input_embedding())
+        return Linear(config.hidden_size, config.vocab_size)
 
     def kv_cache_shapes(self) -> list[tuple[int, int, int]]:
         """Per layer: (kv_heads, key head_dim, value head_dim)."""
@@ -128,7 +149,8 @@ class LlamaForCausalLM(Model):
         return [(c.num_key_value_heads, c.head_dim, c.head_dim)] * c.num_hidden_layers
 
     def forward(self, op, input_ids, attention_mask, position_ids, past_key_values):
-        hidden, presents = self.model(op, input_ids, attention_mask, position_ids, past_key_values)
+        backbone = getattr(self, self.backbone_name)
+        hidden, presents = backbone(op, input_ids, attention_mask, position_ids, past_key_values)
         return self.lm_head(op, hidden), presents
 
     def sanitize(self, weights: dict) -> dict:

@@ -23,10 +23,10 @@ from onnxscript import nn
 
 from mobius.components import (
     Attention,
+    DecoderLayer,
     GatedMLP,
     Linear,
     RMSNorm,
-    attention_bias,
     get_activation,
     lowest_value,
     merge_heads,
@@ -224,23 +224,10 @@ class Llama4TextMoe(nn.Module):
         return op.Reshape(out, op.Shape(x))
 
 
-class Llama4TextDecoderLayer(nn.Module):
+class Llama4TextDecoderLayer(DecoderLayer):
     """Pre-norm layer whose feed-forward block is HF's ``feed_forward`` (MoE or dense)."""
 
-    def __init__(self, self_attn, feed_forward, input_layernorm, post_attention_layernorm):
-        super().__init__()
-        self.self_attn = self_attn
-        self.feed_forward = feed_forward
-        self.input_layernorm = input_layernorm
-        self.post_attention_layernorm = post_attention_layernorm
-
-    def forward(self, op, x, position_embeddings, bias, past_key, past_value):
-        h, present = self.self_attn(
-            op, self.input_layernorm(op, x), position_embeddings, bias, past_key, past_value
-        )
-        x = op.Add(x, h)
-        x = op.Add(x, self.feed_forward(op, self.post_attention_layernorm(op, x)))
-        return x, present
+    mlp_name = "feed_forward"
 
 
 class Llama4TextModel(LlamaModel):
@@ -253,7 +240,7 @@ class Llama4TextModel(LlamaModel):
             )
         return Llama4TextDecoderLayer(
             self_attn=Llama4TextAttention(config, self.layer_uses_rope(layer_idx)),
-            feed_forward=feed_forward,
+            mlp=feed_forward,
             input_layernorm=RMSNorm(config.hidden_size, config.rms_norm_eps),
             post_attention_layernorm=RMSNorm(config.hidden_size, config.rms_norm_eps),
         )
@@ -261,26 +248,11 @@ class Llama4TextModel(LlamaModel):
     def layer_uses_rope(self, layer_idx: int) -> bool:
         return bool(self.config.no_rope_layers[layer_idx])
 
-    def forward(self, op, input_ids, attention_mask, position_ids, past_key_values):
-        x = self.embed_tokens(op, input_ids)  # [batch, seq, hidden]
-        cos_sin = self.rotary_emb(op, position_ids)
-        seq_len = op.Squeeze(op.Slice(op.Shape(input_ids), [1], [2]), [0])
-        make_bias = {
-            "full_attention": lambda: attention_bias(op, attention_mask, seq_len, x.dtype),
-            "chunked_attention": lambda: chunked_attention_bias(
-                op, attention_mask, seq_len, x.dtype, self.config.attention_chunk_size
-            ),
-        }
-        biases = {kind: make_bias[kind]() for kind in sorted(set(self.config.layer_types))}
-        presents = []
-        for i, (layer, (past_key, past_value)) in enumerate(
-            zip(self.layers, past_key_values, strict=True)
-        ):
-            rope = cos_sin if self.layer_uses_rope(i) else None
-            bias = biases[self.config.layer_types[i]]
-            x, present = layer(op, x, rope, bias, past_key, past_value)
-            presents.append(present)
-        return self.norm(op, x), presents
+    def layer_bias(self, op, kind, attention_mask, seq_len, dtype):
+        if kind == "chunked_attention":
+            chunk = self.config.attention_chunk_size
+            return chunked_attention_bias(op, attention_mask, seq_len, dtype, chunk)
+        return super().layer_bias(op, kind, attention_mask, seq_len, dtype)
 
 
 class Llama4ForCausalLM(LlamaForCausalLM):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from mobius.components import GatedMLP, attention_bias, make_rotary_embedding
+from mobius.components import GatedMLP, make_rotary_embedding
 from mobius.config import RopeConfig
 from mobius_text.models.mixtral import SparseMoeBlock
 from mobius_text.models.qwen import QwenConfig
@@ -66,24 +66,11 @@ class MellumModel(Qwen3MoeModel):
             return GatedMLP(config.hidden_size, config.intermediate_size, config.hidden_act)
         return SparseMoeBlock(*make_experts(config), config.hidden_size)
 
-    def forward(self, op, input_ids, attention_mask, position_ids, past_key_values):
-        x = self.embed_tokens(op, input_ids)  # [batch, seq, hidden]
-        seq_len = op.Squeeze(op.Slice(op.Shape(input_ids), [1], [2]), [0])
+    def position_embeddings(self, op, position_ids):
         tables = {"full_attention": self.rotary_emb, "sliding_attention": self.sliding_rotary_emb}
-        windows = {"full_attention": None, "sliding_attention": self.config.sliding_window}
-        kinds = dict.fromkeys(self.config.layer_types)
-        rope = {kind: tables[kind](op, position_ids) for kind in kinds}
-        biases = {
-            kind: attention_bias(op, attention_mask, seq_len, x.dtype, windows[kind])
-            for kind in kinds
+        return {
+            kind: tables[kind](op, position_ids) for kind in dict.fromkeys(self.config.layer_types)
         }
-        presents = []
-        for layer, kind, (past_key, past_value) in zip(
-            self.layers, self.config.layer_types, past_key_values, strict=True
-        ):
-            x, present = layer(op, x, rope[kind], biases[kind], past_key, past_value)
-            presents.append(present)
-        return self.norm(op, x), presents
 
 
 class MellumForCausalLM(Qwen3MoeForCausalLM):

@@ -82,7 +82,7 @@ class MiniMaxM2Model(LlamaModel):
         )
         return BlockSparseDecoderLayer(
             self_attn=attention,
-            block_sparse_moe=MiniMaxM2SparseMoeBlock(config),
+            mlp=MiniMaxM2SparseMoeBlock(config),
             input_layernorm=RMSNorm(config.hidden_size, config.rms_norm_eps),
             post_attention_layernorm=RMSNorm(config.hidden_size, config.rms_norm_eps),
         )

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from onnxscript import nn
 
-from mobius.components import RMSNorm
+from mobius.components import DecoderLayer, RMSNorm
 from mobius.components.moe import (
     ExpertList,
     ExpertW123,
@@ -52,23 +52,10 @@ class SparseMoeBlock(nn.Module):
         return unflatten_tokens(op, y, x)  # [batch, seq, hidden]
 
 
-class BlockSparseDecoderLayer(nn.Module):
+class BlockSparseDecoderLayer(DecoderLayer):
     """The pre-norm decoder layer whose feed-forward is ``block_sparse_moe``."""
 
-    def __init__(self, self_attn, block_sparse_moe, input_layernorm, post_attention_layernorm):
-        super().__init__()
-        self.self_attn = self_attn
-        self.block_sparse_moe = block_sparse_moe
-        self.input_layernorm = input_layernorm
-        self.post_attention_layernorm = post_attention_layernorm
-
-    def forward(self, op, x, position_embeddings, bias, past_key, past_value):
-        h, present = self.self_attn(
-            op, self.input_layernorm(op, x), position_embeddings, bias, past_key, past_value
-        )
-        x = op.Add(x, h)
-        x = op.Add(x, self.block_sparse_moe(op, self.post_attention_layernorm(op, x)))
-        return x, present
+    mlp_name = "block_sparse_moe"
 
 
 class MixtralModel(LlamaModel):
@@ -87,7 +74,7 @@ class MixtralModel(LlamaModel):
     def make_layer(self, config: MixtralConfig, layer_idx: int) -> BlockSparseDecoderLayer:
         return BlockSparseDecoderLayer(
             self_attn=self.make_attention(config, layer_idx),
-            block_sparse_moe=self.make_moe(config),
+            mlp=self.make_moe(config),
             input_layernorm=RMSNorm(config.hidden_size, config.rms_norm_eps),
             post_attention_layernorm=RMSNorm(config.hidden_size, config.rms_norm_eps),
         )

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 from onnxscript import nn
 
-from mobius.components import Attention, Embedding, LayerNorm, Linear, TiedLMHead, merge_heads
+from mobius.components import Attention, Embedding, LayerNorm, Linear, merge_heads
 from mobius.config import ArchitectureConfig
-from mobius.model import Model
 from mobius_text.models._alibi import alibi, alibi_attention_bias
+from mobius_text.models.llama import LlamaForCausalLM
 
 
 def mpt_alibi_slopes(num_heads: int, alibi_bias_max: float = 8.0) -> np.ndarray:
@@ -127,7 +127,8 @@ class MptModel(nn.Module):
         self.norm_f = LayerNorm(config.hidden_size, config.rms_norm_eps, bias=False)
         self.slopes = mpt_alibi_slopes(config.num_attention_heads, config.alibi_bias_max)
 
-    def forward(self, op, input_ids, attention_mask, past_key_values):
+    def forward(self, op, input_ids, attention_mask, position_ids, past_key_values):
+        # ALiBi: positions come from the cache index; position_ids is part of the contract only.
         x = self.wte(op, input_ids)
         seq_len = op.Squeeze(op.Slice(op.Shape(input_ids), [1], [2]), [0])
         # Raw cache index of each key, padding included: transformers' MPT slices its
@@ -143,33 +144,15 @@ class MptModel(nn.Module):
         return self.norm_f(op, x), presents
 
 
-class MptForCausalLM(Model):
+class MptForCausalLM(LlamaForCausalLM):
     """The causal LM: ``transformer`` plus an ``lm_head`` (tied to ``wte`` by default)."""
 
     config_class = MptConfig
+    model_class = MptModel
+    backbone_name = "transformer"
 
-    def __init__(self, config: MptConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.transformer = MptModel(config)
-        if config.tie_word_embeddings:
-            self.lm_head = TiedLMHead(self.transformer.wte)
-        else:
-            self.lm_head = Linear(config.hidden_size, config.vocab_size)
-
-    def kv_cache_shapes(self) -> list[tuple[int, int, int]]:
-        c = self.config
-        return [(c.num_key_value_heads, c.head_dim, c.head_dim)] * c.num_hidden_layers
-
-    def forward(self, op, input_ids, attention_mask, position_ids, past_key_values):
-        # ALiBi: positions come from the cache index; position_ids is part of the contract only.
-        hidden, presents = self.transformer(op, input_ids, attention_mask, past_key_values)
-        return self.lm_head(op, hidden), presents
-
-    def sanitize(self, weights: dict) -> dict:
-        if self.config.tie_word_embeddings:
-            weights.pop("lm_head.weight", None)
-        return weights
+    def input_embedding(self):
+        return self.transformer.wte
 
 
 MODEL_TYPES = {"mpt": MptForCausalLM}

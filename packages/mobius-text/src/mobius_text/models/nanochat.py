@@ -15,8 +15,8 @@ from mobius.components import (
     WeightlessRMSNorm,
     apply_rotary,
     merge_heads,
-    softcap,
 )
+from mobius_text.models.gemma2 import SoftcappedLogits
 from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM, LlamaModel
 
 
@@ -87,19 +87,11 @@ class NanoChatModel(LlamaModel):
         )
 
 
-class NanoChatForCausalLM(LlamaForCausalLM):
+class NanoChatForCausalLM(SoftcappedLogits, LlamaForCausalLM):
     """NanoChat causal LM; logits soft-capped when the config says so."""
 
     config_class = NanoChatConfig
     model_class = NanoChatModel
-
-    def forward(self, op, input_ids, attention_mask, position_ids, past_key_values):
-        logits, presents = super().forward(
-            op, input_ids, attention_mask, position_ids, past_key_values
-        )
-        if self.config.final_logit_softcapping:
-            logits = softcap(op, logits, self.config.final_logit_softcapping)
-        return logits, presents
 
 
 MODEL_TYPES = {"nanochat": NanoChatForCausalLM}

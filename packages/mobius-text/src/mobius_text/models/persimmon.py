@@ -10,15 +10,13 @@ from mobius.components import (
     DecoderLayer,
     Embedding,
     LayerNorm,
-    Linear,
-    TiedLMHead,
     attention_bias,
     make_rotary_embedding,
     rotary_dim,
 )
 from mobius.config import ArchitectureConfig
-from mobius.model import Model
 from mobius_text.models.bloom import DenseMLP, FusedQKVAttention
+from mobius_text.models.llama import LlamaForCausalLM
 
 
 @dataclass
@@ -97,30 +95,9 @@ class PersimmonModel(nn.Module):
         return self.final_layernorm(op, x), presents
 
 
-class PersimmonForCausalLM(Model):
+class PersimmonForCausalLM(LlamaForCausalLM):
     config_class = PersimmonConfig
-
-    def __init__(self, config: PersimmonConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.model = PersimmonModel(config)
-        if config.tie_word_embeddings:
-            self.lm_head = TiedLMHead(self.model.embed_tokens)
-        else:
-            self.lm_head = Linear(config.hidden_size, config.vocab_size)
-
-    def kv_cache_shapes(self) -> list[tuple[int, int, int]]:
-        c = self.config
-        return [(c.num_key_value_heads, c.head_dim, c.head_dim)] * c.num_hidden_layers
-
-    def forward(self, op, input_ids, attention_mask, position_ids, past_key_values):
-        hidden, presents = self.model(op, input_ids, attention_mask, position_ids, past_key_values)
-        return self.lm_head(op, hidden), presents
-
-    def sanitize(self, weights: dict) -> dict:
-        if self.config.tie_word_embeddings:
-            weights.pop("lm_head.weight", None)
-        return weights
+    model_class = PersimmonModel
 
 
 MODEL_TYPES = {"persimmon": PersimmonForCausalLM}

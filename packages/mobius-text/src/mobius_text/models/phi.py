@@ -77,14 +77,10 @@ class PhiForCausalLM(LlamaForCausalLM):
     config_class = PhiConfig
     model_class = PhiModel
 
-    def __init__(self, config: PhiConfig) -> None:
-        nn.Module.__init__(self)
-        self.config = config
-        self.model = PhiModel(config)
+    def make_head(self, config: PhiConfig):
         if config.tie_word_embeddings:
-            self.lm_head = TiedLMHead(self.model.embed_tokens, bias=True)  # keeps its bias
-        else:
-            self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=True)
+            return TiedLMHead(self.input_embedding(), bias=True)  # keeps its bias
+        return Linear(config.hidden_size, config.vocab_size, bias=True)
 
 
 MODEL_TYPES = {"phi": PhiForCausalLM}

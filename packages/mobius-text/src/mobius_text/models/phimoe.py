@@ -144,7 +144,7 @@ class PhimoeModel(MixtralModel):
     def make_layer(self, config, layer_idx):
         return BlockSparseDecoderLayer(
             self_attn=self.make_attention(config, layer_idx),
-            block_sparse_moe=self.make_moe(config),
+            mlp=self.make_moe(config),
             input_layernorm=LayerNorm(config.hidden_size, config.rms_norm_eps),
             post_attention_layernorm=LayerNorm(config.hidden_size, config.rms_norm_eps),
         )
@@ -154,10 +154,10 @@ class PhimoeForCausalLM(LlamaForCausalLM):
     config_class = PhimoeConfig
     model_class = PhimoeModel
 
-    def __init__(self, config: PhimoeConfig) -> None:
-        super().__init__(config)
-        if not config.tie_word_embeddings:
-            self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=config.lm_head_bias)
+    def make_head(self, config: PhimoeConfig):
+        if config.tie_word_embeddings:
+            return super().make_head(config)
+        return Linear(config.hidden_size, config.vocab_size, bias=config.lm_head_bias)
 
 
 MODEL_TYPES = {"phimoe": PhimoeForCausalLM}
