@@ -15,15 +15,12 @@ from mobius.components import (
     Attention,
     Embedding,
     GatedMLP,
-    Linear,
     RMSNorm,
-    attention_bias,
     make_rotary_embedding,
     rotary_dim,
 )
-from mobius.model import Model
-from mobius_text.models.llama import LlamaConfig
-from mobius_text.models.mamba import real_token_scale
+from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM
+from mobius_text.models.mamba import HybridDecoderLayer, HybridModel
 from mobius_text.models.mamba2 import Mamba2Config, Mamba2Mixer
 
 
@@ -40,11 +37,11 @@ class BambaConfig(LlamaConfig):
         return fields
 
 
-class BambaDecoderLayer(nn.Module):
+class BambaDecoderLayer(HybridDecoderLayer):
     """``x + mixer(norm(x))`` with a Mamba-2 mixer or attention, then ``x + mlp(norm(x))``."""
 
     def __init__(self, config: BambaConfig, attends: bool) -> None:
-        super().__init__()
+        super().__init__(attends)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         if attends:
             self.self_attn = Attention(
@@ -62,20 +59,11 @@ class BambaDecoderLayer(nn.Module):
         self.feed_forward = GatedMLP(
             config.hidden_size, config.intermediate_size, config.hidden_act, config.mlp_bias
         )
-        self.attends = attends
-
-    def forward(self, op, x, rope, bias, real, past):
-        h = self.input_layernorm(op, x)
-        if self.attends:
-            h, present = self.self_attn(op, h, rope, bias, *past)
-        else:
-            h, present = self.mamba(op, h, real, *past)
-        x = op.Add(x, h)
-        x = op.Add(x, self.feed_forward(op, self.pre_ff_layernorm(op, x)))
-        return x, present
 
 
-class BambaModel(nn.Module):
+class BambaModel(HybridModel):
+    norm_name = "final_layernorm"
+
     def __init__(self, config: BambaConfig) -> None:
         super().__init__()
         self.embed_tokens = Embedding(config.vocab_size, config.hidden_size)
@@ -90,27 +78,10 @@ class BambaModel(nn.Module):
             config.rope, config.head_dim, config.max_position_embeddings
         )
 
-    def forward(self, op, input_ids, attention_mask, position_ids, past):
-        x = self.embed_tokens(op, input_ids)  # [batch, seq, hidden]
-        seq = op.Squeeze(op.Shape(input_ids, start=1, end=2), [0])
-        bias = attention_bias(op, attention_mask, seq, x.dtype)
-        real = real_token_scale(op, attention_mask, input_ids, x)  # [batch, seq, 1]
-        rope = self.rotary_emb(op, position_ids)
-        presents = []
-        for layer, layer_past in zip(self.layers, past, strict=True):
-            x, present = layer(op, x, rope, bias, real, layer_past)
-            presents.append(present)
-        return self.final_layernorm(op, x), presents
 
-
-class BambaForCausalLM(Model):
+class BambaForCausalLM(LlamaForCausalLM):
     config_class = BambaConfig
-
-    def __init__(self, config: BambaConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.model = BambaModel(config)
-        self.lm_head = Linear(config.hidden_size, config.vocab_size)
+    model_class = BambaModel
 
     def cache_layout(self):
         c, m = self.config, self.config.mamba
@@ -120,10 +91,6 @@ class BambaForCausalLM(Model):
         ]
         mamba = m.state_layout()
         return [attention if k == "full_attention" else mamba for k in c.layers_block_type]
-
-    def forward(self, op, input_ids, attention_mask, position_ids, past):
-        hidden, presents = self.model(op, input_ids, attention_mask, position_ids, past)
-        return self.lm_head(op, hidden), presents
 
 
 MODEL_TYPES = {"bamba": BambaForCausalLM}

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 import onnx_ir as ir
 from onnxscript import nn
@@ -33,13 +32,12 @@ from mobius.components import (
     Attention,
     Embedding,
     Linear,
-    attention_bias,
     get_activation,
-    make_rotary_embedding,
     merge_heads,
 )
 from mobius.config import ArchitectureConfig, RopeConfig
-from mobius.model import Model
+from mobius_text.models._rope_by_type import RotaryByLayerType, rope_by_layer_type_fields
+from mobius_text.models.llama import LlamaForCausalLM
 
 
 @dataclass
@@ -61,15 +59,8 @@ class DoryConfig(ArchitectureConfig):
                 "Dory: only the per_loop recurrent KV-cache mode is supported"
             )
         fields = super().hf_fields(hf_config)
-        by_kind = {
-            kind: RopeConfig.from_hf(
-                SimpleNamespace(rope_parameters=hf_config.rope_parameters[kind])
-            )
-            for kind in set(fields["layer_types"])
-        }
         fields.update(
-            rope_by_layer_type=by_kind,
-            rope=next(iter(by_kind.values())),
+            **rope_by_layer_type_fields(hf_config, fields["layer_types"]),
             initializer_range=float(hf_config.initializer_range),
             ngpt_alpha_init=float(hf_config.ngpt_alpha_init),
             n_input_layers=hf_config.n_input_layers,
@@ -172,7 +163,7 @@ class DoryDecoderLayer(nn.Module):
         return self.towards(op, h, self.mlp(op, h), self.lambda_2), present
 
 
-class DoryModel(nn.Module):
+class DoryModel(RotaryByLayerType, nn.Module):
     """HF ``backbone``: input layers, the recurrent layers' loops, output layers."""
 
     def __init__(self, config: DoryConfig) -> None:
@@ -182,25 +173,12 @@ class DoryModel(nn.Module):
         self.layers = nn.ModuleList(
             [DoryDecoderLayer(config) for _ in range(config.num_hidden_layers)]
         )
-        self.layer_kinds = sorted(config.rope_by_layer_type)
-        self.rotary_emb = nn.ModuleList(
-            [
-                make_rotary_embedding(
-                    config.rope_by_layer_type[kind], config.head_dim, config.max_position_embeddings
-                )
-                for kind in self.layer_kinds
-            ]
-        )
+        self.make_rotary_by_layer_type(config)
 
     def forward(self, op, input_ids, attention_mask, position_ids, past_key_values):
         c = self.config
         x = self.embeddings(op, input_ids)  # [batch, seq, hidden]
-        seq_len = op.Squeeze(op.Slice(op.Shape(input_ids), [1], [2]), [0])
-        windows = {"full_attention": None, "sliding_attention": c.sliding_window}
-        rope, bias = {}, {}
-        for kind, rotary in zip(self.layer_kinds, self.rotary_emb, strict=True):
-            rope[kind] = rotary(op, position_ids)
-            bias[kind] = attention_bias(op, attention_mask, seq_len, x.dtype, windows[kind])
+        rope, bias = self.ropes_and_biases(op, input_ids, attention_mask, position_ids, x.dtype)
         presents = [None] * c.num_cache_slots
 
         def run(x, layer_idx, slot):
@@ -225,16 +203,15 @@ class DoryModel(nn.Module):
         return l2_norm(op, x), presents
 
 
-class DoryForCausalLM(Model):
+class DoryForCausalLM(LlamaForCausalLM):
     """Dory causal LM: ``backbone`` plus an ``lm_head`` with per-token logit scales."""
 
     config_class = DoryConfig
+    model_class = DoryModel
+    backbone_name = "backbone"
 
-    def __init__(self, config: DoryConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.backbone = DoryModel(config)
-        self.lm_head = DoryLMHead(config)
+    def make_head(self, config: DoryConfig):
+        return DoryLMHead(config)
 
     def kv_cache_shapes(self) -> list[tuple[int, int, int]]:
         c = self.config
@@ -253,13 +230,7 @@ class DoryForCausalLM(Model):
             )
             renamed = f"{name[: match.start()]}layers.{index // 2}.{part}{name[match.end() :]}"
             weights[renamed] = weights.pop(name)
-        return weights
-
-    def forward(self, op, input_ids, attention_mask, position_ids, past_key_values):
-        hidden, presents = self.backbone(
-            op, input_ids, attention_mask, position_ids, past_key_values
-        )
-        return self.lm_head(op, hidden), presents
+        return weights  # the head is never tied: nothing of Llama's to drop
 
 
 class DoryLMHead(Linear):

@@ -25,13 +25,11 @@ from mobius.components import (
     GatedMLP,
     Linear,
     RMSNorm,
-    TiedLMHead,
-    attention_bias,
     make_rotary_embedding,
     rotary_dim,
 )
-from mobius.model import Model
-from mobius_text.models.llama import LlamaConfig
+from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM
+from mobius_text.models.mamba import HybridModel
 from mobius_text.models.mamba2 import GatedRMSNorm, Mamba2Config, Mamba2Mixer
 
 
@@ -188,7 +186,8 @@ class FalconH1DecoderLayer(nn.Module):
         self.feed_forward = FalconH1MLP(config)
         self.config = config
 
-    def forward(self, op, x, rope, bias, real, past_key, past_value, conv_state, ssm_state):
+    def forward(self, op, x, rope, bias, real, past):
+        past_key, past_value, conv_state, ssm_state = past
         c = self.config
         h = self.input_layernorm(op, x)
         m, (conv_state, ssm_state) = self.mamba(op, h, real, conv_state, ssm_state)
@@ -203,7 +202,9 @@ class FalconH1DecoderLayer(nn.Module):
         return x, (key, value, conv_state, ssm_state)
 
 
-class FalconH1Model(nn.Module):
+class FalconH1Model(HybridModel):
+    norm_name = "final_layernorm"
+
     def __init__(self, config: FalconH1Config) -> None:
         super().__init__()
         self.embed_tokens = Embedding(config.vocab_size, config.hidden_size)
@@ -216,31 +217,13 @@ class FalconH1Model(nn.Module):
         )
         self.embedding_multiplier = config.embedding_multiplier
 
-    def forward(self, op, input_ids, attention_mask, position_ids, past):
-        x = _scale(op, self.embed_tokens(op, input_ids), self.embedding_multiplier)
-        seq = op.Shape(input_ids, start=1, end=2)
-        bias = attention_bias(op, attention_mask, op.Squeeze(seq, [0]), x.dtype)
-        current = op.Slice(attention_mask, op.Neg(seq), [2**62], [1])
-        real = op.Unsqueeze(op.CastLike(current, x), [-1])  # [batch, seq, 1]
-        rope = self.rotary_emb(op, position_ids)
-        presents = []
-        for layer, layer_past in zip(self.layers, past, strict=True):
-            x, present = layer(op, x, rope, bias, real, *layer_past)
-            presents.append(present)
-        return self.final_layernorm(op, x), presents
+    def embed(self, op, input_ids):
+        return _scale(op, self.embed_tokens(op, input_ids), self.embedding_multiplier)
 
 
-class FalconH1ForCausalLM(Model):
+class FalconH1ForCausalLM(LlamaForCausalLM):
     config_class = FalconH1Config
-
-    def __init__(self, config: FalconH1Config) -> None:
-        super().__init__()
-        self.config = config
-        self.model = FalconH1Model(config)
-        if config.tie_word_embeddings:
-            self.lm_head = TiedLMHead(self.model.embed_tokens)
-        else:
-            self.lm_head = Linear(config.hidden_size, config.vocab_size)
+    model_class = FalconH1Model
 
     def cache_layout(self):
         c, m = self.config, self.config.mamba
@@ -249,13 +232,8 @@ class FalconH1ForCausalLM(Model):
         return [layer] * c.num_hidden_layers
 
     def forward(self, op, input_ids, attention_mask, position_ids, past):
-        hidden, presents = self.model(op, input_ids, attention_mask, position_ids, past)
-        return _scale(op, self.lm_head(op, hidden), self.config.lm_head_multiplier), presents
-
-    def sanitize(self, weights: dict) -> dict:
-        if self.config.tie_word_embeddings:
-            weights.pop("lm_head.weight", None)
-        return weights
+        logits, presents = super().forward(op, input_ids, attention_mask, position_ids, past)
+        return _scale(op, logits, self.config.lm_head_multiplier), presents
 
 
 MODEL_TYPES = {"falcon_h1": FalconH1ForCausalLM}

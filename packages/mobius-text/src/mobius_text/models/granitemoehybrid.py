@@ -16,20 +16,19 @@ from onnxscript import nn
 
 from mobius.components import (
     Attention,
-    Linear,
     RMSNorm,
-    TiedLMHead,
-    attention_bias,
     make_rotary_embedding,
     rotary_dim,
 )
-from mobius.model import Model
 from mobius_text.models.granite import ScaledEmbedding
 from mobius_text.models.granitemoe import (
     GraniteMoeBlock,
     GraniteMoeConfig,
+    GraniteMoeDecoderLayer,
     GraniteSharedMLP,
 )
+from mobius_text.models.llama import LlamaForCausalLM
+from mobius_text.models.mamba import HybridModel
 from mobius_text.models.mamba2 import Mamba2Config, Mamba2Mixer
 
 
@@ -52,11 +51,11 @@ class GraniteMoeHybridConfig(GraniteMoeConfig):
         return fields
 
 
-class GraniteMoeHybridDecoderLayer(nn.Module):
+class GraniteMoeHybridDecoderLayer(GraniteMoeDecoderLayer):
     """``x + m * mixer(norm(x))``, then ``x + m * (moe(norm(x)) + shared_mlp(norm(x)))``."""
 
     def __init__(self, config: GraniteMoeHybridConfig, block_type: str) -> None:
-        super().__init__()
+        nn.Module.__init__(self)  # the mixer is attention or Mamba-2, and the MoE optional
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.attends = block_type == "full_attention"
         if self.attends:
@@ -90,14 +89,10 @@ class GraniteMoeHybridDecoderLayer(nn.Module):
         else:
             h, present = self.mamba(op, h, real, *past)
         x = op.Add(x, op.Mul(h, self.residual_multiplier))
-        normed = self.post_attention_layernorm(op, x)
-        h = self.shared_mlp(op, normed)
-        if self.block_sparse_moe is not None:
-            h = op.Add(self.block_sparse_moe(op, normed), h)
-        return op.Add(x, op.Mul(h, self.residual_multiplier)), present
+        return op.Add(x, op.Mul(self.mlp_branch(op, x), self.residual_multiplier)), present
 
 
-class GraniteMoeHybridModel(nn.Module):
+class GraniteMoeHybridModel(HybridModel):
     def __init__(self, config: GraniteMoeHybridConfig) -> None:
         super().__init__()
         self.embed_tokens = ScaledEmbedding(
@@ -113,33 +108,12 @@ class GraniteMoeHybridModel(nn.Module):
             else None
         )
 
-    def forward(self, op, input_ids, attention_mask, position_ids, past):
-        x = self.embed_tokens(op, input_ids)  # [batch, seq, hidden]
-        seq = op.Shape(input_ids, start=1, end=2)
-        bias = attention_bias(op, attention_mask, op.Squeeze(seq, [0]), x.dtype)
-        current = op.Slice(attention_mask, op.Neg(seq), [2**62], [1])
-        real = op.Unsqueeze(op.CastLike(current, x), [-1])  # [batch, seq, 1]
-        rope = self.rotary_emb(op, position_ids) if self.rotary_emb is not None else None
-        presents = []
-        for layer, layer_past in zip(self.layers, past, strict=True):
-            x, present = layer(op, x, rope, bias, real, layer_past)
-            presents.append(present)
-        return self.norm(op, x), presents
 
-
-class GraniteMoeHybridForCausalLM(Model):
+class GraniteMoeHybridForCausalLM(LlamaForCausalLM):
     """Logits divided by ``logits_scaling``."""
 
     config_class = GraniteMoeHybridConfig
-
-    def __init__(self, config: GraniteMoeHybridConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.model = GraniteMoeHybridModel(config)
-        if config.tie_word_embeddings:
-            self.lm_head = TiedLMHead(self.model.embed_tokens)
-        else:
-            self.lm_head = Linear(config.hidden_size, config.vocab_size)
+    model_class = GraniteMoeHybridModel
 
     def cache_layout(self):
         c, m = self.config, self.config.mamba
@@ -151,13 +125,8 @@ class GraniteMoeHybridForCausalLM(Model):
         ]
 
     def forward(self, op, input_ids, attention_mask, position_ids, past):
-        hidden, presents = self.model(op, input_ids, attention_mask, position_ids, past)
-        return op.Div(self.lm_head(op, hidden), self.config.logits_scaling), presents
-
-    def sanitize(self, weights: dict) -> dict:
-        if self.config.tie_word_embeddings:
-            weights.pop("lm_head.weight", None)
-        return weights
+        logits, presents = super().forward(op, input_ids, attention_mask, position_ids, past)
+        return op.Div(logits, self.config.logits_scaling), presents
 
 
 MODEL_TYPES = {"granitemoehybrid": GraniteMoeHybridForCausalLM}

@@ -12,11 +12,15 @@ from dataclasses import dataclass, field
 
 from onnxscript import nn
 
-from mobius.components import Attention, Embedding, GatedMLP, Linear, RMSNorm
+from mobius.components import Attention, Embedding, GatedMLP, RMSNorm
 from mobius.components.moe import ExpertList, TopKRouter, flatten_tokens, unflatten_tokens
-from mobius.model import Model
-from mobius_text.models.llama import LlamaConfig
-from mobius_text.models.mamba import MambaConfig, MambaMixer, run_hybrid_layers
+from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM
+from mobius_text.models.mamba import (
+    HybridDecoderLayer,
+    HybridModel,
+    MambaConfig,
+    MambaMixer,
+)
 
 
 @dataclass
@@ -88,11 +92,11 @@ class JambaSparseMoeBlock(nn.Module):
         return unflatten_tokens(op, y, x)
 
 
-class JambaDecoderLayer(nn.Module):
+class JambaDecoderLayer(HybridDecoderLayer):
     def __init__(self, config: JambaConfig, block_type: str, num_experts: int) -> None:
-        super().__init__()
+        super().__init__(block_type == "attention")
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        if block_type == "attention":
+        if self.attends:  # no positional encoding: the layers get no rope
             self.self_attn = Attention(
                 config.hidden_size,
                 config.num_attention_heads,
@@ -108,20 +112,13 @@ class JambaDecoderLayer(nn.Module):
             self.feed_forward = GatedMLP(
                 config.hidden_size, config.intermediate_size, config.hidden_act
             )
-        self.attends = block_type == "attention"
-
-    def forward(self, op, x, bias, real, past):
-        h = self.input_layernorm(op, x)
-        if self.attends:
-            h, present = self.self_attn(op, h, None, bias, *past)  # no positional encoding
-        else:
-            h, present = self.mamba(op, h, real, *past)
-        x = op.Add(x, h)
-        x = op.Add(x, self.feed_forward(op, self.pre_ff_layernorm(op, x)))
-        return x, present
 
 
-class JambaModel(nn.Module):
+class JambaModel(HybridModel):
+    """No positional encoding: ``rotary_emb`` stays None."""
+
+    norm_name = "final_layernorm"
+
     def __init__(self, config: JambaConfig) -> None:
         super().__init__()
         self.embed_tokens = Embedding(config.vocab_size, config.hidden_size)
@@ -135,36 +132,18 @@ class JambaModel(nn.Module):
         )
         self.final_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(self, op, input_ids, attention_mask, past):
-        x = self.embed_tokens(op, input_ids)  # [batch, seq, hidden]
-        x, presents = run_hybrid_layers(op, self.layers, x, input_ids, attention_mask, past)
-        return self.final_layernorm(op, x), presents
 
-
-class JambaForCausalLM(Model):
+class JambaForCausalLM(LlamaForCausalLM):
     config_class = JambaConfig
-
-    def __init__(self, config: JambaConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.model = JambaModel(config)
-        self.lm_head = Linear(config.hidden_size, config.vocab_size)
+    model_class = JambaModel
 
     def cache_layout(self):
         c, m = self.config, self.config.mamba
         kv = ["batch", c.num_key_value_heads, "past_sequence", c.head_dim]
-        mamba = [
-            ("conv_state", ["batch", m.intermediate_size, m.conv_kernel - 1]),
-            ("ssm_state", ["batch", m.intermediate_size, m.state_size]),
-        ]
         return [
-            [("key", kv), ("value", kv)] if kind == "attention" else mamba
+            [("key", kv), ("value", kv)] if kind == "attention" else m.state_layout()
             for kind in c.layers_block_type
         ]
-
-    def forward(self, op, input_ids, attention_mask, position_ids, past):
-        hidden, presents = self.model(op, input_ids, attention_mask, past)
-        return self.lm_head(op, hidden), presents
 
 
 MODEL_TYPES = {"jamba": JambaForCausalLM}

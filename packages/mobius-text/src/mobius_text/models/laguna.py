@@ -19,7 +19,6 @@ the router on load); it is renamed onto the router here as well.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 import onnx_ir as ir
 from onnxscript import nn
@@ -30,13 +29,12 @@ from mobius.components import (
     Linear,
     RMSNorm,
     TransposedParameter,
-    attention_bias,
-    make_rotary_embedding,
     rotary_dim,
     softcap,
 )
 from mobius.components.moe import ExpertList, flatten_tokens, top_k_routing, unflatten_tokens
 from mobius.config import ArchitectureConfig, RopeConfig
+from mobius_text.models._rope_by_type import RotaryByLayerType, rope_by_layer_type_fields
 from mobius_text.models.llama import LlamaForCausalLM, LlamaModel
 from mobius_text.models.qwen import QKNormAttention
 
@@ -59,17 +57,10 @@ class LagunaConfig(ArchitectureConfig):
     @classmethod
     def hf_fields(cls, hf_config):
         fields = super().hf_fields(hf_config)
-        by_kind = {
-            kind: RopeConfig.from_hf(
-                SimpleNamespace(rope_parameters=hf_config.rope_parameters[kind])
-            )
-            for kind in set(fields["layer_types"])
-        }
         fields.update(
+            **rope_by_layer_type_fields(hf_config, fields["layer_types"]),
             num_attention_heads_per_layer=list(hf_config.num_attention_heads_per_layer),
             gate_per_head=hf_config.gating is True or hf_config.gating == "per-head",
-            rope_by_layer_type=by_kind,
-            rope=next(iter(by_kind.values())),
             mlp_layer_types=list(hf_config.mlp_layer_types),
             num_experts=hf_config.num_experts,
             num_experts_per_tok=hf_config.num_experts_per_tok,
@@ -156,48 +147,30 @@ class LagunaSparseMoeBlock(nn.Module):
         return unflatten_tokens(op, out, x)
 
 
-class LagunaModel(LlamaModel):
+class LagunaModel(RotaryByLayerType, LlamaModel):
     """RoPE and masks per layer type (sliding or full)."""
 
     def __init__(self, config: LagunaConfig) -> None:
         super().__init__(config)
-        self.layer_kinds = sorted(config.rope_by_layer_type)
-        self.rotary_emb = nn.ModuleList(
-            [
-                make_rotary_embedding(
-                    config.rope_by_layer_type[kind], config.head_dim, config.max_position_embeddings
-                )
-                for kind in self.layer_kinds
-            ]
-        )
+        self.make_rotary_by_layer_type(config)
+
+    def make_attention(self, config, layer_idx):
+        return LagunaAttention(config, layer_idx)
+
+    def make_moe(self, config) -> nn.Module:
+        return LagunaSparseMoeBlock(config)
 
     def make_layer(self, config, layer_idx):
         if config.mlp_layer_types[layer_idx] == "sparse":
-            mlp = LagunaSparseMoeBlock(config)
+            mlp = self.make_moe(config)
         else:
             mlp = GatedMLP(config.hidden_size, config.intermediate_size, config.hidden_act)
         return DecoderLayer(
-            self_attn=LagunaAttention(config, layer_idx),
+            self_attn=self.make_attention(config, layer_idx),
             mlp=mlp,
             input_layernorm=RMSNorm(config.hidden_size, config.rms_norm_eps),
             post_attention_layernorm=RMSNorm(config.hidden_size, config.rms_norm_eps),
         )
-
-    def forward(self, op, input_ids, attention_mask, position_ids, past_key_values):
-        x = self.embed_tokens(op, input_ids)  # [batch, seq, hidden]
-        seq_len = op.Squeeze(op.Slice(op.Shape(input_ids), [1], [2]), [0])
-        windows = {"full_attention": None, "sliding_attention": self.config.sliding_window}
-        rope, bias = {}, {}
-        for kind, rotary in zip(self.layer_kinds, self.rotary_emb, strict=True):
-            rope[kind] = rotary(op, position_ids)
-            bias[kind] = attention_bias(op, attention_mask, seq_len, x.dtype, windows[kind])
-        presents = []
-        for layer, kind, (past_key, past_value) in zip(
-            self.layers, self.config.layer_types, past_key_values, strict=True
-        ):
-            x, present = layer(op, x, rope[kind], bias[kind], past_key, past_value)
-            presents.append(present)
-        return self.norm(op, x), presents
 
 
 class LagunaForCausalLM(LlamaForCausalLM):

@@ -20,15 +20,18 @@ from mobius.components import (
     Embedding,
     Linear,
     RMSNorm,
-    TiedLMHead,
     apply_rotary,
-    attention_bias,
     make_rotary_embedding,
+    merge_heads,
     scaled_dot_product_attention,
+    split_heads,
 )
-from mobius.model import Model
-from mobius_text.models.llama import LlamaConfig
-from mobius_text.models.mamba import DepthwiseConv1d
+from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM
+from mobius_text.models.mamba import (
+    DepthwiseConv1d,
+    HybridDecoderLayer,
+    HybridModel,
+)
 
 
 @dataclass
@@ -85,22 +88,19 @@ class Lfm2Attention(nn.Module):
         self.k_layernorm = RMSNorm(d, config.rms_norm_eps)
         self.head_dim, self.num_heads, self.num_kv_heads = d, heads, kv_heads
 
-    def heads(self, op, x):
-        """``[batch, seq, heads*d]`` → ``[batch, heads, seq, d]``."""
-        return op.Transpose(op.Reshape(x, [0, 0, -1, self.head_dim]), perm=[0, 2, 1, 3])
-
     def forward(self, op, x, rope, bias, past_key, past_value):
         cos, sin = rope
         d = self.head_dim
-        q = apply_rotary(op, self.q_layernorm(op, self.heads(op, self.q_proj(op, x))), cos, sin, d)
-        k = apply_rotary(op, self.k_layernorm(op, self.heads(op, self.k_proj(op, x))), cos, sin, d)
-        v = self.heads(op, self.v_proj(op, x))
+        q, k, v = (
+            split_heads(op, p(op, x), head_dim=d) for p in (self.q_proj, self.k_proj, self.v_proj)
+        )
+        q = apply_rotary(op, self.q_layernorm(op, q), cos, sin, d)
+        k = apply_rotary(op, self.k_layernorm(op, k), cos, sin, d)
         y, key, value = scaled_dot_product_attention(
             op, q, k, v, bias, past_key, past_value, num_heads=self.num_heads,
             num_kv_heads=self.num_kv_heads, head_dim=self.head_dim, scale=self.head_dim**-0.5,
         )  # fmt: skip
-        y = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), [0, 0, -1])
-        return self.out_proj(op, y), (key, value)
+        return self.out_proj(op, merge_heads(op, y)), (key, value)
 
 
 class Lfm2ShortConv(nn.Module):
@@ -112,20 +112,21 @@ class Lfm2ShortConv(nn.Module):
         self.in_proj = Linear(hidden, 3 * hidden, config.conv_bias)
         self.conv = DepthwiseConv1d(hidden, config.conv_L_cache, config.conv_bias)
         self.out_proj = Linear(hidden, hidden, config.conv_bias)
-        self.kernel = config.conv_L_cache
 
     def forward(self, op, x, real, conv_state):
         bcx = op.Transpose(self.in_proj(op, op.Mul(x, real)), perm=[0, 2, 1])  # [batch, 3h, seq]
         b, c, xs = op.Split(bcx, num_outputs=3, axis=1, _outputs=3)
-        window = op.Concat(conv_state, op.Mul(b, xs), axis=2)  # [batch, h, kernel-1+seq]
-        new_conv_state = op.Slice(window, [-(self.kernel - 1)], [2**62], [2])
-        y = op.Mul(c, self.conv(op, window))  # [batch, h, seq]
+        y, new_conv_state = self.conv.causal(op, conv_state, op.Mul(b, xs))
+        y = op.Mul(c, y)  # [batch, h, seq]
         return self.out_proj(op, op.Transpose(y, perm=[0, 2, 1])), (new_conv_state,)
 
 
-class Lfm2DecoderLayer(nn.Module):
+class Lfm2DecoderLayer(HybridDecoderLayer):
+    norm_names = ("operator_norm", "ffn_norm")
+    recurrent_name = "conv"
+
     def __init__(self, config: Lfm2Config, attends: bool) -> None:
-        super().__init__()
+        super().__init__(attends)
         self.operator_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         if attends:
             self.self_attn = Lfm2Attention(config)
@@ -133,19 +134,11 @@ class Lfm2DecoderLayer(nn.Module):
             self.conv = Lfm2ShortConv(config)
         self.ffn_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.feed_forward = Lfm2MLP(config.hidden_size, config.intermediate_size)
-        self.attends = attends
-
-    def forward(self, op, x, rope, bias, real, past):
-        h = self.operator_norm(op, x)
-        if self.attends:
-            h, present = self.self_attn(op, h, rope, bias, *past)
-        else:
-            h, present = self.conv(op, h, real, *past)
-        x = op.Add(x, h)
-        return op.Add(x, self.feed_forward(op, self.ffn_norm(op, x))), present
 
 
-class Lfm2Model(nn.Module):
+class Lfm2Model(HybridModel):
+    norm_name = "embedding_norm"
+
     def __init__(self, config: Lfm2Config) -> None:
         super().__init__()
         self.embed_tokens = Embedding(config.vocab_size, config.hidden_size)
@@ -157,46 +150,16 @@ class Lfm2Model(nn.Module):
             config.rope, config.head_dim, config.max_position_embeddings
         )
 
-    def forward(self, op, input_ids, attention_mask, position_ids, past):
-        x = self.embed_tokens(op, input_ids)  # [batch, seq, hidden]
-        seq = op.Shape(input_ids, start=1, end=2)
-        bias = attention_bias(op, attention_mask, op.Squeeze(seq, [0]), x.dtype)
-        current = op.Slice(attention_mask, op.Neg(seq), [2**62], [1])
-        real = op.Unsqueeze(op.CastLike(current, x), [-1])  # [batch, seq, 1]
-        rope = self.rotary_emb(op, position_ids)
-        presents = []
-        for layer, layer_past in zip(self.layers, past, strict=True):
-            x, present = layer(op, x, rope, bias, real, layer_past)
-            presents.append(present)
-        return self.embedding_norm(op, x), presents
 
-
-class Lfm2ForCausalLM(Model):
+class Lfm2ForCausalLM(LlamaForCausalLM):
     config_class = Lfm2Config
-
-    def __init__(self, config: Lfm2Config) -> None:
-        super().__init__()
-        self.config = config
-        self.model = Lfm2Model(config)
-        if config.tie_word_embeddings:
-            self.lm_head = TiedLMHead(self.model.embed_tokens)
-        else:
-            self.lm_head = Linear(config.hidden_size, config.vocab_size)
+    model_class = Lfm2Model
 
     def cache_layout(self):
         c = self.config
         kv = ["batch", c.num_key_value_heads, "past_sequence", c.head_dim]
         conv = [("conv_state", ["batch", c.hidden_size, c.conv_L_cache - 1])]
         return [conv if kind == "conv" else [("key", kv), ("value", kv)] for kind in c.layer_types]
-
-    def forward(self, op, input_ids, attention_mask, position_ids, past):
-        hidden, presents = self.model(op, input_ids, attention_mask, position_ids, past)
-        return self.lm_head(op, hidden), presents
-
-    def sanitize(self, weights: dict) -> dict:
-        if self.config.tie_word_embeddings:
-            weights.pop("lm_head.weight", None)
-        return weights
 
 
 MODEL_TYPES = {"lfm2": Lfm2ForCausalLM}

@@ -7,6 +7,12 @@ The selective scan runs step by step with the ONNX ``Scan`` op, in the same
 order as transformers' sequential path, so prefill and decode share one graph.
 Padding positions are zeroed before and after the convolution, as HF does,
 which keeps left-padded rows exact.
+
+The pieces every recurrent and hybrid family shares live here too: the causal
+convolution over a cached window (:func:`causal_window`, :meth:`DepthwiseConv1d.causal`),
+the padding scale (:func:`real_token_scale`), the hybrid layer loop, layer and backbone
+(:func:`run_hybrid_layers`, :class:`HybridDecoderLayer`, :class:`HybridModel`) and the
+``Scan`` plumbing of a recurrence (:func:`scan_sequence`).
 """
 
 from __future__ import annotations
@@ -83,53 +89,111 @@ def real_token_scale(op, attention_mask, input_ids, like):
     return op.Unsqueeze(op.CastLike(current, like), [-1])
 
 
-def run_hybrid_layers(op, layers, x, input_ids, attention_mask, past):
-    """Run layers that take ``(x, attention_bias, real_token_scale, layer_past)``.
-
-    The shared loop of the hybrids (Jamba, Nemotron-H): attention layers use the
-    causal bias, state-space layers the padding scale. Returns ``x`` and the presents.
-    """
+def hybrid_masks(op, input_ids, attention_mask, x):
+    """The causal attention bias of this step and its :func:`real_token_scale`, for hybrids
+    whose attention layers use the one and whose state-space layers the other."""
     seq = op.Squeeze(op.Shape(input_ids, start=1, end=2), [0])
     bias = attention_bias(op, attention_mask, seq, x.dtype)
-    real = real_token_scale(op, attention_mask, input_ids, x)  # [batch, seq, 1]
+    return bias, real_token_scale(op, attention_mask, input_ids, x)  # real: [batch, seq, 1]
+
+
+def run_hybrid_layers(op, layers, x, input_ids, attention_mask, past, rope=None):
+    """Run layers that take ``(x, rope, attention_bias, real_token_scale, layer_past)``.
+
+    The shared loop of the hybrids (Jamba, Nemotron-H, Bamba, LFM2...): attention layers
+    use the rotary ``rope`` (``None`` without positional encoding) and the causal bias,
+    state-space layers the padding scale. Returns ``x`` and the presents.
+    """
+    bias, real = hybrid_masks(op, input_ids, attention_mask, x)
     presents = []
     for layer, layer_past in zip(layers, past, strict=True):
-        x, present = layer(op, x, bias, real, layer_past)
+        x, present = layer(op, x, rope, bias, real, layer_past)
         presents.append(present)
     return x, presents
+
+
+class HybridDecoderLayer(nn.Module):
+    """``x + mixer(norm(x))``, then ``x + mlp(norm(x))``: a hybrid's layer, with the checkpoint's names.
+
+    The mixer is attention (called with ``rope``, ``bias`` and its KV cache) where
+    ``attends``, else a recurrent block (called with ``real`` and its states). A subclass
+    builds the parts and names their attributes: :attr:`norm_names` (before the mixer,
+    before the MLP), :attr:`attention_name`, :attr:`recurrent_name` and :attr:`mlp_name`.
+    """
+
+    norm_names = ("input_layernorm", "pre_ff_layernorm")
+    attention_name = "self_attn"
+    recurrent_name = "mamba"
+    mlp_name = "feed_forward"
+
+    def __init__(self, attends: bool) -> None:
+        super().__init__()
+        self.attends = attends
+
+    def forward(self, op, x, rope, bias, real, past):
+        norm, mlp_norm = (getattr(self, name) for name in self.norm_names)
+        h = norm(op, x)
+        if self.attends:
+            h, present = getattr(self, self.attention_name)(op, h, rope, bias, *past)
+        else:
+            h, present = getattr(self, self.recurrent_name)(op, h, real, *past)
+        x = op.Add(x, h)
+        return op.Add(x, getattr(self, self.mlp_name)(op, mlp_norm(op, x))), present
+
+
+class HybridModel(nn.Module):
+    """A hybrid backbone's forward: the embeddings (:meth:`embed`), ``rotary_emb`` (None: no
+    positional encoding), the layers through :func:`run_hybrid_layers`, and the final norm,
+    named :attr:`norm_name`. Subclasses build the modules under their checkpoints' names."""
+
+    norm_name = "norm"
+    rotary_emb = None
+
+    def embed(self, op, input_ids):
+        return self.embed_tokens(op, input_ids)
+
+    def forward(self, op, input_ids, attention_mask, position_ids, past):
+        x = self.embed(op, input_ids)  # [batch, seq, hidden]
+        rope = self.rotary_emb(op, position_ids) if self.rotary_emb is not None else None
+        x, presents = run_hybrid_layers(op, self.layers, x, input_ids, attention_mask, past, rope)
+        return getattr(self, self.norm_name)(op, x), presents
 
 
 def _value(name: str, dtype: ir.DataType, rank: int) -> ir.Value:
     return ir.Value(name=name, type=ir.TensorType(dtype), shape=ir.Shape([None] * rank))
 
 
-def scan_sequence(op, step, state, decay, update, readout, ranks, axes, name: str):
-    """Run ``step(op, h, decay_t, update_t, readout_t) -> (h, y_t)`` over the sequence with ``Scan``.
+def scan_sequence(op, step, state, sequences, ranks, axes, name: str, y_rank: int | None = None):
+    """Run ``step(op, *h, *inputs_t) -> (*h, y_t)`` over the sequence with ``Scan``.
 
-    ``ranks``: the ranks of ``h``, ``decay_t``, ``update_t`` and ``readout_t`` (``y_t`` has
-    one less than ``h``); ``axes``: the sequence axes of ``decay``, ``update``, ``readout``
-    and of the stacked ``y``. Returns ``y`` and the last state.
+    ``state``: the carried state ``h``, or a tuple of states; ``sequences``: the scanned
+    inputs; ``ranks``: the ranks of each state, then of each ``inputs_t``; ``axes``: the
+    sequence axis of each of ``sequences``, then of the stacked ``y``. ``y_t`` has rank
+    ``y_rank``, one less than the first state's unless given. Returns ``y`` and the last
+    state (a tuple of them when ``state`` is a tuple).
     """
-    dtype = state.dtype
+    states = state if isinstance(state, tuple) else (state,)
+    dtype = states[0].dtype
+    n = len(states)
+    names = [f"h{i}" for i in range(n)] + [f"x{i}" for i in range(len(sequences))]
     body = scan_body(
         op,
         step,
-        inputs=[_value(n, dtype, r) for n, r in zip(("h", "a", "b", "c"), ranks, strict=True)],
-        outputs=[_value("h_out", dtype, ranks[0]), _value("y", dtype, ranks[0] - 1)],
+        inputs=[_value(v, dtype, r) for v, r in zip(names, ranks, strict=True)],
+        outputs=[_value(f"h{i}_out", dtype, r) for i, r in enumerate(ranks[:n])]
+        + [_value("y", dtype, ranks[0] - 1 if y_rank is None else y_rank)],
         name=name,
     )
-    last_state, y = op.Scan(
-        state,
-        decay,
-        update,
-        readout,
+    *last, y = op.Scan(
+        *states,
+        *sequences,
         body=body,
-        num_scan_inputs=3,
-        scan_input_axes=list(axes[:3]),
-        scan_output_axes=[axes[3]],
-        _outputs=2,
+        num_scan_inputs=len(sequences),
+        scan_input_axes=list(axes[:-1]),
+        scan_output_axes=[axes[-1]],
+        _outputs=n + 1,
     )
-    return y, last_state
+    return y, tuple(last) if isinstance(state, tuple) else last[0]
 
 
 def selective_scan(op, state, decay, update, readout):
@@ -145,7 +209,7 @@ def selective_scan(op, state, decay, update, readout):
         return h, y
 
     return scan_sequence(
-        op, step, state, decay, update, readout, (3, 3, 3, 2), (2, 2, 1, 2), "selective_scan_step"
+        op, step, state, (decay, update, readout), (3, 3, 3, 2), (2, 2, 1, 2), "selective_scan_step"
     )
 
 
@@ -195,6 +259,13 @@ class MambaMixer(nn.Module):
         return self.out_proj(op, op.Transpose(y, perm=[0, 2, 1])), (new_conv_state, new_ssm_state)
 
 
+def causal_window(op, state, x, keep: int):
+    """``state`` then ``x`` [batch, channels, seq] along time, and the next ``state``: the
+    window's last ``keep`` steps (what a causal convolution of ``keep + 1`` taps reads)."""
+    window = op.Concat(state, x, axis=2)  # [batch, channels, keep + seq]
+    return window, op.Slice(window, [-keep], [2**62], [2])
+
+
 class DepthwiseConv1d(nn.Module):
     """``Conv1d(groups=channels)`` with the checkpoint's ``weight [channels, 1, kernel]``, no padding."""
 
@@ -213,8 +284,7 @@ class DepthwiseConv1d(nn.Module):
 
         Returns the output [batch, channels, seq] and the new ``conv_state``.
         """
-        window = op.Concat(conv_state, x, axis=2)  # [batch, channels, kernel-1+seq]
-        new_state = op.Slice(window, [-(self.kernel - 1)], [2**62], [2])
+        window, new_state = causal_window(op, conv_state, x, self.kernel - 1)
         return self(op, window), new_state
 
 

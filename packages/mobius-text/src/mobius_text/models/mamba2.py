@@ -104,7 +104,7 @@ def multihead_scan(op, state, decay, update, readout):
         return h, y
 
     return scan_sequence(
-        op, step, state, decay, update, readout, (4, 2, 4, 3), (1, 1, 1, 1), "multihead_scan_step"
+        op, step, state, (decay, update, readout), (4, 2, 4, 3), (1, 1, 1, 1), "multihead_scan_step"
     )
 
 

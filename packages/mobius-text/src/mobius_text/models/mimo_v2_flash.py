@@ -20,10 +20,7 @@ from onnxscript import nn
 
 from mobius.components import (
     Attention,
-    DecoderLayer,
-    GatedMLP,
     Linear,
-    RMSNorm,
     repeat_kv,
     rotary_dim,
     split_heads,
@@ -120,19 +117,13 @@ class MiMoV2FlashAttention(Attention):
 
 
 class MiMoV2FlashModel(LagunaModel):
-    """Laguna's per-layer-type RoPE and masks, with MiMo's layers."""
+    """Laguna's per-layer-type RoPE and masks, with MiMo's attention and MoE."""
 
-    def make_layer(self, config, layer_idx):
-        if config.mlp_layer_types[layer_idx] == "sparse":
-            mlp = DeepseekV2MoE(config)
-        else:
-            mlp = GatedMLP(config.hidden_size, config.intermediate_size, config.hidden_act)
-        return DecoderLayer(
-            self_attn=MiMoV2FlashAttention(config, layer_idx),
-            mlp=mlp,
-            input_layernorm=RMSNorm(config.hidden_size, config.rms_norm_eps),
-            post_attention_layernorm=RMSNorm(config.hidden_size, config.rms_norm_eps),
-        )
+    def make_attention(self, config, layer_idx):
+        return MiMoV2FlashAttention(config, layer_idx)
+
+    def make_moe(self, config) -> nn.Module:
+        return DeepseekV2MoE(config)
 
 
 class MiMoV2FlashForCausalLM(LlamaForCausalLM):

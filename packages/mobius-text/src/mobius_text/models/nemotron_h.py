@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from onnxscript import nn
 
 from mobius.components import Attention, Embedding, Linear, RMSNorm, get_activation
-from mobius.model import Model
-from mobius_text.models.llama import LlamaConfig
-from mobius_text.models.mamba import run_hybrid_layers
+from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM
+from mobius_text.models.mamba import HybridModel
 from mobius_text.models.mamba2 import Mamba2Config, Mamba2Mixer
 
 SUPPORTED_BLOCKS = ("linear_attention", "full_attention", "mlp")
@@ -95,39 +94,40 @@ class NemotronHBlock(nn.Module):
             )
         self.block_type = block_type
 
-    def forward(self, op, x, bias, real, past):
+    def forward(self, op, x, rope, bias, real, past):
         h = self.norm(op, x)
         present = ()
         if self.block_type == "linear_attention":
             h, present = self.mixer(op, h, real, *past)
         elif self.block_type == "full_attention":
-            h, present = self.mixer(op, h, None, bias, *past)  # no positional encoding
+            h, present = self.mixer(op, h, rope, bias, *past)  # rope is None: no positions
         else:
             h = self.mixer(op, h)
         return op.Add(x, h), present
 
 
-class NemotronHModel(nn.Module):
+class NemotronHModel(HybridModel):
+    """No positional encoding: ``rotary_emb`` stays None."""
+
+    norm_name = "norm_f"
+
     def __init__(self, config: NemotronHConfig) -> None:
         super().__init__()
         self.embeddings = Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList([NemotronHBlock(config, t) for t in config.layers_block_type])
         self.norm_f = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(self, op, input_ids, attention_mask, past):
-        x = self.embeddings(op, input_ids)  # [batch, seq, hidden]
-        x, presents = run_hybrid_layers(op, self.layers, x, input_ids, attention_mask, past)
-        return self.norm_f(op, x), presents
+    def embed(self, op, input_ids):
+        return self.embeddings(op, input_ids)
 
 
-class NemotronHForCausalLM(Model):
+class NemotronHForCausalLM(LlamaForCausalLM):
     config_class = NemotronHConfig
+    model_class = NemotronHModel
+    backbone_name = "backbone"  # as checkpoints name it
 
-    def __init__(self, config: NemotronHConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.backbone = NemotronHModel(config)  # checkpoints name it backbone
-        self.lm_head = Linear(config.hidden_size, config.vocab_size)
+    def input_embedding(self):
+        return self.backbone.embeddings
 
     def cache_layout(self):
         c, m = self.config, self.config.mamba
@@ -138,10 +138,6 @@ class NemotronHForCausalLM(Model):
             "mlp": [],
         }
         return [layouts[t] for t in c.layers_block_type]
-
-    def forward(self, op, input_ids, attention_mask, position_ids, past):
-        hidden, presents = self.backbone(op, input_ids, attention_mask, past)
-        return self.lm_head(op, hidden), presents
 
 
 MODEL_TYPES = {"nemotron_h": NemotronHForCausalLM}

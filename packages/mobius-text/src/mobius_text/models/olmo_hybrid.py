@@ -28,14 +28,16 @@ from mobius.components import (
     GatedMLP,
     Linear,
     RMSNorm,
-    TiedLMHead,
-    attention_bias,
     make_rotary_embedding,
     rotary_dim,
 )
-from mobius.model import Model
-from mobius_text.models.llama import LlamaConfig
-from mobius_text.models.mamba import DepthwiseConv1d, _value
+from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM
+from mobius_text.models.mamba import (
+    DepthwiseConv1d,
+    HybridDecoderLayer,
+    HybridModel,
+    scan_sequence,
+)
 from mobius_text.models.olmo2 import FullQKNormAttention
 
 
@@ -93,7 +95,6 @@ def gated_delta_rule(op, state, q, k, v, decay, beta):
     ``decay`` (``exp(g)``) and ``beta`` [batch, seq, heads]. Returns ``o`` [batch, seq, heads, dv]
     and the last state.
     """
-    dtype = state.dtype
 
     def step(op, s, q_t, k_t, v_t, decay_t, beta_t):
         s = op.Mul(s, op.Unsqueeze(decay_t, [-1, -2]))
@@ -104,29 +105,9 @@ def gated_delta_rule(op, state, q, k, v, decay, beta):
         o = op.Squeeze(op.MatMul(op.Unsqueeze(q_t, [-2]), s), [-2])  # [batch, heads, dv]
         return s, o
 
-    body = op.builder.subgraph(
-        step,
-        inputs=[
-            _value(n, dtype, r)
-            for n, r in (("s", 4), ("q", 3), ("k", 3), ("v", 3), ("decay", 2), ("beta", 2))
-        ],
-        outputs=[_value("s_out", dtype, 4), _value("o", dtype, 3)],
-        name="gated_delta_step",
+    return scan_sequence(
+        op, step, state, (q, k, v, decay, beta), (4, 3, 3, 3, 2, 2), (1,) * 6, "gated_delta_step"
     )
-    last, o = op.Scan(
-        state,
-        q,
-        k,
-        v,
-        decay,
-        beta,
-        body=body,
-        num_scan_inputs=5,
-        scan_input_axes=[1] * 5,
-        scan_output_axes=[1],
-        _outputs=2,
-    )
-    return o, last
 
 
 def _l2norm(op, x, eps: float = 1e-6):
@@ -148,76 +129,110 @@ class GatedRMSNormAfter(nn.Module):
         return op.Mul(y, op.Mul(gate, op.Sigmoid(gate)))
 
 
-class OlmoHybridGatedDeltaNet(nn.Module):
-    def __init__(self, config: OlmoHybridConfig) -> None:
+class GatedDeltaNet(nn.Module):
+    """The Gated DeltaNet mixer (see the module docstring) around the family's projections.
+
+    A subclass creates its projections in :meth:`make_projections`, returns ``[q; k; v]``,
+    the output gate, ``b`` and ``a`` from :meth:`project`, and normalises, gates and
+    projects the output in :meth:`output`, under its checkpoint's names.
+    """
+
+    beta_scale = 1.0
+
+    def __init__(self, config) -> None:
         super().__init__()
-        hidden = config.hidden_size
         self.k_heads, self.v_heads = config.linear_num_key_heads, config.linear_num_value_heads
         self.dk, self.dv = config.linear_key_head_dim, config.linear_value_head_dim
+        self.ratio = self.v_heads // self.k_heads  # value heads per key head
         self.key_dim, self.value_dim = self.k_heads * self.dk, self.v_heads * self.dv
+        self.make_projections(config)
+        # One depthwise conv over [q; k; v].
+        self.conv1d = DepthwiseConv1d(
+            2 * self.key_dim + self.value_dim, config.linear_conv_kernel_dim, bias=False
+        )
+        self.A_log = nn.Parameter([self.v_heads])
+        self.dt_bias = nn.Parameter([self.v_heads])
+
+    def make_projections(self, config) -> None:
+        raise NotImplementedError
+
+    def project(self, op, x):
+        """``[q; k; v]`` [batch, seq, conv_dim], the gate [batch, seq, value_dim], ``b`` and ``a``
+        [batch, seq, v_heads]."""
+        raise NotImplementedError
+
+    def output(self, op, o, gate):
+        """``o`` and ``gate`` [batch, seq, v_heads, dv] → the mixer's output [batch, seq, hidden]."""
+        raise NotImplementedError
+
+    def key_heads(self, op, x):
+        """[batch, seq, k_heads*dk] → [batch, seq, v_heads, dk], each key head repeated in place."""
+        x = op.Unsqueeze(op.Reshape(x, [0, 0, self.k_heads, self.dk]), [3])
+        x = op.Expand(x, [1, 1, 1, self.ratio, 1])
+        return op.Reshape(x, [0, 0, self.v_heads, self.dk])
+
+    def forward(self, op, x, real, conv_state, ssm_state):
+        x = op.Mul(x, real)  # padding positions contribute nothing
+        qkv, z, b, a = self.project(op, x)
+        qkv, new_conv_state = self.conv1d.causal(op, conv_state, op.Transpose(qkv, perm=[0, 2, 1]))
+        qkv = op.Transpose(qkv, perm=[0, 2, 1])  # [batch, seq, conv_dim]
+        qkv = op.Mul(qkv, op.Sigmoid(qkv))
+        q, k, v = op.Split(qkv, [self.key_dim, self.key_dim, self.value_dim], axis=-1, _outputs=3)
+        q = op.Mul(_l2norm(op, self.key_heads(op, q)), self.dk**-0.5)
+        k = _l2norm(op, self.key_heads(op, k))
+        v = op.Reshape(v, [0, 0, self.v_heads, self.dv])
+        beta = op.Sigmoid(b)  # [batch, seq, v_heads]
+        if self.beta_scale != 1.0:
+            beta = op.Mul(beta, self.beta_scale)
+        g = op.Mul(op.Neg(op.Exp(self.A_log)), op.Softplus(op.Add(a, self.dt_bias)))
+        o, new_ssm_state = gated_delta_rule(op, ssm_state, q, k, v, op.Exp(g), beta)
+        gate = op.Reshape(z, [0, 0, self.v_heads, self.dv])
+        return self.output(op, o, gate), (new_conv_state, new_ssm_state)
+
+
+class OlmoHybridGatedDeltaNet(GatedDeltaNet):
+    """Separate q, k, v, a, b and gate projections; checkpoints split the conv (see sanitize)."""
+
+    def __init__(self, config: OlmoHybridConfig) -> None:
+        super().__init__(config)
+        self.o_norm = GatedRMSNormAfter(self.dv, 1e-5)
+        self.o_proj = Linear(self.value_dim, config.hidden_size)
+        self.beta_scale = 2.0 if config.linear_allow_neg_eigval else 1.0
+
+    def make_projections(self, config: OlmoHybridConfig) -> None:
+        hidden = config.hidden_size
         self.q_proj = Linear(hidden, self.key_dim)
         self.k_proj = Linear(hidden, self.key_dim)
         self.v_proj = Linear(hidden, self.value_dim)
         self.a_proj = Linear(hidden, self.v_heads)
         self.b_proj = Linear(hidden, self.v_heads)
         self.g_proj = Linear(hidden, self.value_dim)
-        self.o_proj = Linear(self.value_dim, hidden)
-        # One depthwise conv over [q; k; v]: checkpoints split it (see sanitize).
-        self.conv1d = DepthwiseConv1d(
-            2 * self.key_dim + self.value_dim, config.linear_conv_kernel_dim, bias=False
-        )
-        self.A_log = nn.Parameter([self.v_heads])
-        self.dt_bias = nn.Parameter([self.v_heads])
-        self.o_norm = GatedRMSNormAfter(self.dv, 1e-5)
-        self.kernel = config.linear_conv_kernel_dim
-        self.beta_scale = 2.0 if config.linear_allow_neg_eigval else 1.0
 
-    def key_heads(self, op, x):
-        """[batch, seq, k_heads*dk] → [batch, seq, v_heads, dk], each key head repeated in place."""
-        x = op.Unsqueeze(op.Reshape(x, [0, 0, self.k_heads, self.dk]), [3])
-        x = op.Expand(x, [1, 1, 1, self.v_heads // self.k_heads, 1])
-        return op.Reshape(x, [0, 0, self.v_heads, self.dk])
-
-    def forward(self, op, x, real, conv_state, ssm_state):
-        x = op.Mul(x, real)  # padding positions contribute nothing
+    def project(self, op, x):
         qkv = op.Concat(self.q_proj(op, x), self.k_proj(op, x), self.v_proj(op, x), axis=-1)
-        window = op.Concat(conv_state, op.Transpose(qkv, perm=[0, 2, 1]), axis=2)
-        new_conv_state = op.Slice(window, [-(self.kernel - 1)], [2**62], [2])
-        qkv = op.Transpose(self.conv1d(op, window), perm=[0, 2, 1])  # [batch, seq, conv_dim]
-        qkv = op.Mul(qkv, op.Sigmoid(qkv))
-        q, k, v = op.Split(qkv, [self.key_dim, self.key_dim, self.value_dim], axis=-1, _outputs=3)
-        q = op.Mul(_l2norm(op, self.key_heads(op, q)), self.dk**-0.5)
-        k = _l2norm(op, self.key_heads(op, k))
-        v = op.Reshape(v, [0, 0, self.v_heads, self.dv])
-        beta = op.Mul(op.Sigmoid(self.b_proj(op, x)), self.beta_scale)  # [batch, seq, v_heads]
-        g = op.Mul(
-            op.Neg(op.Exp(self.A_log)), op.Softplus(op.Add(self.a_proj(op, x), self.dt_bias))
-        )
-        o, new_ssm_state = gated_delta_rule(op, ssm_state, q, k, v, op.Exp(g), beta)
-        gate = op.Reshape(self.g_proj(op, x), [0, 0, self.v_heads, self.dv])
-        o = op.Reshape(self.o_norm(op, o, gate), [0, 0, -1])  # [batch, seq, value_dim]
-        return self.o_proj(op, o), (new_conv_state, new_ssm_state)
+        return qkv, self.g_proj(op, x), self.b_proj(op, x), self.a_proj(op, x)
+
+    def output(self, op, o, gate):
+        return self.o_proj(op, op.Reshape(self.o_norm(op, o, gate), [0, 0, -1]))
 
 
-class OlmoHybridLinearAttentionDecoderLayer(nn.Module):
+class OlmoHybridLinearAttentionDecoderLayer(HybridDecoderLayer):
     """Pre-norm: ``x + linear_attn(norm(x))`` then ``x + mlp(norm(x))``.
 
     Checkpoints name the norms ``attention_layer_norm`` and ``feedforward_layer_norm``
     (transformers renames them to ``input_layernorm`` / ``post_attention_layernorm`` on load).
     """
 
+    norm_names = ("attention_layer_norm", "feedforward_layer_norm")
+    recurrent_name = "linear_attn"
+    mlp_name = "mlp"
+
     def __init__(self, config: OlmoHybridConfig) -> None:
-        super().__init__()
+        super().__init__(attends=False)
         self.attention_layer_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.linear_attn = OlmoHybridGatedDeltaNet(config)
         self.feedforward_layer_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = GatedMLP(config.hidden_size, config.intermediate_size, config.hidden_act)
-
-    def forward(self, op, x, real, conv_state, ssm_state):
-        h = self.attention_layer_norm(op, x)
-        h, present = self.linear_attn(op, h, real, conv_state, ssm_state)
-        x = op.Add(x, h)
-        return op.Add(x, self.mlp(op, self.feedforward_layer_norm(op, x))), present
 
 
 class OlmoHybridAttentionDecoderLayer(nn.Module):
@@ -243,13 +258,13 @@ class OlmoHybridAttentionDecoderLayer(nn.Module):
         self.mlp = GatedMLP(config.hidden_size, config.intermediate_size, config.hidden_act)
         self.post_feedforward_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(self, op, x, rope, bias, past_key, past_value):
-        h, present = self.self_attn(op, x, rope, bias, past_key, past_value)
+    def forward(self, op, x, rope, bias, real, past):
+        h, present = self.self_attn(op, x, rope, bias, *past)
         x = op.Add(x, self.feedforward_layer_norm(op, h))
         return op.Add(x, self.post_feedforward_layernorm(op, self.mlp(op, x))), present
 
 
-class OlmoHybridModel(nn.Module):
+class OlmoHybridModel(HybridModel):
     def __init__(self, config: OlmoHybridConfig) -> None:
         super().__init__()
         self.embed_tokens = Embedding(config.vocab_size, config.hidden_size)
@@ -267,36 +282,11 @@ class OlmoHybridModel(nn.Module):
             if config.rope is not None
             else None
         )
-        self.kinds = config.layer_kinds
-
-    def forward(self, op, input_ids, attention_mask, position_ids, past):
-        x = self.embed_tokens(op, input_ids)  # [batch, seq, hidden]
-        seq = op.Shape(input_ids, start=1, end=2)
-        bias = attention_bias(op, attention_mask, op.Squeeze(seq, [0]), x.dtype)
-        current = op.Slice(attention_mask, op.Neg(seq), [2**62], [1])
-        real = op.Unsqueeze(op.CastLike(current, x), [-1])  # [batch, seq, 1]
-        rope = self.rotary_emb(op, position_ids) if self.rotary_emb is not None else None
-        presents = []
-        for layer, kind, layer_past in zip(self.layers, self.kinds, past, strict=True):
-            if kind == "linear_attention":
-                x, present = layer(op, x, real, *layer_past)
-            else:
-                x, present = layer(op, x, rope, bias, *layer_past)
-            presents.append(present)
-        return self.norm(op, x), presents
 
 
-class OlmoHybridForCausalLM(Model):
+class OlmoHybridForCausalLM(LlamaForCausalLM):
     config_class = OlmoHybridConfig
-
-    def __init__(self, config: OlmoHybridConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.model = OlmoHybridModel(config)
-        if config.tie_word_embeddings:
-            self.lm_head = TiedLMHead(self.model.embed_tokens)
-        else:
-            self.lm_head = Linear(config.hidden_size, config.vocab_size)
+    model_class = OlmoHybridModel
 
     def cache_layout(self):
         c = self.config
@@ -314,10 +304,6 @@ class OlmoHybridForCausalLM(Model):
             linear if kind == "linear_attention" else [("key", kv), ("value", kv)]
             for kind in c.layer_kinds
         ]
-
-    def forward(self, op, input_ids, attention_mask, position_ids, past):
-        hidden, presents = self.model(op, input_ids, attention_mask, position_ids, past)
-        return self.lm_head(op, hidden), presents
 
     def sanitize(self, weights: dict) -> dict:
         """Concatenate each layer's ``{q,k,v}_conv1d.weight`` into ``conv1d.weight``, as transformers
@@ -337,9 +323,7 @@ class OlmoHybridForCausalLM(Model):
             rows = sum(t.shape[0] for t in parts)
             shape = (rows, *parts[0].shape[1:])
             weights[f"{prefix}conv1d.weight"] = DerivedTensor(fused, shape, parts[0].dtype)
-        if self.config.tie_word_embeddings:
-            weights.pop("lm_head.weight", None)
-        return weights
+        return super().sanitize(weights)
 
 
 MODEL_TYPES = {"olmo_hybrid": OlmoHybridForCausalLM}

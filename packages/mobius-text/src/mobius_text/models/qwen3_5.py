@@ -67,7 +67,8 @@ class Qwen3_5MoeTextConfig(Qwen3NextConfig):
 
 
 class Qwen3_5GatedDeltaNet(Qwen3NextGatedDeltaNet):
-    def make_projections(self, hidden: int) -> None:
+    def make_projections(self, config) -> None:
+        hidden = config.hidden_size
         self.in_proj_qkv = Linear(hidden, 2 * self.key_dim + self.value_dim)
         self.in_proj_z = Linear(hidden, self.value_dim)
         self.in_proj_b = Linear(hidden, self.v_heads)

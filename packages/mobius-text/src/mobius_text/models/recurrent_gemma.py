@@ -27,15 +27,17 @@ from mobius.components import (
     Attention,
     Embedding,
     Linear,
-    TiedLMHead,
     attention_bias,
     get_activation,
     make_rotary_embedding,
+    merge_heads,
     rotary_dim,
+    softcap,
+    split_heads,
 )
-from mobius.model import Model
-from mobius_text.models.llama import LlamaConfig
-from mobius_text.models.mamba import DepthwiseConv1d, _value
+from mobius_text.models.gemma import GemmaRMSNorm
+from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM
+from mobius_text.models.mamba import DepthwiseConv1d, HybridDecoderLayer, scan_sequence
 
 
 @dataclass
@@ -57,47 +59,19 @@ class RecurrentGemmaConfig(LlamaConfig):
         return fields
 
 
-class GemmaRMSNorm(nn.Module):
-    """``x / rms(x) * (1 + weight)`` (the checkpoint stores the offset from one)."""
-
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter([dim])
-        self.eps = eps
-
-    def forward(self, op, x):
-        scale = op.Add(self.weight, op.CastLike(1.0, self.weight))
-        return op.RMSNormalization(x, scale, axis=-1, epsilon=self.eps, stash_type=1)
-
-
 def linear_recurrence(op, state, decay, inputs):
     """``h_t = decay_t * h_{t-1} + inputs_t`` over axis 1; returns all ``h`` and the last one.
 
     ``state`` [batch, width]; ``decay`` and ``inputs`` [batch, seq, width].
     """
-    dtype = state.dtype
 
     def step(op, h, a_t, x_t):
         h = op.Add(op.Mul(a_t, h), x_t)
         return h, op.Identity(h)
 
-    body = op.builder.subgraph(
-        step,
-        inputs=[_value(n, dtype, 2) for n in ("h", "a", "x")],
-        outputs=[_value("h_out", dtype, 2), _value("y", dtype, 2)],
-        name="rg_lru_step",
+    return scan_sequence(
+        op, step, state, (decay, inputs), (2, 2, 2), (1, 1, 1), "rg_lru_step", y_rank=2
     )
-    last, ys = op.Scan(
-        state,
-        decay,
-        inputs,
-        body=body,
-        num_scan_inputs=2,
-        scan_input_axes=[1, 1],
-        scan_output_axes=[1],
-        _outputs=2,
-    )
-    return ys, last
 
 
 class RecurrentGemmaRglru(nn.Module):
@@ -117,11 +91,11 @@ class RecurrentGemmaRglru(nn.Module):
     def gate(self, op, x_heads, weight, bias):
         """``sigmoid(x_h @ W_h + b_h)`` per head: [batch, heads, seq, block] → [batch, seq, width]."""
         y = op.Sigmoid(op.Add(op.MatMul(x_heads, weight), op.Unsqueeze(bias, [1])))
-        return op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), [0, 0, -1])
+        return merge_heads(op, y)
 
     def forward(self, op, x, reset, state):
         # x [batch, seq, width]; reset [batch, seq, 1] bool (position 0)
-        x_heads = op.Transpose(op.Reshape(x, [0, 0, self.heads, self.block]), perm=[0, 2, 1, 3])
+        x_heads = split_heads(op, x, self.heads, self.block)
         input_gate = self.gate(op, x_heads, self.input_gate_weight, self.input_gate_bias)
         recurrent_gate = self.gate(
             op, x_heads, self.recurrent_gate_weight, self.recurrent_gate_bias
@@ -147,14 +121,12 @@ class RecurrentGemmaRecurrentBlock(nn.Module):
         self.conv_1d = DepthwiseConv1d(width, config.conv1d_width, bias=True)
         self.rg_lru = RecurrentGemmaRglru(config)
         self.act = get_activation(config.hidden_act)
-        self.kernel = config.conv1d_width
 
     def forward(self, op, x, reset, conv_state, lru_state):
         y_branch = self.act(op, self.linear_y(op, x))
         xs = op.Transpose(self.linear_x(op, x), perm=[0, 2, 1])  # [batch, width, seq]
-        window = op.Concat(conv_state, xs, axis=2)  # [batch, width, kernel-1+seq]
-        new_conv_state = op.Slice(window, [-(self.kernel - 1)], [2**62], [2])
-        xs = op.Transpose(self.conv_1d(op, window), perm=[0, 2, 1])  # [batch, seq, width]
+        xs, new_conv_state = self.conv_1d.causal(op, conv_state, xs)
+        xs = op.Transpose(xs, perm=[0, 2, 1])  # [batch, seq, width]
         h, new_lru_state = self.rg_lru(op, xs, reset, lru_state)
         return self.linear_out(op, op.Mul(h, y_branch)), (new_conv_state, new_lru_state)
 
@@ -193,11 +165,19 @@ class EagerAttention(Attention):
         return op.MatMul(weights, self.repeat_kv(op, value)), key, value
 
 
-class RecurrentGemmaDecoderLayer(nn.Module):
+class RecurrentGemmaDecoderLayer(HybridDecoderLayer):
+    """The temporal block (local attention or recurrent) then the MLP block, each pre-norm.
+
+    The recurrent block takes the reset flags where other hybrids pass the padding scale.
+    """
+
+    norm_names = ("temporal_pre_norm", "channel_pre_norm")
+    attention_name = recurrent_name = "temporal_block"
+    mlp_name = "mlp_block"
+
     def __init__(self, config: RecurrentGemmaConfig, layer_type: str) -> None:
-        super().__init__()
+        super().__init__(attends=layer_type == "sliding_attention")
         self.temporal_pre_norm = GemmaRMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.attends = layer_type == "sliding_attention"
         if self.attends:
             self.temporal_block = EagerAttention(
                 config.hidden_size,
@@ -212,15 +192,6 @@ class RecurrentGemmaDecoderLayer(nn.Module):
             self.temporal_block = RecurrentGemmaRecurrentBlock(config)
         self.channel_pre_norm = GemmaRMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp_block = RecurrentGemmaMlp(config)
-
-    def forward(self, op, x, rope, bias, reset, past):
-        h = self.temporal_pre_norm(op, x)
-        if self.attends:
-            h, present = self.temporal_block(op, h, rope, bias, *past)
-        else:
-            h, present = self.temporal_block(op, h, reset, *past)
-        x = op.Add(x, h)
-        return op.Add(x, self.mlp_block(op, self.channel_pre_norm(op, x))), present
 
 
 class RecurrentGemmaModel(nn.Module):
@@ -252,19 +223,11 @@ class RecurrentGemmaModel(nn.Module):
         return self.final_norm(op, x), presents
 
 
-class RecurrentGemmaForCausalLM(Model):
+class RecurrentGemmaForCausalLM(LlamaForCausalLM):
     """Logits soft-capped: ``cap * tanh(logits / cap)``."""
 
     config_class = RecurrentGemmaConfig
-
-    def __init__(self, config: RecurrentGemmaConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.model = RecurrentGemmaModel(config)
-        if config.tie_word_embeddings:
-            self.lm_head = TiedLMHead(self.model.embed_tokens)
-        else:
-            self.lm_head = Linear(config.hidden_size, config.vocab_size)
+    model_class = RecurrentGemmaModel
 
     def cache_layout(self):
         c = self.config
@@ -279,15 +242,8 @@ class RecurrentGemmaForCausalLM(Model):
         ]
 
     def forward(self, op, input_ids, attention_mask, position_ids, past):
-        hidden, presents = self.model(op, input_ids, attention_mask, position_ids, past)
-        cap = self.config.logits_soft_cap
-        logits = op.Mul(op.Tanh(op.Div(self.lm_head(op, hidden), cap)), cap)
-        return logits, presents
-
-    def sanitize(self, weights: dict) -> dict:
-        if self.config.tie_word_embeddings:
-            weights.pop("lm_head.weight", None)
-        return weights
+        logits, presents = super().forward(op, input_ids, attention_mask, position_ids, past)
+        return softcap(op, logits, self.config.logits_soft_cap), presents
 
 
 MODEL_TYPES = {"recurrent_gemma": RecurrentGemmaForCausalLM}

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import onnx_ir as ir
 from onnxscript import nn
 
 from mobius.components import Embedding, LayerNorm, Linear, TiedLMHead
 from mobius.model import Model
+from mobius_text.models.mamba import scan_sequence
 
 # HF starts the running exponent at -1e30; the cache starts at zero. A zero
 # denominator only occurs in a fresh state (it is >= 1 after any token), so the
@@ -59,10 +59,6 @@ class RwkvConfig:
         return 0.5 ** (layer_idx // self.rescale_every)
 
 
-def _value(name: str, dtype: ir.DataType, rank: int) -> ir.Value:
-    return ir.Value(name=name, type=ir.TensorType(dtype), shape=ir.Shape([None] * rank))
-
-
 def time_shift(op, x, last):
     """The previous token of each position: ``last`` [batch, dim] then ``x[:, :-1]``.
 
@@ -85,12 +81,8 @@ def wkv_scan(op, decay, bonus, key, value, num, den, exponent):
     ``value`` [batch, seq, dim]; states [batch, dim]. Returns the output
     [batch, seq, dim] and the three new states.
     """
-    dtype = key.dtype
 
     def step(op, num, den, exponent, decay, bonus, k, v):
-        # The body's value counter restarts at zero under the parent's scope: a scope
-        # of its own keeps its names from clashing with the outer graph's.
-        op.builder.push_module("wkv_step")
         # This token's output: the state plus the current token weighted by exp(bonus + k).
         current = op.Add(k, bonus)
         top = op.Max(exponent, current)
@@ -103,31 +95,18 @@ def wkv_scan(op, decay, bonus, key, value, num, den, exponent):
         e1, e2 = op.Exp(op.Sub(decayed, top)), op.Exp(op.Sub(k, top))
         num = op.Add(op.Mul(e1, num), op.Mul(e2, v))
         den = op.Add(op.Mul(e1, den), e2)
-        op.builder.pop_module()
         return num, den, top, op.Identity(decay), op.Identity(bonus), wkv
 
-    state_names = ("num", "den", "max", "decay", "bonus")
-    body = op.builder.subgraph(
+    # decay and bonus ride along as states: the body reads them at every step.
+    out, (num, den, exponent, _, _) = scan_sequence(
+        op,
         step,
-        inputs=[_value(n, dtype, 2 if i < 3 else 1) for i, n in enumerate(state_names)]
-        + [_value("k", dtype, 2), _value("v", dtype, 2)],
-        outputs=[_value(f"{n}_out", dtype, 2 if i < 3 else 1) for i, n in enumerate(state_names)]
-        + [_value("wkv", dtype, 2)],
-        name="wkv_step",
-    )
-    num, den, exponent, _, _, out = op.Scan(
-        num,
-        den,
-        exponent,
-        decay,
-        bonus,
-        key,
-        value,
-        body=body,
-        num_scan_inputs=2,
-        scan_input_axes=[1, 1],
-        scan_output_axes=[1],
-        _outputs=6,
+        (num, den, exponent, decay, bonus),
+        (key, value),
+        (2, 2, 2, 1, 1, 2, 2),
+        (1, 1, 1),
+        "wkv_step",
+        y_rank=2,
     )
     return out, (num, den, exponent)
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import onnx_ir as ir
 from onnxscript import nn
 
-from mobius.components import Embedding, Linear, split_heads
+from mobius.components import Embedding, Linear, softcap, split_heads
 from mobius.model import Model
+from mobius_text.models.mamba import scan_sequence
 
 
 @dataclass
@@ -71,12 +71,8 @@ class XlstmConfig:
         return int((self.hidden_size * self.ffn_proj_factor + multiple - 1) // multiple * multiple)
 
 
-def _value(name: str, dtype: ir.DataType, rank: int) -> ir.Value:
-    return ir.Value(name=name, type=ir.TensorType(dtype), shape=ir.Shape([None] * rank))
-
-
 def soft_cap(op, x, cap: float | None):
-    return x if cap is None else op.Mul(op.Tanh(op.Div(x, cap)), cap)
+    return x if cap is None else softcap(op, x, cap)
 
 
 def mlstm_scan(op, query, key, value, igate, fgate, c_state, n_state, m_state, scale, eps):
@@ -86,12 +82,8 @@ def mlstm_scan(op, query, key, value, igate, fgate, c_state, n_state, m_state, s
     gates [batch, heads, seq]; ``scale`` is ``dqk ** -0.5``. Returns ``h``
     [batch, heads, seq, dv] and the new states.
     """
-    dtype = query.dtype
 
     def step(op, c, n, m, q, k, v, i, f):
-        # The body's value counter restarts at zero under the parent's scope: a scope
-        # of its own keeps its names from clashing with the outer graph's.
-        op.builder.push_module("mlstm_step")
         i, f = op.Unsqueeze(i, [-1]), op.Unsqueeze(f, [-1])  # [batch, heads, 1]
         f_log = op.Neg(op.Softplus(op.Neg(f)))  # log sigmoid
         decayed = op.Add(f_log, m)
@@ -106,36 +98,17 @@ def mlstm_scan(op, query, key, value, igate, fgate, c_state, n_state, m_state, s
         qn = op.Squeeze(op.MatMul(q_row, op.Unsqueeze(n, [-1])), [-1])  # [b, h, 1]
         h_den = op.Add(op.Max(op.Abs(qn), op.Exp(op.Neg(m))), eps)
         h = op.Div(h_num, h_den)
-        op.builder.pop_module()
         return c, n, m, h
 
-    body = op.builder.subgraph(
+    h, (c_state, n_state, m_state) = scan_sequence(
+        op,
         step,
-        inputs=[
-            _value(name, dtype, rank)
-            for name, rank in (("c", 4), ("n", 3), ("m", 3), ("q", 3), ("k", 3), ("v", 3))
-        ]
-        + [_value("i", dtype, 2), _value("f", dtype, 2)],
-        outputs=[
-            _value(name, dtype, rank)
-            for name, rank in (("c_out", 4), ("n_out", 3), ("m_out", 3), ("h", 3))
-        ],
-        name="mlstm_step",
-    )
-    c_state, n_state, m_state, h = op.Scan(
-        c_state,
-        n_state,
-        m_state,
-        query,
-        key,
-        value,
-        igate,
-        fgate,
-        body=body,
-        num_scan_inputs=5,
-        scan_input_axes=[2, 2, 2, 2, 2],
-        scan_output_axes=[2],
-        _outputs=4,
+        (c_state, n_state, m_state),
+        (query, key, value, igate, fgate),
+        (4, 3, 3, 3, 3, 3, 2, 2),
+        (2, 2, 2, 2, 2, 2),
+        "mlstm_step",
+        y_rank=3,
     )
     return h, (c_state, n_state, m_state)
 

@@ -26,13 +26,11 @@ from mobius.components import (
     GatedMLP,
     Linear,
     RMSNorm,
-    TiedLMHead,
-    attention_bias,
     get_activation,
+    split_heads,
 )
-from mobius.model import Model
-from mobius_text.models.llama import LlamaConfig
-from mobius_text.models.mamba import DepthwiseConv1d, selective_scan
+from mobius_text.models.llama import LlamaConfig, LlamaForCausalLM
+from mobius_text.models.mamba import DepthwiseConv1d, hybrid_masks, selective_scan
 
 
 @dataclass
@@ -94,7 +92,7 @@ class ZambaMambaMixer(nn.Module):
         self.out_proj = Linear(inner, config.hidden_size, config.mamba_proj_bias)
         self.act = get_activation(config.hidden_mamba_act)
         self.inner, self.heads, self.head_dim = inner, heads, head_dim
-        self.rank, self.n, self.kernel = rank, n, config.mamba_d_conv
+        self.rank, self.n = rank, n
 
     def forward(self, op, x, real, conv_state, ssm_state):
         x = op.Mul(x, real)  # padding positions contribute nothing
@@ -103,14 +101,11 @@ class ZambaMambaMixer(nn.Module):
         xs, gate = op.Split(projected, num_outputs=2, axis=-1, _outputs=2)
         xs = op.Transpose(op.Squeeze(xs, [-1]), perm=[0, 2, 1])  # [batch, inner, seq]
         gate = op.Squeeze(gate, [-1])  # [batch, seq, inner]
-        window = op.Concat(conv_state, xs, axis=2)  # [batch, inner, kernel-1+seq]
-        new_conv_state = op.Slice(window, [-(self.kernel - 1)], [2**62], [2])
-        xs = self.act(op, self.conv1d(op, window))  # [batch, inner, seq]
+        xs, new_conv_state = self.conv1d.causal(op, conv_state, xs)
+        xs = self.act(op, xs)  # [batch, inner, seq]
         xs = op.Mul(op.Transpose(xs, perm=[0, 2, 1]), real)  # [batch, seq, inner]
 
-        heads_x = op.Transpose(
-            op.Reshape(xs, [0, 0, self.heads, self.head_dim]), perm=[0, 2, 1, 3]
-        )  # [batch, heads, seq, p]
+        heads_x = split_heads(op, xs, self.heads, self.head_dim)  # [batch, heads, seq, p]
         params = op.MatMul(heads_x, op.Transpose(self.x_proj_weight, perm=[0, 2, 1]))
         dt, b, c = op.Split(params, [self.rank, self.n, self.n], axis=-1, _outputs=3)
         dt = op.MatMul(dt, op.Transpose(self.dt_proj_weight, perm=[0, 2, 1]))  # [b, h, seq, p]
@@ -178,7 +173,10 @@ class ZambaMambaDecoderLayer(nn.Module):
     def __init__(self, config: ZambaConfig) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.mamba = ZambaMambaMixer(config)
+        self.mamba = self.make_mixer(config)
+
+    def make_mixer(self, config: ZambaConfig) -> nn.Module:
+        return ZambaMambaMixer(config)
 
     def forward(self, op, x, real, conv_state, ssm_state, injected=None):
         h = x if injected is None else op.Add(x, injected)
@@ -189,17 +187,24 @@ class ZambaMambaDecoderLayer(nn.Module):
 class ZambaHybridLayer(nn.Module):
     """The shared block (owned or borrowed), this layer's ``linear``, then the Mamba layer."""
 
-    def __init__(self, config: ZambaConfig, shared: ZambaSharedTransformer, owns: bool) -> None:
+    shared_name = "shared_transf"  # the checkpoint's name of the shared block
+    decoder_class = ZambaMambaDecoderLayer
+
+    def __init__(self, config: ZambaConfig, shared: nn.Module, owns: bool) -> None:
         super().__init__()
         if owns:
-            self.shared_transf = shared
-        else:  # a later use of the tied block: its weights live under the first hybrid layer
-            object.__setattr__(self, "shared_transf", shared)
+            setattr(self, self.shared_name, shared)
+        else:  # a later use of a tied block: its weights live under the owner's name
+            object.__setattr__(self, self.shared_name, shared)
         self.linear = Linear(config.hidden_size, config.hidden_size)
-        self.mamba_decoder = ZambaMambaDecoderLayer(config)
+        self.mamba_decoder = self.decoder_class(config)
 
-    def forward(self, op, x, original, bias, real, past_key, past_value, conv, ssm):
-        t, (key, value) = self.shared_transf(op, x, original, bias, past_key, past_value)
+    def shared_block(self, op, x, original, rope, bias, past_key, past_value):
+        """The shared block's output and its present key/value (Zamba's has no positions)."""
+        return self.shared_transf(op, x, original, bias, past_key, past_value)
+
+    def forward(self, op, x, original, rope, bias, real, past_key, past_value, conv, ssm):
+        t, (key, value) = self.shared_block(op, x, original, rope, bias, past_key, past_value)
         x, (conv, ssm) = self.mamba_decoder(op, x, real, conv, ssm, self.linear(op, t))
         return x, (key, value, conv, ssm)
 
@@ -208,6 +213,11 @@ class ZambaModel(nn.Module):
     def __init__(self, config: ZambaConfig) -> None:
         super().__init__()
         self.embed_tokens = Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(self.make_layers(config))
+        self.final_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.rotary_emb = self.make_rotary(config)
+
+    def make_layers(self, config: ZambaConfig) -> list[nn.Module]:
         layers, shared = [], None
         for kind in config.layers_block_type:
             if kind != "hybrid":
@@ -218,59 +228,48 @@ class ZambaModel(nn.Module):
             if owns:
                 shared = ZambaSharedTransformer(config)
             layers.append(ZambaHybridLayer(config, shared, owns))
-        self.layers = nn.ModuleList(layers)
-        self.final_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        return layers
 
-    def forward(self, op, input_ids, attention_mask, past):
+    def make_rotary(self, config: ZambaConfig):
+        """The shared blocks' rotary embedding; Zamba's have none."""
+        return None
+
+    def forward(self, op, input_ids, attention_mask, position_ids, past):
         x = self.embed_tokens(op, input_ids)  # [batch, seq, hidden]
         original = x
-        seq = op.Shape(input_ids, start=1, end=2)
-        bias = attention_bias(op, attention_mask, op.Squeeze(seq, [0]), x.dtype)
-        current = op.Slice(attention_mask, op.Neg(seq), [2**62], [1])
-        real = op.Unsqueeze(op.CastLike(current, x), [-1])  # [batch, seq, 1]
+        bias, real = hybrid_masks(op, input_ids, attention_mask, x)
+        rope = self.rotary_emb(op, position_ids) if self.rotary_emb is not None else None
         presents = []
         for layer, layer_past in zip(self.layers, past, strict=True):
             if isinstance(layer, ZambaHybridLayer):
-                x, present = layer(op, x, original, bias, real, *layer_past)
+                x, present = layer(op, x, original, rope, bias, real, *layer_past)
             else:
                 x, present = layer(op, x, real, *layer_past)
             presents.append(present)
         return self.final_layernorm(op, x), presents
 
 
-class ZambaForCausalLM(Model):
+class ZambaForCausalLM(LlamaForCausalLM):
     config_class = ZambaConfig
+    model_class = ZambaModel
 
-    def __init__(self, config: ZambaConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.model = ZambaModel(config)
-        if config.tie_word_embeddings:
-            self.lm_head = TiedLMHead(self.model.embed_tokens)
-        else:
-            self.lm_head = Linear(config.hidden_size, config.vocab_size)
-
-    def cache_layout(self):
+    def mamba_layout(self):
+        """The cache of one Mamba layer: its conv window and its per-head SSM state."""
         c = self.config
-        kv = ["batch", c.num_key_value_heads, "past_sequence", c.head_dim]
-        mamba = [
+        return [
             ("conv_state", ["batch", c.mamba_inner, c.mamba_d_conv - 1]),
             (
                 "ssm_state",
                 ["batch", c.n_mamba_heads, c.mamba_inner // c.n_mamba_heads, c.mamba_d_state],
             ),
         ]
+
+    def cache_layout(self):
+        c = self.config
+        kv = ["batch", c.num_key_value_heads, "past_sequence", c.head_dim]
+        mamba = self.mamba_layout()
         hybrid = [("key", kv), ("value", kv), *mamba]
         return [hybrid if kind == "hybrid" else mamba for kind in c.layers_block_type]
-
-    def forward(self, op, input_ids, attention_mask, position_ids, past):
-        hidden, presents = self.model(op, input_ids, attention_mask, past)
-        return self.lm_head(op, hidden), presents
-
-    def sanitize(self, weights: dict) -> dict:
-        if self.config.tie_word_embeddings:
-            weights.pop("lm_head.weight", None)
-        return weights
 
 
 MODEL_TYPES = {"zamba": ZambaForCausalLM}

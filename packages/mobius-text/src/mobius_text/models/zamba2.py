@@ -22,20 +22,22 @@ from onnxscript import nn
 
 from mobius.components import (
     Attention,
-    Embedding,
     Linear,
     RMSNorm,
-    TiedLMHead,
     apply_rotary,
-    attention_bias,
     get_activation,
     make_rotary_embedding,
     merge_heads,
     rotary_dim,
 )
-from mobius.model import Model
 from mobius_text.models.llama import LlamaConfig
 from mobius_text.models.mamba2 import Mamba2Config, Mamba2Mixer
+from mobius_text.models.zamba import (
+    ZambaForCausalLM,
+    ZambaHybridLayer,
+    ZambaMambaDecoderLayer,
+    ZambaModel,
+)
 
 
 @dataclass
@@ -191,45 +193,29 @@ class Zamba2SharedTransformer(nn.Module):
         return self.feed_forward(op, self.pre_ff_layernorm(op, h), use), present
 
 
-class Zamba2MambaDecoderLayer(nn.Module):
-    """``x + mamba(norm(x + injected))``: the shared block's output enters the mixer only."""
+class Zamba2MambaDecoderLayer(ZambaMambaDecoderLayer):
+    """Zamba's Mamba layer with a Mamba-2 mixer."""
 
-    def __init__(self, config: Zamba2Config) -> None:
-        super().__init__()
-        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.mamba = Mamba2Mixer(config.mamba)
-
-    def forward(self, op, x, real, conv_state, ssm_state, injected=None):
-        h = x if injected is None else op.Add(x, injected)
-        h, present = self.mamba(op, self.input_layernorm(op, h), real, conv_state, ssm_state)
-        return op.Add(x, h), present
+    def make_mixer(self, config: Zamba2Config) -> nn.Module:
+        return Mamba2Mixer(config.mamba)
 
 
-class Zamba2HybridLayer(nn.Module):
-    """A shared transformer block (owned or borrowed), this layer's ``linear``, then the Mamba layer."""
+class Zamba2HybridLayer(ZambaHybridLayer):
+    """Zamba's hybrid layer; the shared block takes positions and this use's adapters."""
+
+    shared_name = "shared_transformer"
+    decoder_class = Zamba2MambaDecoderLayer
 
     def __init__(self, config: Zamba2Config, shared: Zamba2SharedTransformer, owns: bool, use: int):
-        super().__init__()
-        if owns:
-            self.shared_transformer = shared
-        else:  # a later use of a block: its weights live under the owner's name
-            object.__setattr__(self, "shared_transformer", shared)
-        self.linear = Linear(config.hidden_size, config.hidden_size)
-        self.mamba_decoder = Zamba2MambaDecoderLayer(config)
+        super().__init__(config, shared, owns)
         self.use = use
 
-    def forward(self, op, x, original, rope, bias, real, past_key, past_value, conv, ssm):
-        t, (key, value) = self.shared_transformer(
-            op, x, original, self.use, rope, bias, past_key, past_value
-        )
-        x, (conv, ssm) = self.mamba_decoder(op, x, real, conv, ssm, self.linear(op, t))
-        return x, (key, value, conv, ssm)
+    def shared_block(self, op, x, original, rope, bias, past_key, past_value):
+        return self.shared_transformer(op, x, original, self.use, rope, bias, past_key, past_value)
 
 
-class Zamba2Model(nn.Module):
-    def __init__(self, config: Zamba2Config) -> None:
-        super().__init__()
-        self.embed_tokens = Embedding(config.vocab_size, config.hidden_size)
+class Zamba2Model(ZambaModel):
+    def make_layers(self, config: Zamba2Config) -> list[nn.Module]:
         blocks: list[Zamba2SharedTransformer] = []
         layers = []
         for kind in config.layers_block_type:
@@ -243,58 +229,20 @@ class Zamba2Model(nn.Module):
                 blocks.append(Zamba2SharedTransformer(config, block_id))
             shared = blocks[-1] if owns else blocks[block_id]
             layers.append(Zamba2HybridLayer(config, shared, owns, use))
-        self.layers = nn.ModuleList(layers)
-        self.final_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.rotary_emb = (
-            make_rotary_embedding(config.rope, config.head_dim, config.max_position_embeddings)
-            if config.use_mem_rope
-            else None
-        )
+        return layers
 
-    def forward(self, op, input_ids, attention_mask, position_ids, past):
-        x = self.embed_tokens(op, input_ids)  # [batch, seq, hidden]
-        original = x
-        seq = op.Shape(input_ids, start=1, end=2)
-        bias = attention_bias(op, attention_mask, op.Squeeze(seq, [0]), x.dtype)
-        current = op.Slice(attention_mask, op.Neg(seq), [2**62], [1])
-        real = op.Unsqueeze(op.CastLike(current, x), [-1])  # [batch, seq, 1]
-        rope = self.rotary_emb(op, position_ids) if self.rotary_emb is not None else None
-        presents = []
-        for layer, layer_past in zip(self.layers, past, strict=True):
-            if isinstance(layer, Zamba2HybridLayer):
-                x, present = layer(op, x, original, rope, bias, real, *layer_past)
-            else:
-                x, present = layer(op, x, real, *layer_past)
-            presents.append(present)
-        return self.final_layernorm(op, x), presents
+    def make_rotary(self, config: Zamba2Config):
+        if not config.use_mem_rope:
+            return None
+        return make_rotary_embedding(config.rope, config.head_dim, config.max_position_embeddings)
 
 
-class Zamba2ForCausalLM(Model):
+class Zamba2ForCausalLM(ZambaForCausalLM):
     config_class = Zamba2Config
+    model_class = Zamba2Model
 
-    def __init__(self, config: Zamba2Config) -> None:
-        super().__init__()
-        self.config = config
-        self.model = Zamba2Model(config)
-        if config.tie_word_embeddings:
-            self.lm_head = TiedLMHead(self.model.embed_tokens)
-        else:
-            self.lm_head = Linear(config.hidden_size, config.vocab_size)
-
-    def cache_layout(self):
-        c, m = self.config, self.config.mamba
-        kv = ["batch", c.num_key_value_heads, "past_sequence", c.head_dim]
-        conv_dim = m.intermediate_size + 2 * m.n_groups * m.state_size
-        mamba = [
-            ("conv_state", ["batch", conv_dim, m.conv_kernel - 1]),
-            ("ssm_state", ["batch", m.num_heads, m.head_dim, m.state_size]),
-        ]
-        hybrid = [("key", kv), ("value", kv), *mamba]
-        return [hybrid if kind == "hybrid" else mamba for kind in c.layers_block_type]
-
-    def forward(self, op, input_ids, attention_mask, position_ids, past):
-        hidden, presents = self.model(op, input_ids, attention_mask, position_ids, past)
-        return self.lm_head(op, hidden), presents
+    def mamba_layout(self):
+        return self.config.mamba.state_layout()
 
     def sanitize(self, weights: dict) -> dict:
         """Adapters of a block's later uses are named in the graph after the layer that runs them.
@@ -318,9 +266,7 @@ class Zamba2ForCausalLM(Model):
                 for key in [k for k in weights if k.startswith(prefix) and "adapter_list." in k]:
                     if not key.split("adapter_list.")[1].startswith(f"{use}."):
                         del weights[key]
-        if c.tie_word_embeddings:
-            weights.pop("lm_head.weight", None)
-        return weights
+        return super().sanitize(weights)
 
 
 MODEL_TYPES = {"zamba2": Zamba2ForCausalLM}

@@ -23,7 +23,6 @@ inputs of the convolution) and ``value_state`` (the last token's delayed value h
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 import numpy as np
 import onnx_ir as ir
@@ -33,21 +32,18 @@ from mobius.components import (
     Embedding,
     Linear,
     RMSNorm,
-    TiedLMHead,
-    attention_bias,
     get_activation,
-    make_rotary_embedding,
     merge_heads,
     repeat_kv,
     rotary_dim,
 )
 from mobius.components.moe import StackedGatedExperts, flatten_tokens, unflatten_tokens
 from mobius.config import ArchitectureConfig, RopeConfig
-from mobius.model import Model
+from mobius_text.models._rope_by_type import RotaryByLayerType, rope_by_layer_type_fields
+from mobius_text.models.llama import LlamaForCausalLM
+from mobius_text.models.mamba import causal_window, real_token_scale
 
 FLOAT = ir.DataType.FLOAT
-# Whether each attention kind uses the sliding window.
-WINDOWED = {"hybrid": False, "hybrid_sliding": True}
 
 
 @dataclass
@@ -65,15 +61,8 @@ class ZayaConfig(ArchitectureConfig):
     @classmethod
     def hf_fields(cls, hf_config):
         fields = super().hf_fields(hf_config)
-        by_kind = {
-            kind: RopeConfig.from_hf(
-                SimpleNamespace(rope_parameters=hf_config.rope_parameters[kind])
-            )
-            for kind in set(fields["layer_types"])
-        }
         fields.update(
-            rope_by_layer_type=by_kind,
-            rope=next(iter(by_kind.values())),
+            **rope_by_layer_type_fields(hf_config, fields["layer_types"]),
             num_experts=hf_config.num_experts,
             moe_intermediate_size=hf_config.moe_intermediate_size,
             router_hidden_size=hf_config.router_hidden_size,
@@ -142,8 +131,7 @@ class ZayaCCAProjection(nn.Module):
         )  # [b, s, KV, D]
 
         qk = op.Transpose(op.Concat(q, k, axis=-1), perm=[0, 2, 1])  # [b, C, s]
-        qk = op.Concat(conv_state, qk, axis=-1)  # [b, C, state + s]
-        new_conv_state = op.Slice(qk, [-self.state_size], [np.iinfo(np.int64).max], [2])
+        qk, new_conv_state = causal_window(op, conv_state, qk, self.state_size)  # [b, C, state + s]
         mixed = self.conv_qk_grouped(op, self.conv_qk_depthwise(op, qk))  # [b, C, s]
         mixed = op.Transpose(mixed, perm=[0, 2, 1])  # [b, s, C]
         mixed_q, mixed_k = op.Split(
@@ -311,8 +299,10 @@ class ZayaDecoderLayer(nn.Module):
         return self.post_mlp_residual_scale(op, h, x), router_state, present
 
 
-class ZayaModel(nn.Module):
+class ZayaModel(RotaryByLayerType, nn.Module):
     """Affine-scaled embeddings, the layers (router state threaded through) and the final norm."""
+
+    windowed_kinds = ("hybrid_sliding",)
 
     def __init__(self, config: ZayaConfig) -> None:
         super().__init__()
@@ -325,29 +315,13 @@ class ZayaModel(nn.Module):
             [ZayaDecoderLayer(config, i) for i in range(config.num_hidden_layers)]
         )
         self.norm = RMSNorm(hidden, config.rms_norm_eps)
-        self.layer_kinds = sorted(config.rope_by_layer_type)
-        self.rotary_emb = nn.ModuleList(
-            [
-                make_rotary_embedding(
-                    config.rope_by_layer_type[kind], config.head_dim, config.max_position_embeddings
-                )
-                for kind in self.layer_kinds
-            ]
-        )
+        self.make_rotary_by_layer_type(config)
 
     def forward(self, op, input_ids, attention_mask, position_ids, past_key_values):
         c = self.config
         x = self.embed_tokens(op, input_ids)  # [batch, seq, hidden]
-        seq_len = op.Squeeze(op.Slice(op.Shape(input_ids), [1], [2]), [0])
-        rope, bias = {}, {}
-        for kind, rotary in zip(self.layer_kinds, self.rotary_emb, strict=True):
-            window = c.sliding_window if WINDOWED[kind] else None
-            rope[kind] = rotary(op, position_ids)
-            bias[kind] = attention_bias(op, attention_mask, seq_len, x.dtype, window)
-        new_tokens = op.Slice(
-            attention_mask, op.Unsqueeze(op.Neg(seq_len), [0]), [np.iinfo(np.int64).max], [1]
-        )
-        pad_mask = op.Unsqueeze(op.CastLike(new_tokens, x), [-1])  # [b, s, 1]
+        rope, bias = self.ropes_and_biases(op, input_ids, attention_mask, position_ids, x.dtype)
+        pad_mask = real_token_scale(op, attention_mask, input_ids, x)  # [b, s, 1]
         x = op.Mul(op.Add(x, self.input_hidden_states_bias), self.input_hidden_states_scale)
         router_state, presents = None, []
         for i, (layer, past) in enumerate(zip(self.layers, past_key_values, strict=True)):
@@ -359,21 +333,18 @@ class ZayaModel(nn.Module):
         return self.norm(op, x), presents
 
 
-class ZayaForCausalLM(Model):
+class ZayaForCausalLM(LlamaForCausalLM):
     """ZAYA causal LM; per layer the cache holds keys, values and the two CCA states."""
 
     config_class = ZayaConfig
+    model_class = ZayaModel
 
-    def __init__(self, config: ZayaConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.model = ZayaModel(config)
+    def make_head(self, config: ZayaConfig):
+        if not config.lm_head_bias:
+            return super().make_head(config)
         if config.tie_word_embeddings:
-            if config.lm_head_bias:
-                raise NotImplementedError("ZAYA: a tied lm_head with a bias is not supported")
-            self.lm_head = TiedLMHead(self.model.embed_tokens)
-        else:
-            self.lm_head = Linear(config.hidden_size, config.vocab_size, config.lm_head_bias)
+            raise NotImplementedError("ZAYA: a tied lm_head with a bias is not supported")
+        return Linear(config.hidden_size, config.vocab_size, bias=True)
 
     def cache_layout(self):
         c = self.config
@@ -386,15 +357,6 @@ class ZayaForCausalLM(Model):
                 ("value_state", ["batch", kv * c.head_dim // 2]),
             ]
         ] * c.num_hidden_layers
-
-    def forward(self, op, input_ids, attention_mask, position_ids, past_key_values):
-        hidden, presents = self.model(op, input_ids, attention_mask, position_ids, past_key_values)
-        return self.lm_head(op, hidden), presents
-
-    def sanitize(self, weights: dict) -> dict:
-        if self.config.tie_word_embeddings:
-            weights.pop("lm_head.weight", None)
-        return weights
 
 
 MODEL_TYPES = {"zaya": ZayaForCausalLM}
