@@ -21,7 +21,7 @@ import importlib
 import os
 import time
 import wave
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +34,6 @@ from mobius.generate import (
     Seq2SeqGenerator,
     TextStream,
     begin_suppress_tokens,
-    decode_loop,
     force_token,
     stream_to_stdout,
     suppress_tokens,
@@ -150,15 +149,7 @@ class SpeechToTextGenerator(Seq2SeqGenerator):
     decoder_source_inputs = frozenset()
     contract = "speech-to-text"
 
-    def __init__(
-        self,
-        package_dir: str | os.PathLike,
-        *,
-        threads: int | None = None,
-        providers: Sequence[str] | None = None,
-    ) -> None:
-        super().__init__(package_dir, threads=threads, providers=providers)
-        self._feature_extractor = None
+    _feature_extractor = None
 
     def _check_contract(self) -> None:
         inputs = {i.name: i for i in self.encoder.get_inputs()}
@@ -259,14 +250,13 @@ class SpeechToTextGenerator(Seq2SeqGenerator):
         rate: int,
         *,
         max_new_tokens: int = 128,
-        do_sample: bool = False,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        seed: int | None = None,
         eos_token_ids: Iterable[int] | None = None,
+        **sampling,
     ) -> Iterator[int]:
-        """Yield the transcription's token ids (after the prompt; the end token is not yielded)."""
+        """Yield the transcription's token ids (after the prompt; the end token is not yielded).
+
+        The options are those of :meth:`mobius.generate.TextGenerator.generate_ids`.
+        """
         stats = self.stats = GenerationStats()
         started = time.perf_counter()
         encoded = self.encoder.run(None, self.features(audio, rate))
@@ -285,20 +275,16 @@ class SpeechToTextGenerator(Seq2SeqGenerator):
         forced_bos = self._setting("forced_bos_token_id") if len(prompt) == 1 else None
         if forced_bos is not None:
             processors.append(force_token(forced_bos, at="first"))
-        yield from decode_loop(
+        yield from self._run_loop(
             self.decoder_step(cross),
             prompt,
             stats=stats,
-            max_new_tokens=max_new_tokens,
-            room=context - len(prompt) if context else None,
-            eos_token_ids=self.eos_token_ids if eos_token_ids is None else eos_token_ids,
-            processors=processors,
-            do_sample=do_sample,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            seed=seed,
             started=started,
+            room=context - len(prompt) if context else None,
+            eos_token_ids=eos_token_ids,
+            max_new_tokens=max_new_tokens,
+            processors=processors,
+            **sampling,
         )
 
     def stream(self, prompt: str, *, chat_template: bool = True, system=None, **options):

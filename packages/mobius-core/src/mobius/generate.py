@@ -351,13 +351,46 @@ def _import_onnxruntime():
 
 
 class _Generator:
-    """What every package runner shares: the tokenizer, stop ids, sampling defaults, streaming.
+    """What every package runner shares: the package's graphs and configs, the tokenizer,
+    stop ids, sampling defaults, streaming.
 
-    Subclasses set ``package_dir``, ``config``, ``generation_config``, ``stats`` and
-    ``_tokenizer`` and implement ``generate_ids``.
+    A subclass names its graphs in ``GRAPHS`` (attribute -> path in the package; each
+    becomes an ONNX Runtime session), checks them in ``_check_contract`` and
+    implements ``generate_ids``. ``threads`` sets ONNX Runtime's intra-op threads
+    (default: its own choice); ``providers`` its execution providers (default: CPU).
     """
 
-    # -- loading ---------------------------------------------------------------------
+    GRAPHS: dict[str, str] = {}
+    #: What the package is, for errors: "not a <contract> package built by mobius".
+    contract = ""
+
+    def __init__(
+        self,
+        package_dir: str | os.PathLike,
+        *,
+        threads: int | None = None,
+        providers: Sequence[str] | None = None,
+    ) -> None:
+        self.package_dir = Path(package_dir)
+        if not self.package_dir.is_dir():
+            raise PackageError(f"no package directory at {self.package_dir}")
+        paths = {name: self.package_dir / path for name, path in self.GRAPHS.items()}
+        for path in paths.values():
+            if not path.is_file():
+                raise PackageError(
+                    f"no {path.relative_to(self.package_dir).as_posix()} in {self.package_dir}: "
+                    f"not a {self.contract} package built by mobius"
+                )
+        self.config = _read_json(self.package_dir / "config.json")
+        self.generation_config = _read_json(self.package_dir / "generation_config.json")
+        for name, path in paths.items():
+            setattr(self, name, self._open_session(path, threads, providers))
+        self._check_contract()
+        self.stats = GenerationStats()
+        self._tokenizer = None
+
+    def _check_contract(self) -> None:
+        raise NotImplementedError
 
     def _open_session(self, model_path: Path, threads, providers):
         ort = _import_onnxruntime()
@@ -371,6 +404,33 @@ class _Generator:
         except Exception as exc:  # ORT raises its own pybind classes: corrupt, truncated, bad ops
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise PackageError(f"ONNX Runtime cannot load {model_path}: {message}") from None
+
+    @staticmethod
+    def _cache_outputs(past: list) -> list[str]:
+        """The ``present.*`` output of each ``past_key_values.*`` input, once its type is fed."""
+        for value in past:
+            if value.type not in ORT_FLOAT_TYPES:
+                raise PackageError(
+                    f"{value.name} is {value.type}: ONNX Runtime's Python API feeds only "
+                    "float32 and float16 caches; build with --dtype f32 or f16"
+                )
+        return [value.name.replace("past_key_values.", "present.", 1) for value in past]
+
+    def _run_loop(
+        self, step, prompt: list[int], *, stats, started, room, eos_token_ids, **options
+    ) -> Iterator[int]:
+        """:func:`decode_loop` over ``step`` with the package's stop ids unless given."""
+        if eos_token_ids is None:
+            eos_token_ids = self.eos_token_ids
+        return decode_loop(
+            step,
+            prompt,
+            stats=stats,
+            started=started,
+            room=room,
+            eos_token_ids=eos_token_ids,
+            **options,
+        )
 
     @property
     def tokenizer(self):
@@ -468,35 +528,14 @@ class _Generator:
 
 
 class TextGenerator(_Generator):
-    """A causal-LM package loaded in ONNX Runtime, ready to generate.
+    """A causal-LM package (``model.onnx``) loaded in ONNX Runtime, ready to generate.
 
-    ``package_dir`` is what ``mobius build`` wrote. ``threads`` sets ONNX Runtime's
-    intra-op threads (default: its own choice); ``providers`` its execution providers
-    (default: CPU). The tokenizer is loaded on first use, so token-id generation
-    (:meth:`generate_ids`) works without one.
+    ``package_dir`` is what ``mobius build`` wrote. The tokenizer is loaded on first
+    use, so token-id generation (:meth:`generate_ids`) works without one.
     """
 
-    def __init__(
-        self,
-        package_dir: str | os.PathLike,
-        *,
-        threads: int | None = None,
-        providers: Sequence[str] | None = None,
-    ) -> None:
-        self.package_dir = Path(package_dir)
-        model_path = self.package_dir / "model.onnx"
-        if not self.package_dir.is_dir():
-            raise PackageError(f"no package directory at {self.package_dir}")
-        if not model_path.is_file():
-            raise PackageError(
-                f"no model.onnx in {self.package_dir}: not a causal-LM package built by mobius"
-            )
-        self.config = _read_json(self.package_dir / "config.json")
-        self.generation_config = _read_json(self.package_dir / "generation_config.json")
-        self.session = self._open_session(model_path, threads, providers)
-        self._check_contract()
-        self.stats = GenerationStats()
-        self._tokenizer = None
+    GRAPHS = {"session": "model.onnx"}
+    contract = "causal-LM"
 
     def _check_contract(self) -> None:
         inputs = {i.name: i for i in self.session.get_inputs()}
@@ -519,15 +558,8 @@ class TextGenerator(_Generator):
             present = past.name.replace("past_key_values.", "present.", 1)
             if present not in outputs:
                 raise PackageError(f"the graph has {past.name} but no {present} output")
-            if past.type not in ORT_FLOAT_TYPES:
-                raise PackageError(
-                    f"{past.name} is {past.type}: ONNX Runtime's Python API feeds only float32 "
-                    "and float16 caches; build with --dtype f32 or f16"
-                )
         self._inputs = set(inputs)
-        self._present_names = [
-            p.name.replace("past_key_values.", "present.", 1) for p in self._past
-        ]
+        self._present_names = self._cache_outputs(self._past)
 
     # -- the loop --------------------------------------------------------------------
 
@@ -559,20 +591,17 @@ class TextGenerator(_Generator):
         prompt_ids: Sequence[int],
         *,
         max_new_tokens: int = 128,
-        do_sample: bool = False,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        seed: int | None = None,
         eos_token_ids: Iterable[int] | None = None,
+        **sampling,
     ) -> Iterator[int]:
         """Yield new token ids one by one; stops after an end-of-sequence id or ``max_new_tokens``.
 
         The sequence never grows past config.json's ``max_position_embeddings``. The
         end-of-sequence token itself is not yielded. ``eos_token_ids`` overrides
-        the package's (an empty list never stops early). Sampling draws from
-        ``numpy.random.default_rng(seed)``: the same seed gives the same tokens.
-        Timings land in :attr:`stats` when the iterator finishes.
+        the package's (an empty list never stops early). ``sampling`` options are
+        :func:`decode_loop`'s (``do_sample``, ``temperature``, ``top_k``, ``top_p``,
+        ``seed``): the same seed gives the same tokens. Timings land in :attr:`stats`
+        when the iterator finishes.
         """
         prompt = [int(token) for token in prompt_ids]
         if not prompt:
@@ -593,19 +622,15 @@ class TextGenerator(_Generator):
             position += len(ids)
             return logits
 
-        yield from decode_loop(
+        yield from self._run_loop(
             step,
             prompt,
             stats=stats,
-            max_new_tokens=max_new_tokens,
-            room=context - len(prompt) if context else None,
-            eos_token_ids=self.eos_token_ids if eos_token_ids is None else eos_token_ids,
-            do_sample=do_sample,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            seed=seed,
             started=started,
+            room=context - len(prompt) if context else None,
+            eos_token_ids=eos_token_ids,
+            max_new_tokens=max_new_tokens,
+            **sampling,
         )
 
 
@@ -619,35 +644,11 @@ class Seq2SeqGenerator(_Generator):
     configs are applied as transformers' ``generate`` applies them.
     """
 
-    def __init__(
-        self,
-        package_dir: str | os.PathLike,
-        *,
-        threads: int | None = None,
-        providers: Sequence[str] | None = None,
-    ) -> None:
-        self.package_dir = Path(package_dir)
-        if not self.package_dir.is_dir():
-            raise PackageError(f"no package directory at {self.package_dir}")
-        paths = {part: self.package_dir / part / "model.onnx" for part in ("encoder", "decoder")}
-        for part, path in paths.items():
-            if not path.is_file():
-                raise PackageError(
-                    f"no {part}/model.onnx in {self.package_dir}: not a {self.contract} package "
-                    "built by mobius"
-                )
-        self.config = _read_json(self.package_dir / "config.json")
-        self.generation_config = _read_json(self.package_dir / "generation_config.json")
-        self.encoder = self._open_session(paths["encoder"], threads, providers)
-        self.decoder = self._open_session(paths["decoder"], threads, providers)
-        self._check_contract()
-        self.stats = GenerationStats()
-        self._tokenizer = None
-
+    GRAPHS = {"encoder": "encoder/model.onnx", "decoder": "decoder/model.onnx"}
+    contract = "seq2seq"
     #: The encoder graph's inputs, and the decoder's source inputs besides the cross cache.
     encoder_inputs = frozenset({"input_ids", "attention_mask"})
     decoder_source_inputs = frozenset({"encoder_attention_mask"})
-    contract = "seq2seq"
 
     def _check_contract(self) -> None:
         encoder_inputs = {i.name for i in self.encoder.get_inputs()}
@@ -672,15 +673,7 @@ class Seq2SeqGenerator(_Generator):
                 f"{self.package_dir} does not follow the {self.contract} contract: encoder "
                 f"inputs {sorted(encoder_inputs)}, decoder inputs {sorted(decoder_inputs)[:6]}..."
             )
-        for past in self._self_cache:
-            if past.type not in ORT_FLOAT_TYPES:
-                raise PackageError(
-                    f"{past.name} is {past.type}: ONNX Runtime's Python API feeds only float32 "
-                    "and float16 caches; build with --dtype f32 or f16"
-                )
-        self._present_names = [
-            p.name.replace("past_key_values.", "present.", 1) for p in self._self_cache
-        ]
+        self._present_names = self._cache_outputs(self._self_cache)
 
     def _cross_cache(self, encoded: list) -> dict[str, np.ndarray]:
         """The decoder's ``past_key_values.{i}.encoder.*`` feeds from the encoder's outputs."""
@@ -730,12 +723,8 @@ class Seq2SeqGenerator(_Generator):
         prompt_ids: Sequence[int],
         *,
         max_new_tokens: int = 128,
-        do_sample: bool = False,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        seed: int | None = None,
         eos_token_ids: Iterable[int] | None = None,
+        **sampling,
     ) -> Iterator[int]:
         """Yield the decoder's new token ids; the options are those of :meth:`TextGenerator.generate_ids`.
 
@@ -766,20 +755,16 @@ class Seq2SeqGenerator(_Generator):
         mask = np.ones_like(source)
         encoded = self.encoder.run(None, {"input_ids": source, "attention_mask": mask})
         cross = {"encoder_attention_mask": mask, **self._cross_cache(encoded)}
-        yield from decode_loop(
+        yield from self._run_loop(
             self.decoder_step(cross),
             [int(start)],
             stats=stats,
-            max_new_tokens=max_new_tokens,
-            room=context - 1 if context else None,  # decoder positions share the table
-            eos_token_ids=self.eos_token_ids if eos_token_ids is None else eos_token_ids,
-            processors=processors,
-            do_sample=do_sample,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            seed=seed,
             started=started,
+            room=context - 1 if context else None,  # decoder positions share the table
+            eos_token_ids=eos_token_ids,
+            max_new_tokens=max_new_tokens,
+            processors=processors,
+            **sampling,
         )
 
 
@@ -791,12 +776,6 @@ def open_generator(package_dir: str | os.PathLike, **options) -> _Generator:
     (``mobius generate`` asks them first).
     """
     package = Path(package_dir)
-    if (package / "vision" / "model.onnx").is_file() or _takes_pixels(package / "model.onnx"):
-        raise MobiusError(
-            f"{package} is a vision–language package: mobius generate runs text and "
-            "encoder–decoder packages only (run its vision/, embedding/ and decoder/ graphs "
-            "in ONNX Runtime, or a genai_config.json package in onnxruntime-genai)"
-        )
     if (package / "encoder" / "model.onnx").is_file() or (package / "decoder").is_dir():
         return Seq2SeqGenerator(package, **options)
     return TextGenerator(package, **options)
@@ -856,16 +835,6 @@ def _refuse_plugin_options(package_dir: str | os.PathLike, options: dict) -> Non
             raise MobiusError(
                 f"{flag} does not apply to {package_dir}: no runner that takes it accepts it"
             )
-
-
-def _takes_pixels(graph: Path) -> bool:
-    """Whether a graph file has a ``pixel_values`` input (a single-graph VL package)."""
-    if not graph.is_file():
-        return False
-    import onnx
-
-    model = onnx.load(str(graph), load_external_data=False)
-    return any(i.name.startswith("pixel_values") for i in model.graph.input)
 
 
 def generate_text(package_dir: str | os.PathLike, prompt: str, **options) -> str:

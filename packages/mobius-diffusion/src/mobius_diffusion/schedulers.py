@@ -40,6 +40,16 @@ def torch_linspace(start: float, end: float, steps: int) -> np.ndarray:
     return np.where(i < steps // 2, from_start, from_end).astype(F32)
 
 
+#: The beta schedule's arguments (what :func:`_betas` reads), as diffusers defaults them.
+_BETA_SCHEDULE_DEFAULTS: dict[str, Any] = dict(
+    num_train_timesteps=1000,
+    beta_start=0.0001,
+    beta_end=0.02,
+    beta_schedule="linear",
+    trained_betas=None,
+)
+
+
 def _betas(config: dict) -> np.ndarray:
     """``betas`` [num_train_timesteps] float32 of a DDPM-family schedule."""
     n = config["num_train_timesteps"]
@@ -126,15 +136,28 @@ class _DDPMFamily(Scheduler):
         self.alphas_cumprod = np.cumprod(alphas.astype(np.float64)).astype(F32)
 
 
+class _PreviousAlphaFamily(_DDPMFamily):
+    """DDIM and PNDM: a step goes from ``alphas_cumprod`` at one timestep to that at the
+    previous; before timestep 0 comes ``final_alpha_cumprod`` (1 with ``set_alpha_to_one``)."""
+
+    init_noise_sigma = F32(1.0)
+
+    def __init__(self, **config: Any) -> None:
+        super().__init__(**config)
+        self.final_alpha_cumprod = (
+            F32(1.0) if self.config["set_alpha_to_one"] else self.alphas_cumprod[0]
+        )
+
+    def previous_alpha(self, prev: int) -> np.float32:
+        """``alphas_cumprod[prev]``, or ``final_alpha_cumprod`` when ``prev`` is before 0."""
+        return self.alphas_cumprod[prev] if prev >= 0 else self.final_alpha_cumprod
+
+
 class EulerDiscreteScheduler(_DDPMFamily):
     """Euler's method over the Karras sigmas of a DDPM schedule (``s_churn`` 0: deterministic)."""
 
     defaults = dict(
-        num_train_timesteps=1000,
-        beta_start=0.0001,
-        beta_end=0.02,
-        beta_schedule="linear",
-        trained_betas=None,
+        _BETA_SCHEDULE_DEFAULTS,
         prediction_type="epsilon",
         interpolation_type="linear",
         use_karras_sigmas=False,
@@ -221,15 +244,11 @@ class EulerDiscreteScheduler(_DDPMFamily):
         return (sample + derivative * dt).astype(model_output.dtype)
 
 
-class DDIMScheduler(_DDPMFamily):
+class DDIMScheduler(_PreviousAlphaFamily):
     """DDIM with ``eta`` 0 (deterministic), as the pipelines call it by default."""
 
     defaults = dict(
-        num_train_timesteps=1000,
-        beta_start=0.0001,
-        beta_end=0.02,
-        beta_schedule="linear",
-        trained_betas=None,
+        _BETA_SCHEDULE_DEFAULTS,
         clip_sample=True,
         set_alpha_to_one=True,
         steps_offset=0,
@@ -247,13 +266,6 @@ class DDIMScheduler(_DDPMFamily):
         timestep_spacing=("linspace", "leading", "trailing"),
         rescale_betas_zero_snr=(False,),
     )
-    init_noise_sigma = F32(1.0)
-
-    def __init__(self, **config: Any) -> None:
-        super().__init__(**config)
-        self.final_alpha_cumprod = (
-            F32(1.0) if self.config["set_alpha_to_one"] else self.alphas_cumprod[0]
-        )
 
     def set_timesteps(self, num_inference_steps: int) -> None:
         if num_inference_steps > self.config["num_train_timesteps"]:
@@ -265,8 +277,7 @@ class DDIMScheduler(_DDPMFamily):
         c = self.config
         timestep = int(timestep)
         prev = timestep - c["num_train_timesteps"] // self.num_inference_steps
-        alpha_t = self.alphas_cumprod[timestep]
-        alpha_prev = self.alphas_cumprod[prev] if prev >= 0 else self.final_alpha_cumprod
+        alpha_t, alpha_prev = self.alphas_cumprod[timestep], self.previous_alpha(prev)
         beta_t = 1 - alpha_t
         if c["prediction_type"] == "epsilon":
             pred_original = (sample - beta_t**0.5 * model_output) / alpha_t**0.5
@@ -285,15 +296,11 @@ class DDIMScheduler(_DDPMFamily):
         return alpha_prev**0.5 * pred_original + direction
 
 
-class PNDMScheduler(_DDPMFamily):
+class PNDMScheduler(_PreviousAlphaFamily):
     """PNDM: Runge–Kutta warm-up steps (unless ``skip_prk_steps``), then linear multistep."""
 
     defaults = dict(
-        num_train_timesteps=1000,
-        beta_start=0.0001,
-        beta_end=0.02,
-        beta_schedule="linear",
-        trained_betas=None,
+        _BETA_SCHEDULE_DEFAULTS,
         skip_prk_steps=False,
         set_alpha_to_one=False,
         prediction_type="epsilon",
@@ -304,13 +311,6 @@ class PNDMScheduler(_DDPMFamily):
         prediction_type=("epsilon", "v_prediction"),
         timestep_spacing=("linspace", "leading", "trailing"),
     )
-    init_noise_sigma = F32(1.0)
-
-    def __init__(self, **config: Any) -> None:
-        super().__init__(**config)
-        self.final_alpha_cumprod = (
-            F32(1.0) if self.config["set_alpha_to_one"] else self.alphas_cumprod[0]
-        )
 
     def set_timesteps(self, num_inference_steps: int) -> None:
         c, n = self.config, self.config["num_train_timesteps"]
@@ -383,8 +383,7 @@ class PNDMScheduler(_DDPMFamily):
         return self._prev_sample(sample, timestep, prev, model_output)
 
     def _prev_sample(self, sample, timestep: int, prev: int, model_output):
-        alpha_t = self.alphas_cumprod[timestep]
-        alpha_prev = self.alphas_cumprod[prev] if prev >= 0 else self.final_alpha_cumprod
+        alpha_t, alpha_prev = self.alphas_cumprod[timestep], self.previous_alpha(prev)
         beta_t, beta_prev = 1 - alpha_t, 1 - alpha_prev
         if self.config["prediction_type"] == "v_prediction":
             model_output = (alpha_t**0.5) * model_output + (beta_t**0.5) * sample

@@ -15,9 +15,10 @@ def register_slice(registry) -> None:
     """Register what mobius-vision owns besides its model types (safe to call twice).
 
     Its tasks (``image-classification`` with its ``--head`` values, zero-shot image
-    classification and the two vision–language contracts) and the ``--form`` build option.
+    classification and the two vision–language contracts), the ``--form`` build option and
+    the ``mobius generate`` answer for vision–language packages (:mod:`mobius_vision.runner`).
     """
-    from mobius.plugins import CliOption, TaskInfo
+    from mobius.plugins import CliOption, RunnerInfo, TaskInfo
     from mobius_vision.config import VISION_HEADS, VISION_LANGUAGE_FORMS
 
     for name, target, heads in (
@@ -44,6 +45,14 @@ def register_slice(registry) -> None:
                 "takes pixel_values beside the causal-LM inputs",
             ),
             tasks=("vision-language", "cross-attention-vision-language"),
+            package=PACKAGE,
+        )
+    )
+    registry.register_runner(
+        RunnerInfo(
+            "vision-language",
+            accepts="mobius_vision.runner:is_vision_language_package",
+            run="mobius_vision.runner:run_cli",
             package=PACKAGE,
         )
     )

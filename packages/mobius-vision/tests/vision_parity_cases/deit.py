@@ -1,6 +1,6 @@
 """DeiT: class and distillation tokens; the bare model's pooler to ``pooler_output_size``.
 
-``DeiTForImageClassificationWithTeacher`` is checked in ``test_deit_teacher_parity.py``
+``DeiTForImageClassificationWithTeacher`` is checked in ``test_teacher_parity.py``
 (``AutoModelForImageClassification`` makes the plain classifier).
 """
 

@@ -1,6 +1,6 @@
 """LeViT: odd token grids (6 -> 3 -> 2), stages without MLPs, stem kernels, attention ratios.
 
-``LevitForImageClassificationWithTeacher`` is checked in ``test_levit_teacher_parity.py``
+``LevitForImageClassificationWithTeacher`` is checked in ``test_teacher_parity.py``
 (``AutoModelForImageClassification`` makes the plain classifier).
 """
 

@@ -1,4 +1,7 @@
-"""The tiny towers and decoders most vision–language cases share (a family changes a field)."""
+"""What most vision–language cases share: the tiny towers and decoders (a family changes a
+field), the config maker over them, and the images-only processors' mixin."""
+
+from transformers import AutoConfig
 
 TOWER = dict(
     hidden_size=16,
@@ -20,3 +23,33 @@ TEXT = dict(
     max_position_embeddings=256,
 )
 LLAMA = dict(TEXT, model_type="llama")
+COHERE2 = dict(
+    TEXT,
+    model_type="cohere2",
+    num_hidden_layers=4,  # three sliding layers, one full
+    sliding_window=8,  # shorter than the prompts
+    logit_scale=0.5,  # transformers' VL heads ignore it
+)
+
+
+def vl_config(model_type: str, vision: dict, text: dict, **fields):
+    """A case's ``make_config``: the transformers config of ``model_type`` over copies of the
+    ``vision`` and ``text`` dicts, with ``fields`` (the image token's id...)."""
+
+    def make():
+        return AutoConfig.for_model(
+            model_type, vision_config=dict(vision), text_config=dict(text), **fields
+        )
+
+    return make
+
+
+class VideoProcessorOptional:
+    """Mixed in before a processor class: it is made without its video processor
+    (transformers' video processors need torchvision, which is not installed); images go
+    through the processor's own code."""
+
+    def check_argument_for_proper_class(self, argument_name, argument):
+        if argument_name == "video_processor" and argument is None:
+            return None
+        return super().check_argument_for_proper_class(argument_name, argument)

@@ -6,12 +6,12 @@ The kit's images are 37x45: GOT-OCR2's tiling picks a 2x2 grid for them with
 ``max_patches=4`` (ties favour more tiles), and one tile with ``max_patches=2``.
 """
 
-from transformers import AutoConfig, AyaVisionProcessor
+from transformers import AyaVisionProcessor
 from transformers.models.got_ocr2.image_processing_pil_got_ocr2 import GotOcr2ImageProcessorPil
 
 from mobius.testing import tiny_tokenizer
 
-from ._tiny import SIGLIP
+from ._tiny import COHERE2, SIGLIP, vl_config
 
 IMAGE_TOKEN_ID = 3  # <|IMG_PATCH|>, each image token
 SPECIAL_TOKENS = {
@@ -23,31 +23,10 @@ SPECIAL_TOKENS = {
     "TILE_GLOBAL": 8,
     **{f"TILE_{i}": 8 + i for i in range(1, 5)},  # before each tile but the thumbnail
 }
-COHERE2 = dict(
-    model_type="cohere2",
-    hidden_size=32,
-    intermediate_size=48,
-    num_hidden_layers=4,  # three sliding layers, one full
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    vocab_size=96,
-    max_position_embeddings=256,
-    sliding_window=8,  # shorter than the prompts
-    logit_scale=0.5,
-)
 
 
 def aya_config(vision=SIGLIP, text=COHERE2, **overrides):
-    def make():
-        return AutoConfig.for_model(
-            "aya_vision",
-            vision_config=dict(vision),
-            text_config=dict(text),
-            image_token_index=IMAGE_TOKEN_ID,
-            **overrides,
-        )
-
-    return make
+    return vl_config("aya_vision", vision, text, image_token_index=IMAGE_TOKEN_ID, **overrides)
 
 
 def aya_processor(max_patches: int):

@@ -9,7 +9,7 @@ kit's images are 37x45: Cohere2's tiling picks a 2x2 grid for them with
 """
 
 import numpy as np
-from transformers import AutoConfig, Cohere2VisionProcessor
+from transformers import Cohere2VisionProcessor
 from transformers.image_transforms import to_channel_dimension_format
 from transformers.image_utils import ChannelDimension, SizeDict, get_image_size
 from transformers.image_utils import infer_channel_dimension_format as channel_format
@@ -18,6 +18,7 @@ from transformers.models.got_ocr2.image_processing_pil_got_ocr2 import GotOcr2Im
 from mobius.testing import tiny_tokenizer
 
 from . import _tiny
+from ._tiny import COHERE2, vl_config
 
 IMAGE_TOKEN_ID = 3
 # The processor writes the tokenizer's image_token once per image token; Command A Vision's
@@ -29,18 +30,6 @@ TOKENS = {
     "img_line_break_token": ("<|IMG_LINE_BREAK|>", 6),
 }
 SIGLIP = dict(_tiny.SIGLIP, num_hidden_layers=2)
-COHERE2 = dict(
-    model_type="cohere2",
-    hidden_size=32,
-    intermediate_size=48,
-    num_hidden_layers=4,  # three sliding layers, one full
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    vocab_size=96,
-    max_position_embeddings=256,
-    sliding_window=8,  # shorter than the prompts
-    logit_scale=0.5,  # transformers' VL head ignores it
-)
 
 
 def cohere2_tiled_canvas(size, tile: int, max_tiles: int) -> tuple[int, int]:
@@ -96,16 +85,7 @@ class Cohere2VisionImageProcessorPil(GotOcr2ImageProcessorPil):
 
 
 def cohere2_config(vision=SIGLIP, text=COHERE2, **overrides):
-    def make():
-        return AutoConfig.for_model(
-            "cohere2_vision",
-            vision_config=dict(vision),
-            text_config=dict(text),
-            image_token_id=IMAGE_TOKEN_ID,
-            **overrides,
-        )
-
-    return make
+    return vl_config("cohere2_vision", vision, text, image_token_id=IMAGE_TOKEN_ID, **overrides)
 
 
 def cohere2_processor(max_patches: int):

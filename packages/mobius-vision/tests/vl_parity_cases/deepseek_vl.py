@@ -1,7 +1,7 @@
 """DeepSeek-VL over Llama: a SigLIP tower with its (unread) pooling head; a 20x20 image of
 25 patches, no head, three layers, an untied output head."""
 
-from transformers import AutoConfig, DeepseekVLProcessor
+from transformers import DeepseekVLProcessor
 from transformers.models.deepseek_vl.image_processing_pil_deepseek_vl import (
     DeepseekVLImageProcessorPil,
 )
@@ -9,23 +9,14 @@ from transformers.models.deepseek_vl.image_processing_pil_deepseek_vl import (
 from mobius.testing import tiny_tokenizer
 
 from . import _tiny
-from ._tiny import LLAMA
+from ._tiny import LLAMA, vl_config
 
 IMAGE_TOKEN_ID = 3
 SIGLIP = dict(_tiny.SIGLIP, num_hidden_layers=2)
 
 
 def deepseek_vl_config(vision=SIGLIP, text=LLAMA, **overrides):
-    def make():
-        return AutoConfig.for_model(
-            "deepseek_vl",
-            vision_config=dict(vision),
-            text_config=dict(text),
-            image_token_id=IMAGE_TOKEN_ID,
-            **overrides,
-        )
-
-    return make
+    return vl_config("deepseek_vl", vision, text, image_token_id=IMAGE_TOKEN_ID, **overrides)
 
 
 def deepseek_vl_processor(config):

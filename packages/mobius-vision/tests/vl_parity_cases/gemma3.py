@@ -1,48 +1,35 @@
 """Gemma 3: a SigLIP tower pooled to mm_tokens_per_image, image tokens attending both ways in
 the Gemma 3 text decoder (sliding and full layers, a window shorter than the image)."""
 
-from transformers import AutoConfig, Gemma3Processor
+from transformers import Gemma3Processor
 from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
 
 from mobius.testing import tiny_tokenizer
 
+from . import _tiny
+from ._tiny import vl_config
+
 IMAGE, BOI, EOI = 5, 6, 7
-VISION = dict(
-    hidden_size=16,
-    intermediate_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    image_size=16,
-    patch_size=4,
-)
+VISION = dict(_tiny.TOWER, num_hidden_layers=2)
 TEXT = dict(
-    hidden_size=32,
-    intermediate_size=48,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
+    _tiny.TEXT,
     head_dim=8,
-    vocab_size=96,
     sliding_window=8,
     layer_types=["sliding_attention", "full_attention"],
-    max_position_embeddings=256,
 )
 PROMPTS = ("USER: <start_of_image> w5 w7 w9 ASSISTANT:", "USER: w3 w8 <start_of_image> w2")
 
 
 def gemma3_config(text=TEXT, tokens=4):
-    def make():
-        return AutoConfig.for_model(
-            "gemma3",
-            vision_config=dict(VISION),
-            text_config=dict(text),
-            mm_tokens_per_image=tokens,
-            image_token_id=IMAGE,
-            boi_token_id=BOI,
-            eoi_token_id=EOI,
-        )
-
-    return make
+    return vl_config(
+        "gemma3",
+        VISION,
+        text,
+        mm_tokens_per_image=tokens,
+        image_token_id=IMAGE,
+        boi_token_id=BOI,
+        eoi_token_id=EOI,
+    )
 
 
 def gemma3_processor(config):

@@ -3,10 +3,13 @@ of different shapes (5 and 3 tiles: the batch pads with all-zero tiles, which ar
 tile per image with a 3x3 pixel shuffle and a tied head; a tile size the patches do not divide
 (and a text config whose own tie flag transformers ignores)."""
 
-from transformers import AutoConfig, Idefics3Processor
+from transformers import Idefics3Processor
 from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
 
 from mobius.testing import tiny_tokenizer
+
+from . import _tiny
+from ._tiny import vl_config
 
 IMAGE_TOKEN_ID = 3
 # What the processor writes around the image tokens: <fake_token_around_image>, <global-img>, the
@@ -18,40 +21,16 @@ SPECIAL_TOKENS = {
     "<end_of_utterance>": 6,
     **{f"<row_{i + 1}_col_{j + 1}>": 90 + 6 * i + j for i in range(6) for j in range(6)},
 }
-VISION = dict(
-    hidden_size=16,
-    intermediate_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    image_size=16,
-    patch_size=4,
-)
-TEXT = dict(
-    model_type="llama",
-    hidden_size=32,
-    intermediate_size=48,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    vocab_size=128,
-    max_position_embeddings=512,
-)
+VISION = dict(_tiny.TOWER, num_hidden_layers=2)
+TEXT = dict(_tiny.LLAMA, vocab_size=128, max_position_embeddings=512)
 PROMPTS = ("User: <image>\nw7 w9 w11 Assistant:", "User: w13 <image>\nw8 Assistant: w10")
 # 37x45 -> 32x32: 2x2 crops and the global view; 8x40 -> 16x32: 1x2 crops and the global view.
 TWO_SHAPES = dict(prompts=PROMPTS, image_sizes=((37, 45), (8, 40)))
 
 
 def idefics3_config(model_type: str, vision: dict, text: dict = TEXT, **overrides):
-    def make():
-        return AutoConfig.for_model(
-            model_type,
-            vision_config=dict(vision, model_type=f"{model_type}_vision"),
-            text_config=dict(text),
-            image_token_id=IMAGE_TOKEN_ID,
-            **overrides,
-        )
-
-    return make
+    vision = dict(vision, model_type=f"{model_type}_vision")
+    return vl_config(model_type, vision, text, image_token_id=IMAGE_TOKEN_ID, **overrides)
 
 
 def image_processor(config, processor_class, split: bool):

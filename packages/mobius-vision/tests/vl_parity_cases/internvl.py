@@ -2,12 +2,12 @@
 inner layer with q/k norms, RMS norms and biases in the tower and one tile per image; the last
 layer through the final layernorm with downsample_ratio 1/4 over Llama."""
 
-from transformers import AutoConfig, InternVLProcessor
+from transformers import InternVLProcessor
 from transformers.models.got_ocr2.image_processing_pil_got_ocr2 import GotOcr2ImageProcessorPil
 
 from mobius.testing import tiny_tokenizer
 
-from ._tiny import TEXT
+from ._tiny import TEXT, vl_config
 
 IMAGE_TOKEN_ID = 3  # the context token every image token position holds
 SPECIAL_TOKENS = {"<image>": IMAGE_TOKEN_ID, "<img>": 92, "</img>": 93, "<video>": 94}
@@ -31,16 +31,7 @@ class ImageInternVLProcessor(InternVLProcessor):
 
 
 def internvl_config(vision: dict, text: dict, **overrides):
-    def make():
-        return AutoConfig.for_model(
-            "internvl",
-            vision_config=dict(vision),
-            text_config=dict(text),
-            image_token_id=IMAGE_TOKEN_ID,
-            **overrides,
-        )
-
-    return make
+    return vl_config("internvl", vision, text, image_token_id=IMAGE_TOKEN_ID, **overrides)
 
 
 def internvl_processor(max_patches: int):

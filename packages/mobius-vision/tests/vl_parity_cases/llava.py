@@ -1,12 +1,12 @@
 """LLaVA over each text decoder family it ships with (the composition test), feature layers,
 the ``full`` selection strategy."""
 
-from transformers import AutoConfig, LlavaProcessor
+from transformers import LlavaProcessor
 from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
 
 from mobius.testing import tiny_tokenizer
 
-from ._tiny import CLIP, TEXT
+from ._tiny import CLIP, TEXT, vl_config
 
 IMAGE_TOKEN_ID = 3
 VISION = CLIP
@@ -21,19 +21,12 @@ TEXT_CONFIGS = {
 
 
 def llava_config(text: dict, **overrides):
-    def make():
-        return AutoConfig.for_model(
-            "llava",
-            vision_config=dict(VISION),
-            text_config=dict(text),
-            image_token_id=IMAGE_TOKEN_ID,
-            **overrides,
-        )
-
-    return make
+    return vl_config("llava", VISION, text, image_token_id=IMAGE_TOKEN_ID, **overrides)
 
 
-def llava_processor(config):
+def llava_processor(config, select_strategy: str | None = None):
+    """LlavaProcessor over the tower's image size; ``select_strategy`` (whether the class token
+    counts) is the config's unless given."""
     vision = config.vision_config
     size = vision.image_size
     return LlavaProcessor(
@@ -42,7 +35,7 @@ def llava_processor(config):
         ),
         tokenizer=tiny_tokenizer(config.text_config.vocab_size, {"<image>": IMAGE_TOKEN_ID}),
         patch_size=vision.patch_size,
-        vision_feature_select_strategy=config.vision_feature_select_strategy,
+        vision_feature_select_strategy=select_strategy or config.vision_feature_select_strategy,
         num_additional_image_tokens=1,
     )
 

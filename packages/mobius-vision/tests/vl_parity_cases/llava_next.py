@@ -2,7 +2,7 @@
 counts), an image exactly a pinpoint's shape, CLIP's inner layers (``default``) and SigLIP's
 last (``full``, no class token)."""
 
-from transformers import AutoConfig, LlavaNextProcessor
+from transformers import LlavaNextProcessor
 from transformers.models.llava_next.image_processing_pil_llava_next import (
     LlavaNextImageProcessorPil,
 )
@@ -10,7 +10,7 @@ from transformers.models.llava_next.image_processing_pil_llava_next import (
 from mobius.testing import tiny_tokenizer
 
 from . import _tiny
-from ._tiny import TOWER
+from ._tiny import TOWER, vl_config
 
 IMAGE_TOKEN_ID = 3
 CLIP = dict(TOWER, model_type="clip_vision_model")
@@ -22,17 +22,14 @@ WIDE_AND_TALL = dict(image_sizes=((20, 45), (45, 20)))
 
 
 def llava_next_config(vision: dict, text: dict, **overrides):
-    def make():
-        return AutoConfig.for_model(
-            "llava_next",
-            vision_config=dict(vision),
-            text_config=dict(text),
-            image_token_index=IMAGE_TOKEN_ID,
-            image_grid_pinpoints=PINPOINTS,
-            **overrides,
-        )
-
-    return make
+    return vl_config(
+        "llava_next",
+        vision,
+        text,
+        image_token_index=IMAGE_TOKEN_ID,
+        image_grid_pinpoints=PINPOINTS,
+        **overrides,
+    )
 
 
 def llava_next_processor(config):

@@ -1,14 +1,14 @@
 """LLaVA-NeXT-Video's image path: a wide and a tall image over Llama, with the conv video
 resampler (weights the image graphs leave unused)."""
 
-from transformers import AutoConfig, LlavaNextVideoProcessor
+from transformers import LlavaNextVideoProcessor
 from transformers.models.llava_next.image_processing_pil_llava_next import (
     LlavaNextImageProcessorPil,
 )
 
 from mobius.testing import tiny_tokenizer
 
-from ._tiny import CLIP, LLAMA
+from ._tiny import CLIP, LLAMA, VideoProcessorOptional, vl_config
 
 IMAGE_TOKEN_ID, VIDEO_TOKEN_ID = 3, 4
 VISION = CLIP
@@ -16,26 +16,19 @@ TEXT = dict(LLAMA, max_position_embeddings=512)
 PINPOINTS = [[16, 32], [32, 16], [32, 32], [48, 16], [16, 48]]
 
 
-class ImageLlavaNextVideoProcessor(LlavaNextVideoProcessor):
-    """LlavaNextVideoProcessor without its video processor: transformers' video processors need
-    torchvision, which is not installed. Images go through LlavaNextVideoProcessor's own code."""
-
-    def check_argument_for_proper_class(self, argument_name, argument):
-        if argument_name == "video_processor" and argument is None:
-            return None
-        return super().check_argument_for_proper_class(argument_name, argument)
+class ImageLlavaNextVideoProcessor(VideoProcessorOptional, LlavaNextVideoProcessor):
+    """LlavaNextVideoProcessor over images only."""
 
 
-def llava_next_video_config():
-    return AutoConfig.for_model(
-        "llava_next_video",
-        vision_config=dict(VISION),
-        text_config=dict(TEXT),
-        image_token_index=IMAGE_TOKEN_ID,
-        video_token_index=VIDEO_TOKEN_ID,
-        image_grid_pinpoints=PINPOINTS,
-        spatial_pool_mode="conv",
-    )
+llava_next_video_config = vl_config(
+    "llava_next_video",
+    VISION,
+    TEXT,
+    image_token_index=IMAGE_TOKEN_ID,
+    video_token_index=VIDEO_TOKEN_ID,
+    image_grid_pinpoints=PINPOINTS,
+    spatial_pool_mode="conv",
+)
 
 
 def llava_next_video_processor(config):

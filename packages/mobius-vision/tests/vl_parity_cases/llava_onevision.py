@@ -3,7 +3,7 @@
 is exact) and not the other's; a prompt with two images (left untiled) beside one with one;
 CLIP's inner layer (``default``) over Llama."""
 
-from transformers import AutoConfig, LlavaOnevisionProcessor
+from transformers import LlavaOnevisionProcessor
 from transformers.models.llava_onevision.image_processing_pil_llava_onevision import (
     LlavaOnevisionImageProcessorPil,
 )
@@ -11,7 +11,7 @@ from transformers.models.llava_onevision.image_processing_pil_llava_onevision im
 from mobius.testing import tiny_tokenizer
 
 from . import _tiny
-from ._tiny import TOWER
+from ._tiny import TOWER, vl_config
 
 IMAGE_TOKEN_ID, VIDEO_TOKEN_ID = 3, 4
 CLIP = dict(TOWER, model_type="clip_vision_model")
@@ -30,18 +30,15 @@ class ImageOnevisionProcessor(LlavaOnevisionProcessor):
 
 
 def onevision_config(vision: dict, text: dict, **overrides):
-    def make():
-        return AutoConfig.for_model(
-            "llava_onevision",
-            vision_config=dict(vision),
-            text_config=dict(text),
-            image_token_index=IMAGE_TOKEN_ID,
-            video_token_index=VIDEO_TOKEN_ID,
-            image_grid_pinpoints=PINPOINTS,
-            **overrides,
-        )
-
-    return make
+    return vl_config(
+        "llava_onevision",
+        vision,
+        text,
+        image_token_index=IMAGE_TOKEN_ID,
+        video_token_index=VIDEO_TOKEN_ID,
+        image_grid_pinpoints=PINPOINTS,
+        **overrides,
+    )
 
 
 def onevision_processor(config):

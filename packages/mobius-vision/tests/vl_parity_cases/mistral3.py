@@ -13,11 +13,13 @@ import importlib
 import sys
 import types
 
-from transformers import AutoConfig
 from transformers.models.pixtral import image_processing_pil_pixtral
 from transformers.models.pixtral.image_processing_pil_pixtral import PixtralImageProcessorPil
 
 from mobius.testing import tiny_tokenizer
+
+from . import _tiny
+from ._tiny import vl_config
 
 
 def _pixtral_processor_class():
@@ -59,16 +61,7 @@ PIXTRAL = dict(
     image_size=64,  # Pixtral's largest image; the graph takes any size
     patch_size=4,
 )
-TEXT = dict(
-    hidden_size=32,
-    intermediate_size=48,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=8,
-    vocab_size=96,
-    max_position_embeddings=256,
-)
+TEXT = dict(_tiny.TEXT, head_dim=8)
 MISTRAL = dict(TEXT, model_type="mistral", sliding_window=None)
 # YaRN, and Llama 4's query scale changing every 8 positions over the prompts
 MINISTRAL3 = dict(
@@ -89,16 +82,7 @@ MINISTRAL3 = dict(
 
 
 def mistral3_config(text: dict, vision: dict = PIXTRAL, **overrides):
-    def make():
-        return AutoConfig.for_model(
-            "mistral3",
-            vision_config=dict(vision),
-            text_config=dict(text),
-            image_token_index=IMAGE_TOKEN_ID,
-            **overrides,
-        )
-
-    return make
+    return vl_config("mistral3", vision, text, image_token_index=IMAGE_TOKEN_ID, **overrides)
 
 
 def mistral3_processor(longest_edge: int = 64):

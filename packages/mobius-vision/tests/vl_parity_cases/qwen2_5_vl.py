@@ -8,7 +8,8 @@ and column cut short; the 29x21 one (32x24) has 2x2.
 
 from transformers.models.qwen2_5_vl.processing_qwen2_5_vl import Qwen2_5_VLProcessor
 
-from vl_parity_cases.qwen2_vl import OPTIONS, TEXT, qwen2_vl_config, qwen2_vl_processor
+from vl_parity_cases._tiny import VideoProcessorOptional
+from vl_parity_cases.qwen2_vl import OPTIONS, TEXT, out_hidden_config, qwen2_vl_processor
 
 VISION = dict(
     depth=3,
@@ -23,25 +24,16 @@ VISION = dict(
 )
 
 
-class ImageQwen2_5_VLProcessor(Qwen2_5_VLProcessor):
-    """Qwen2_5_VLProcessor without its video processor (transformers' video processors need
-    torchvision, which is not installed); images go through the processor's own code."""
-
-    def check_argument_for_proper_class(self, argument_name, argument):
-        if argument_name == "video_processor" and argument is None:
-            return None
-        return super().check_argument_for_proper_class(argument_name, argument)
+class ImageQwen2_5_VLProcessor(VideoProcessorOptional, Qwen2_5_VLProcessor):
+    """Qwen2_5_VLProcessor over images only."""
 
 
 def qwen2_5_vl_config(vision=VISION, text=TEXT, **overrides):
-    # the tower's width is hidden_size; the merger writes out_hidden_size (the decoder's)
-    vision = dict(vision, out_hidden_size=text["hidden_size"])
-    return qwen2_vl_config("qwen2_5_vl", vision, text, **overrides)
+    return out_hidden_config("qwen2_5_vl", vision, text, **overrides)
 
 
 def qwen2_5_vl_processor(config):
-    base = qwen2_vl_processor(config)
-    return ImageQwen2_5_VLProcessor(image_processor=base.image_processor, tokenizer=base.tokenizer)
+    return qwen2_vl_processor(config, ImageQwen2_5_VLProcessor)
 
 
 CASES = {

@@ -8,13 +8,14 @@ the 3-D rope indices the model's own ``get_rope_index`` computes, and decode ste
 ``rope_deltas`` (the kit's ``rope_positions``).
 """
 
-from transformers import AutoConfig
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
     Qwen2VLImageProcessorPil,
 )
 from transformers.models.qwen2_vl.processing_qwen2_vl import Qwen2VLProcessor
 
 from mobius.testing import tiny_tokenizer
+
+from ._tiny import VideoProcessorOptional, vl_config
 
 IMAGE, START, END, VIDEO = 3, 4, 5, 6
 SPECIAL_TOKENS = {"<|image_pad|>": IMAGE, "<|vision_start|>": START, "<|vision_end|>": END}
@@ -43,32 +44,31 @@ TEXT = dict(
 
 
 def qwen2_vl_config(model_type="qwen2_vl", vision=VISION, text=TEXT, **overrides):
-    def make():
-        return AutoConfig.for_model(
-            model_type,
-            vision_config=dict({"hidden_size": text["hidden_size"]}, **vision),
-            text_config=dict(text),
-            image_token_id=IMAGE,
-            video_token_id=VIDEO,
-            vision_start_token_id=START,
-            vision_end_token_id=END,
-            **overrides,
-        )
-
-    return make
+    return vl_config(
+        model_type,
+        dict({"hidden_size": text["hidden_size"]}, **vision),
+        text,
+        image_token_id=IMAGE,
+        video_token_id=VIDEO,
+        vision_start_token_id=START,
+        vision_end_token_id=END,
+        **overrides,
+    )
 
 
-class ImageQwen2VLProcessor(Qwen2VLProcessor):
-    """Qwen2VLProcessor without its video processor (transformers' video processors need
-    torchvision, which is not installed); images go through Qwen2VLProcessor's own code."""
-
-    def check_argument_for_proper_class(self, argument_name, argument):
-        if argument_name == "video_processor" and argument is None:
-            return None
-        return super().check_argument_for_proper_class(argument_name, argument)
+def out_hidden_config(model_type: str, vision: dict, text: dict, **overrides):
+    """Qwen2.5-VL's and later configs: the tower's width is its ``hidden_size``; the merger
+    writes ``out_hidden_size`` (the decoder's)."""
+    vision = dict(vision, out_hidden_size=text["hidden_size"])
+    return qwen2_vl_config(model_type, vision, text, **overrides)
 
 
-def qwen2_vl_processor(config):
+class ImageQwen2VLProcessor(VideoProcessorOptional, Qwen2VLProcessor):
+    """Qwen2VLProcessor over images only."""
+
+
+def qwen2_vl_processor(config, processor_class=ImageQwen2VLProcessor):
+    """``processor_class`` (a Qwen-VL processor) over the PIL image processor and a tiny tokenizer."""
     vision = config.vision_config
     image_processor = Qwen2VLImageProcessorPil(
         min_pixels=16 * 16,
@@ -78,7 +78,7 @@ def qwen2_vl_processor(config):
         merge_size=vision.spatial_merge_size,
     )
     tokenizer = tiny_tokenizer(config.text_config.vocab_size, SPECIAL_TOKENS)
-    return ImageQwen2VLProcessor(image_processor=image_processor, tokenizer=tokenizer)
+    return processor_class(image_processor=image_processor, tokenizer=tokenizer)
 
 
 def rope_positions(model, inputs):

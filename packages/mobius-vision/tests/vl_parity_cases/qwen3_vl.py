@@ -11,7 +11,8 @@ Positions are the model's own ``get_rope_index`` (the kit's ``rope_positions``).
 
 from transformers.models.qwen3_vl.processing_qwen3_vl import Qwen3VLProcessor
 
-from vl_parity_cases.qwen2_vl import IMAGE, OPTIONS, TEXT, qwen2_vl_config, qwen2_vl_processor
+from vl_parity_cases._tiny import VideoProcessorOptional
+from vl_parity_cases.qwen2_vl import IMAGE, OPTIONS, TEXT, out_hidden_config, qwen2_vl_processor
 
 VISION = dict(
     depth=3,
@@ -29,26 +30,18 @@ VISION = dict(
 QWEN3_TEXT = dict(TEXT, num_hidden_layers=3, head_dim=16)
 
 
-class ImageQwen3VLProcessor(Qwen3VLProcessor):
-    """Qwen3VLProcessor without its video processor (transformers' video processors need
-    torchvision, which is not installed); images go through the processor's own code."""
-
-    def check_argument_for_proper_class(self, argument_name, argument):
-        if argument_name == "video_processor" and argument is None:
-            return None
-        return super().check_argument_for_proper_class(argument_name, argument)
+class ImageQwen3VLProcessor(VideoProcessorOptional, Qwen3VLProcessor):
+    """Qwen3VLProcessor over images only."""
 
 
 def qwen3_vl_config(vision=VISION, text=QWEN3_TEXT, **overrides):
-    # the tower's width is hidden_size; the mergers write out_hidden_size (the decoder's)
-    vision = dict(vision, out_hidden_size=text["hidden_size"])
-    return qwen2_vl_config("qwen3_vl", vision, text, **overrides)
+    return out_hidden_config("qwen3_vl", vision, text, **overrides)
 
 
 def qwen3_vl_processor(config):
-    base = qwen2_vl_processor(config)
-    assert base.tokenizer.convert_tokens_to_ids("<|image_pad|>") == IMAGE
-    return ImageQwen3VLProcessor(image_processor=base.image_processor, tokenizer=base.tokenizer)
+    processor = qwen2_vl_processor(config, ImageQwen3VLProcessor)
+    assert processor.tokenizer.convert_tokens_to_ids("<|image_pad|>") == IMAGE
+    return processor
 
 
 CASES = {
@@ -88,9 +81,7 @@ MOE_TEXT = dict(
 )
 CASES["qwen3_vl_moe-deepstack-dense-layer"] = (
     "qwen3_vl_moe",
-    qwen2_vl_config(
-        "qwen3_vl_moe", dict(VISION, out_hidden_size=MOE_TEXT["hidden_size"]), MOE_TEXT
-    ),
+    out_hidden_config("qwen3_vl_moe", VISION, MOE_TEXT),
     qwen3_vl_processor,
     OPTIONS,
 )

@@ -1,13 +1,13 @@
 """Video-LLaVA with images only: the default inner layer over Llama, and the last two layers
 with the ``full`` strategy, silu and no projector bias over Qwen2."""
 
-from transformers import AutoConfig, VideoLlavaProcessor
+from transformers import VideoLlavaProcessor
 from transformers.models.video_llava.image_processing_video_llava import VideoLlavaImageProcessor
 from transformers.processing_utils import ProcessorMixin
 
 from mobius.testing import tiny_tokenizer
 
-from ._tiny import CLIP, TEXT
+from ._tiny import CLIP, TEXT, vl_config
 
 IMAGE_TOKEN_ID, VIDEO_TOKEN_ID = 3, 94
 VISION = CLIP
@@ -29,17 +29,14 @@ class ImageVideoLlavaProcessor(VideoLlavaProcessor):
 
 
 def video_llava_config(text: dict, **overrides):
-    def make():
-        return AutoConfig.for_model(
-            "video_llava",
-            vision_config=dict(VISION),
-            text_config=dict(text),
-            image_token_index=IMAGE_TOKEN_ID,
-            video_token_index=VIDEO_TOKEN_ID,
-            **overrides,
-        )
-
-    return make
+    return vl_config(
+        "video_llava",
+        VISION,
+        text,
+        image_token_index=IMAGE_TOKEN_ID,
+        video_token_index=VIDEO_TOKEN_ID,
+        **overrides,
+    )
 
 
 def video_llava_processor(config):

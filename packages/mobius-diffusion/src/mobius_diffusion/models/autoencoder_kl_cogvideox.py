@@ -272,23 +272,29 @@ class Upsample3D(nn.Module):
         return self.conv(op, x), frames
 
 
+def resnet_stack(in_channels, out_channels, num_layers, c, spatial_norm_dim=None) -> nn.ModuleList:
+    """A block's ``resnets``: the first from ``in_channels``, all to ``out_channels``."""
+    return nn.ModuleList(
+        [
+            ResnetBlock3D(
+                in_channels if i == 0 else out_channels,
+                out_channels,
+                c.norm_num_groups,
+                c.norm_eps,
+                c.act_fn,
+                spatial_norm_dim,
+            )
+            for i in range(num_layers)
+        ]
+    )
+
+
 class DownBlock3D(nn.Module):
     def __init__(
         self, in_channels, out_channels, num_layers, c, add_downsample, compress_time
     ) -> None:
         super().__init__()
-        self.resnets = nn.ModuleList(
-            [
-                ResnetBlock3D(
-                    in_channels if i == 0 else out_channels,
-                    out_channels,
-                    c.norm_num_groups,
-                    c.norm_eps,
-                    c.act_fn,
-                )
-                for i in range(num_layers)
-            ]
-        )
+        self.resnets = resnet_stack(in_channels, out_channels, num_layers, c)
         self.downsamplers = (
             nn.ModuleList([Downsample3D(out_channels, compress_time)]) if add_downsample else None
         )
@@ -306,19 +312,7 @@ class UpBlock3D(nn.Module):
         self, in_channels, out_channels, num_layers, c, add_upsample, compress_time
     ) -> None:
         super().__init__()
-        self.resnets = nn.ModuleList(
-            [
-                ResnetBlock3D(
-                    in_channels if i == 0 else out_channels,
-                    out_channels,
-                    c.norm_num_groups,
-                    c.norm_eps,
-                    c.act_fn,
-                    spatial_norm_dim=c.latent_channels,
-                )
-                for i in range(num_layers)
-            ]
-        )
+        self.resnets = resnet_stack(in_channels, out_channels, num_layers, c, c.latent_channels)
         self.upsamplers = (
             nn.ModuleList([Upsample3D(out_channels, compress_time)]) if add_upsample else None
         )
@@ -334,14 +328,7 @@ class UpBlock3D(nn.Module):
 class MidBlock3D(nn.Module):
     def __init__(self, channels, c, spatial_norm_dim=None) -> None:
         super().__init__()
-        self.resnets = nn.ModuleList(
-            [
-                ResnetBlock3D(
-                    channels, channels, c.norm_num_groups, c.norm_eps, c.act_fn, spatial_norm_dim
-                )
-                for _ in range(2)
-            ]
-        )
+        self.resnets = resnet_stack(channels, channels, 2, c, spatial_norm_dim)
 
     def forward(self, op, x, frames: _Frames, zq=None):
         for resnet in self.resnets:

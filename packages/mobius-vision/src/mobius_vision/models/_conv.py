@@ -12,6 +12,7 @@ from onnxscript import nn
 
 from mobius.components import BatchNorm, Conv2d, Linear, get_activation
 from mobius.model import Model
+from mobius_vision.models._common import prefix_bare_names
 
 __all__ = ["BatchNorm2d", "Conv2d"]  # re-exported: the vision families import them from here
 
@@ -114,6 +115,8 @@ class ConvNetForImageClassification(Model):
     config_class: type
     model_class: type
     base_model_prefix: str
+    #: The heads beside the backbone: a bare backbone checkpoint lacks them and the prefix.
+    head_prefixes: tuple[str, ...] = ("classifier",)
     task = "image-classification"
 
     def __init__(self, config) -> None:
@@ -146,7 +149,4 @@ class ConvNetForImageClassification(Model):
 
     def sanitize(self, weights: dict) -> dict:
         """A bare backbone checkpoint gets the base prefix."""
-        prefix = f"{self.base_model_prefix}."
-        return {
-            k if k.startswith((prefix, "classifier")) else prefix + k: v for k, v in weights.items()
-        }
+        return prefix_bare_names(weights, f"{self.base_model_prefix}.", self.head_prefixes)

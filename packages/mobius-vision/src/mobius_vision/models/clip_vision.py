@@ -16,10 +16,10 @@ from typing import Any
 from onnxscript import nn
 
 from mobius.components import LayerNorm, Linear
-from mobius.model import Model
 from mobius_text.models import clip_text
 from mobius_text.models.clip_text import CLIPMLP  # noqa: F401  (the towers built on CLIP import it here)
 from mobius_vision.config import VisionConfig
+from mobius_vision.models._common import VisionTowerModel
 from mobius_vision.models.vit import PatchConv
 
 
@@ -126,18 +126,15 @@ class CLIPVisionTransformer(nn.Module):
         return x, self.post_layernorm(op, cls)
 
 
-class CLIPVisionModel(Model):
+class CLIPVisionModel(VisionTowerModel):
     """``vision_model`` and, for ``CLIPVisionModelWithProjection``, ``visual_projection``."""
 
     config_class = CLIPVisionConfig
-    task = "image-classification"
     tower_class = CLIPVisionTransformer
+    head_prefixes = ("visual_projection.",)
 
     def __init__(self, config: CLIPVisionConfig) -> None:
-        super().__init__()
-        config.require_no_head()
-        self.config = config
-        self.vision_model = self.tower_class(config)
+        super().__init__(config)
         d, projection = config.hidden_size, config.projection_dim
         self.visual_projection = Linear(d, projection, bias=False) if projection else None
 
@@ -157,13 +154,6 @@ class CLIPVisionModel(Model):
 
     #: A buffer older checkpoints saved; the graph numbers the positions itself.
     ignored = ("vision_model.embeddings.position_ids",)
-
-    def sanitize(self, weights: dict) -> dict:
-        """A checkpoint without the ``vision_model.`` prefix gets it."""
-        return {
-            k if k.startswith(("vision_model.", "visual_projection.")) else f"vision_model.{k}": v
-            for k, v in weights.items()
-        }
 
 
 MODEL_TYPES = {"clip_vision_model": CLIPVisionModel}

@@ -276,6 +276,7 @@ class CvtForImageClassification(ConvNetForImageClassification):
     config_class = CvtConfig
     model_class = CvtModel
     base_model_prefix = "cvt"
+    head_prefixes = ("classifier.", "layernorm.")
 
     def __init__(self, config: CvtConfig) -> None:
         super().__init__(config)
@@ -309,11 +310,6 @@ class CvtForImageClassification(ConvNetForImageClassification):
         """BatchNorm counters and, without the head, ``layernorm`` and ``classifier``."""
         head = () if self.classifier is not None else ("classifier.*", "layernorm.*")
         return (BATCHNORM_COUNTERS, *head)
-
-    def sanitize(self, weights: dict) -> dict:
-        """A bare ``CvtModel`` checkpoint gets the ``cvt.`` prefix."""
-        keep = ("cvt.", "classifier.", "layernorm.")
-        return {k if k.startswith(keep) else "cvt." + k: v for k, v in weights.items()}
 
 
 MODEL_TYPES = {"cvt": CvtForImageClassification}

@@ -74,7 +74,7 @@ class DeiTForImageClassification(ViTForImageClassification):
     config_class = DeiTConfig
     base_model_prefix = "deit"
     model_class = DeiTModel
-    head_names = ("classifier", "cls_classifier", "distillation_classifier")
+    head_prefixes = ("classifier.", "cls_classifier.", "distillation_classifier.")
 
     def __init__(self, config: DeiTConfig) -> None:
         super().__init__(config)
@@ -112,12 +112,6 @@ class DeiTForImageClassification(ViTForImageClassification):
         if self.config.head != "image-classification":
             ignored += ["cls_classifier.*", "distillation_classifier.*"]
         return tuple(ignored)
-
-    def sanitize(self, weights: dict) -> dict:
-        """A bare ``DeiTModel`` checkpoint gets the ``deit.`` prefix (the heads keep their names)."""
-        keep = (f"{self.base_model_prefix}.", *(f"{h}." for h in self.head_names))
-        prefix = f"{self.base_model_prefix}."
-        return {k if k.startswith(keep) else prefix + k: v for k, v in weights.items()}
 
 
 MODEL_TYPES = {"deit": DeiTForImageClassification}

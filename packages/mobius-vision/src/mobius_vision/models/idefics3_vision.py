@@ -21,8 +21,8 @@ from onnxscript import nn
 
 from mobius.components import Embedding, LayerNorm, lowest_value
 from mobius.errors import ConfigError
-from mobius.model import Model
 from mobius_vision.config import VisionConfig
+from mobius_vision.models._common import VisionTowerModel
 from mobius_vision.models.clip_vision import CLIPEncoder
 from mobius_vision.models.vit import PatchConv
 
@@ -173,18 +173,11 @@ class Idefics3VisionTransformer(nn.Module):
         return self.post_layernorm(op, x)
 
 
-class Idefics3VisionModel(Model):
+class Idefics3VisionModel(VisionTowerModel):
     """``vision_model`` -> ``last_hidden_state`` (whole tiles: every patch real)."""
 
     config_class = Idefics3VisionConfig
-    task = "image-classification"
     tower_class = Idefics3VisionTransformer
-
-    def __init__(self, config: Idefics3VisionConfig) -> None:
-        super().__init__()
-        config.require_no_head()
-        self.config = config
-        self.vision_model = self.tower_class(config)
 
     def output_shapes(self) -> dict[str, list]:
         c = self.config
@@ -192,11 +185,6 @@ class Idefics3VisionModel(Model):
 
     def forward(self, op, pixel_values):
         return {"last_hidden_state": self.vision_model(op, pixel_values)}
-
-    def sanitize(self, weights: dict) -> dict:
-        """transformers saves the tower without the ``vision_model.`` prefix; it is added."""
-        prefix = "vision_model."
-        return {k if k.startswith(prefix) else prefix + k: v for k, v in weights.items()}
 
 
 MODEL_TYPES = {"idefics3_vision": Idefics3VisionModel}

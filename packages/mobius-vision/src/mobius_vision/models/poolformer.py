@@ -158,6 +158,7 @@ class PoolFormerForImageClassification(PyramidForImageClassification):
     config_class = PoolFormerConfig
     model_class = PoolFormerModel
     base_model_prefix = "poolformer"
+    head_prefixes = ("classifier.", "norm.")
 
     def __init__(self, config: PoolFormerConfig) -> None:
         super().__init__(config)
@@ -170,12 +171,6 @@ class PoolFormerForImageClassification(PyramidForImageClassification):
     @property
     def ignored(self) -> tuple[str, ...]:
         return super().ignored + (() if self.norm is not None else ("norm.*",))
-
-    def sanitize(self, weights: dict) -> dict:
-        """A bare ``PoolFormerModel`` checkpoint gets the prefix (the head keeps its names)."""
-        keep = (f"{self.base_model_prefix}.", "classifier.", "norm.")
-        prefix = f"{self.base_model_prefix}."
-        return {k if k.startswith(keep) else prefix + k: v for k, v in weights.items()}
 
 
 MODEL_TYPES = {"poolformer": PoolFormerForImageClassification}

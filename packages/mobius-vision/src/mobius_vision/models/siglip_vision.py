@@ -19,8 +19,8 @@ from onnxscript import nn
 
 from mobius.components import LayerNorm, Linear, TransposedParameter, bidirectional_attention
 from mobius.errors import ConfigError
-from mobius.model import Model
 from mobius_vision.config import VisionConfig
+from mobius_vision.models._common import VisionTowerModel
 from mobius_vision.models.clip_vision import CLIPMLP, CLIPEncoder, PositionTable
 from mobius_vision.models.vit import PatchConv
 
@@ -142,18 +142,11 @@ class SiglipVisionTransformer(nn.Module):
         return x, None if self.head is None else self.head(op, x)
 
 
-class SiglipVisionModel(Model):
+class SiglipVisionModel(VisionTowerModel):
     """``vision_model``: ``last_hidden_state`` and, with the pooling head, ``pooler_output``."""
 
     config_class = SiglipVisionConfig
-    task = "image-classification"
     tower_class = SiglipVisionTransformer
-
-    def __init__(self, config: SiglipVisionConfig) -> None:
-        super().__init__()
-        config.require_no_head()
-        self.config = config
-        self.vision_model = self.tower_class(config)
 
     def output_shapes(self) -> dict[str, list]:
         c = self.config
@@ -168,11 +161,6 @@ class SiglipVisionModel(Model):
         if pooled is not None:
             outputs["pooler_output"] = pooled
         return outputs
-
-    def sanitize(self, weights: dict) -> dict:
-        """A checkpoint without the ``vision_model.`` prefix gets it."""
-        prefix = "vision_model."
-        return {k if k.startswith(prefix) else prefix + k: v for k, v in weights.items()}
 
 
 MODEL_TYPES = {"siglip_vision_model": SiglipVisionModel}

@@ -21,6 +21,7 @@ from onnxscript import nn
 from mobius.components import Linear
 from mobius.errors import ConfigError
 from mobius.model import Model
+from mobius.weights import rename_prefixes
 from mobius_vision.config import VisionConfig, image_size_pair
 from mobius_vision.models._conv import (
     BATCHNORM_COUNTERS,
@@ -285,8 +286,9 @@ class SwiftFormerForImageClassification(Model):
 
     def sanitize(self, weights: dict) -> dict:
         """A bare ``SwiftFormerModel`` checkpoint gets the ``swiftformer.`` prefix."""
-        bare = ("patch_embed.", "encoder.")
-        return {"swiftformer." + k if k.startswith(bare) else k: v for k, v in weights.items()}
+        return rename_prefixes(
+            weights, {p: f"swiftformer.{p}" for p in ("patch_embed.", "encoder.")}
+        )
 
 
 MODEL_TYPES = {"swiftformer": SwiftFormerForImageClassification}

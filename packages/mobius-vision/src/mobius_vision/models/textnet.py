@@ -20,6 +20,7 @@ from onnxscript import nn
 from mobius.components import Linear
 from mobius.errors import ConfigError
 from mobius.model import Model
+from mobius.weights import rename_prefixes
 from mobius_vision.config import VisionConfig
 from mobius_vision.models._conv import BATCHNORM_COUNTERS, BatchNorm2d, activation
 
@@ -239,8 +240,7 @@ class TextNetForImageClassification(Model):
 
     def sanitize(self, weights: dict) -> dict:
         """A bare ``TextNetModel`` checkpoint gets the ``textnet.`` prefix."""
-        bare = ("stem.", "encoder.")
-        return {"textnet." + k if k.startswith(bare) else k: v for k, v in weights.items()}
+        return rename_prefixes(weights, {p: f"textnet.{p}" for p in ("stem.", "encoder.")})
 
 
 MODEL_TYPES = {"textnet": TextNetForImageClassification}

@@ -16,6 +16,7 @@ from onnxscript import nn
 from mobius.components import LayerNorm, Linear, bidirectional_attention, get_activation
 from mobius.model import Model
 from mobius_vision.config import VisionConfig
+from mobius_vision.models._common import prefix_bare_names
 
 
 @dataclass
@@ -222,6 +223,8 @@ class ViTForImageClassification(Model):
     task = "image-classification"
     base_model_prefix = "vit"
     model_class = ViTModel
+    #: The heads beside the backbone: a bare ``ViTModel`` checkpoint lacks them and the prefix.
+    head_prefixes: tuple[str, ...] = ("classifier",)
 
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()
@@ -268,10 +271,7 @@ class ViTForImageClassification(Model):
 
     def sanitize(self, weights: dict) -> dict:
         """A bare ``ViTModel`` checkpoint gets the ``vit.`` prefix."""
-        prefix = f"{self.base_model_prefix}."
-        return {
-            k if k.startswith((prefix, "classifier")) else prefix + k: v for k, v in weights.items()
-        }
+        return prefix_bare_names(weights, f"{self.base_model_prefix}.", self.head_prefixes)
 
 
 MODEL_TYPES = {"vit": ViTForImageClassification}
