@@ -256,6 +256,11 @@ def build_command(tool: str, precision: str, source: Path, out: Path) -> list[st
             "--quiet",
             *mobius_flags(precision),
         ]
+    if tool == "mobius-gguf":  # the GGUF file the SmolLM2 checkpoint comes from, as it is
+        gguf_dir, name = _smollm2_gguf()
+        flags = [*MOBIUS_EP, "--runtime", "ort-genai"]  # no --dtype/--quant: keep the blocks
+        return [*mobius_command(), "build", "--model", str(gguf_dir / name), str(out),
+                "--quiet", *flags]  # fmt: skip
     if tool == "genai":
         python = peer_python("genai")
         cache = WORKDIR / "genai-cache"

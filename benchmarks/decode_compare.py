@@ -11,7 +11,9 @@ ratios, printed with their range.
 Paths: mobius fp32 and int4, the genai builder's fp32 and int4 (in
 onnxruntime-genai's own generator and in a plain ONNX Runtime KV-cache loop),
 optimum-onnx fp32 and torch.onnx (dynamo) fp32 (plain loop), and PyTorch eager
-fp32, the reference for the greedy-token match lengths. The floor is the weight bytes read per token over
+fp32, the reference for the greedy-token match lengths. For SmolLM2 also the
+Q4_1 GGUF file the checkpoint comes from: mobius built from it (its blocks kept,
+the default) and llama.cpp (``llama-cpp-python``) running it. The floor is the weight bytes read per token over
 the read bandwidth of numpy sum/max over a 1 GiB array, on 2 threads.
 
     uv run python benchmarks/decode_compare.py [--checkpoint smollm2|llama1b] [--tools ...]
@@ -69,6 +71,9 @@ PATHS = [
     ("mobius int4 (loop)", "mobius", "int4", "ort"),
     ("genai int4 (og)", "genai", "int4", "genai"),
     ("genai int4 (loop)", "genai", "int4", "ort"),
+    ("mobius gguf (og)", "mobius-gguf", "gguf", "genai"),
+    ("mobius gguf (loop)", "mobius-gguf", "gguf", "ort"),
+    ("llama.cpp gguf", "llama.cpp", "gguf", "llama_cpp"),
 ]
 
 
@@ -191,7 +196,41 @@ def child_eager(checkpoint_dir: str, ids: list[int]) -> dict:
     return timed(generate)
 
 
-CHILDREN = {"ort": child_ort, "genai": child_genai, "eager": child_eager}
+def child_llama_cpp(gguf_path: str, ids: list[int]) -> dict:
+    """llama.cpp on the GGUF file itself (``llama-cpp-python``), greedy from the same ids."""
+    from llama_cpp import Llama
+
+    llm = Llama(
+        model_path=gguf_path,
+        n_ctx=PROMPT_TOKENS + NEW_TOKENS + 8,
+        n_threads=THREADS,
+        n_threads_batch=THREADS,
+        verbose=False,
+    )
+
+    def generate(new_tokens: int) -> tuple[list[int], float, float]:
+        llm.reset()
+        out, start = [], time.perf_counter()
+        llm.eval(ids)
+        for step in range(new_tokens):
+            if step == 1:
+                prefill = time.perf_counter() - start
+                start = time.perf_counter()
+            token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            out.append(token)
+            if step + 1 < new_tokens:
+                llm.eval([token])
+        return out, prefill * 1e3, (new_tokens - 1) / (time.perf_counter() - start)
+
+    return timed(generate)
+
+
+CHILDREN = {
+    "ort": child_ort,
+    "genai": child_genai,
+    "eager": child_eager,
+    "llama_cpp": child_llama_cpp,
+}
 
 
 def runner_of(label: str) -> str:
@@ -265,7 +304,7 @@ def main() -> None:
     """Build what is missing, run every path, print the table, ratios and floor."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", choices=("smollm2", "llama1b"), default="smollm2")
-    tools = ("mobius", "genai", "optimum", "dynamo")
+    tools = ("mobius", "genai", "optimum", "dynamo", "mobius-gguf", "llama.cpp")
     parser.add_argument(
         "--tools", nargs="+", choices=tools, default=list(tools), help="eager always runs"
     )
@@ -300,10 +339,20 @@ def main() -> None:
     print(f"mobius flags: fp32 {_peers.mobius_flags('fp32')}, int4 {_peers.mobius_flags('int4')}")
 
     builds, runs, results = {}, {}, {}
-    paths = [path for path in PATHS if path[1] in (None, *args.tools)]
+    gguf_tools = ("mobius-gguf", "llama.cpp")  # the GGUF file SmolLM2's checkpoint comes from
+    paths = [
+        path
+        for path in PATHS
+        if path[1] in (None, *args.tools)
+        and (args.checkpoint == "smollm2" or path[1] not in gguf_tools)
+    ]
     for label, tool, precision, runner in paths:
         if tool is None:
             runs[label] = (Path(sys.executable), source)
+            continue
+        if tool == "llama.cpp":
+            gguf_dir, name = _peers._smollm2_gguf()
+            runs[label] = (Path(sys.executable), gguf_dir / name)
             continue
         key = (tool, precision)
         if key not in builds:
@@ -338,7 +387,7 @@ def main() -> None:
             "rounds": [m["tok_s"] for m in measured],
             "tokens": measured[0]["tokens"],
         }
-        if label != "eager fp32":
+        if label not in ("eager fp32", "llama.cpp gguf"):
             results[label]["weights"] = weight_bytes_per_token(runs[label][1])
 
     one_thread, bandwidth = read_bandwidth(1), read_bandwidth(THREADS)
@@ -403,6 +452,11 @@ def main() -> None:
     for precision in ("fp32", "int4"):
         for runner in ("og", "loop"):  # like for like: the same runtime on both sides
             ratio(f"mobius {precision} ({runner})", f"genai {precision} ({runner})")
+    # The GGUF file: its kept Q4_1/Q8_0 blocks against the genai builder's int4 (from
+    # the same weights, dequantized) and against llama.cpp running the file itself.
+    ratio("mobius gguf (og)", "genai int4 (og)")
+    ratio("mobius gguf (loop)", "genai int4 (loop)")
+    ratio("mobius gguf (loop)", "llama.cpp gguf")
     ratio("mobius fp32 (loop)", "optimum fp32 (loop)")
     ratio("mobius fp32 (loop)", "dynamo fp32 (loop)")
     ratio("mobius fp32 (loop)", "eager fp32", at_least=3.0)

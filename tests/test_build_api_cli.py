@@ -5,6 +5,11 @@ finished inside ``build()``: genai_config.json, --no-weights), so the two output
 must agree byte for byte: on the real SmolLM2 checkpoint (with the
 onnxruntime-genai config) and on a tiny diffusers pipeline (several components,
 tokenizers and scheduler copied).
+
+The build record ``mobius.json`` is compared like every other file, with no field
+excluded: it holds no timestamp, host or cache path (only the source path as
+given, the same here), and the CLI's default plugin options are recorded as the
+API's absent ones (``mobius._record.options_record``).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ def files(directory: Path) -> dict[str, bytes]:
 
 def assert_same_files(cli_out: Path, api_out: Path) -> None:
     cli, api = files(cli_out), files(api_out)
+    assert "mobius.json" in cli
     assert sorted(cli) == sorted(api)
     different = [name for name in cli if cli[name] != api[name]]
     assert different == []

@@ -56,7 +56,7 @@ def test_llama_parameter_count_matches_pytorch(capsys, tmp_path: Path, tied: boo
     # int4: 2 layers x 7 MatMuls + the head; the head reads the table when tied.
     assert info["options"]["--quant int4"] == {
         "applies": True,
-        "detail": "15 MatMul weights to MatMulNBits (RTN)",
+        "detail": "15 MatMul weights to MatMulNBits (RTN, a zero point per block of 32)",
     }
     assert 0 < info["sizes"]["int4"] < info["sizes"]["f16"]
     assert info["sizes"]["int4"] < info["sizes"]["int4_f32"] < info["sizes"]["f32"]
@@ -73,7 +73,8 @@ def test_llama_parameter_count_matches_pytorch(capsys, tmp_path: Path, tied: boo
 
 
 def test_int4_size_of_one_layer_by_hand(capsys, tmp_path: Path) -> None:
-    """The int4 figure adds up: packed nibbles + f16 scales per block of 32, the rest in f16."""
+    """The int4 figure adds up: packed nibbles + f16 scales and 4-bit zero points per block
+    of 32, the rest in f16."""
     hidden, inter, vocab, heads, kv = 64, 96, 128, 4, 2
     model_dir = write_config(
         tmp_path / "llama",
@@ -98,7 +99,9 @@ def test_int4_size_of_one_layer_by_hand(capsys, tmp_path: Path) -> None:
         (inter, hidden),
         (hidden, vocab),
     ]
-    quantized = sum(k * n // 2 + 2 * n * (-(-k // 32)) for k, n in matmuls)
+    blocks = [(n, -(-k // 32)) for k, n in matmuls]
+    quantized = sum(k * n // 2 for k, n in matmuls)
+    quantized += sum(2 * n * b + n * (-(-b // 2)) for n, b in blocks)  # scales, zero points
     floats = vocab * hidden + 3 * hidden  # embeddings, two layer norms, final norm
     info = info_json(capsys, model_dir)
     assert info["sizes"]["int4"] == quantized + 2 * floats
@@ -142,7 +145,13 @@ def test_smollm2_gguf(capsys) -> None:
     assert rows["checkpoint dtype"] == "Q4_1 (GGUF)"
     assert rows["size f32"] == "513.1 MiB"
     option = next(line.split() for line in out.splitlines() if "--quant int4" in line)
-    assert option[2] == "yes" and "repacked" in " ".join(option)
+    assert option[2] == "yes" and "kept as they are" in " ".join(option)
+    # Every stored type, with its count, bytes and what a build does with it.
+    stored = out.split("stored tensors\n", 1)[1].split("build options", 1)[0].splitlines()
+    assert [line.split()[0] for line in stored] == ["Q4_1", "Q8_0", "F32"]
+    assert "210 tensors, 63.3 MiB" in stored[0] and "kept: 4-bit blocks of 32" in stored[0]
+    assert "1 tensor, 28.7 MiB" in stored[1] and "kept: 8-bit blocks of 32" in stored[1]
+    assert stored[2].endswith("stays float")
 
 
 def test_unknown_model_type_fails_clearly(capsys, tmp_path: Path) -> None:

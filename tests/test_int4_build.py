@@ -26,33 +26,47 @@ def _logits(model_path, input_ids):
     return session.run(["logits"], feeds)[0], session
 
 
-def test_int4_build_equals_the_dequantized_checkpoint(tmp_path, capsys):
-    tensors = tiny_llama_tensors()
-    write_tiny_llama(tmp_path / "hf", tensors)
-    assert (
-        main(
-            [
-                "build",
-                "--model",
-                str(tmp_path / "hf"),
-                str(tmp_path / "int4"),
-                "--quant",
-                "int4",
-                "--accuracy-level",
-                "0",
-                "--quiet",
-            ]
-        )
-        == 0
+def _sensitive(name: str) -> bool:
+    """The tiny llama's weights ``--quant-mix sensitive`` keeps at 8 bits: the head, and
+    layer 1's v/down (of 2 layers, llama.cpp's mixes give the last more bits)."""
+    return (
+        name == "lm_head.weight"
+        or name.startswith("model.layers.1.")
+        and ("v_proj" in name or "down_proj" in name)
     )
 
-    # The same model with every projection replaced by what its int4 blocks stand for.
+
+@pytest.mark.parametrize(
+    "flags, method, symmetric, bits_of",
+    [
+        # round-to-nearest, symmetric, every weight at 4 bits: the former default
+        (["--symmetric"], "rtn", True, lambda name: 4),
+        ([], "rtn", False, lambda name: 4),  # the default: a zero point per block, all 4-bit
+        (["--quant-mix", "sensitive"], "rtn", False, lambda n: 8 if _sensitive(n) else 4),
+        (["--quant-method", "hqq"], "hqq", False, lambda name: 4),
+        (["--quant", "int8"], "rtn", True, lambda name: 8),
+    ],
+    ids=["rtn-symmetric", "default", "sensitive-mix", "hqq", "int8"],
+)
+def test_quant_build_equals_the_dequantized_checkpoint(
+    tmp_path, capsys, flags, method, symmetric, bits_of
+):
+    tensors = tiny_llama_tensors()
+    write_tiny_llama(tmp_path / "hf", tensors)
+    quant = [] if "--quant" in flags else ["--quant", "int4"]
+    argv = ["build", "--model", str(tmp_path / "hf"), str(tmp_path / "q"), *quant, *flags]
+    assert main([*argv, "--accuracy-level", "0", "--quiet"]) == 0
+
+    # The same model with every projection replaced by what its blocks stand for.
     dequantized = {}
     for name, array in tensors.items():
         if array.ndim == 2 and name != "model.embed_tokens.weight":  # [out, in] projections
-            packed, scales, zero_points = quantize_blocks(array.T, 32, True)
+            bits = bits_of(name)
+            packed, scales, zero_points = quantize_blocks(
+                array.T, 32, symmetric, bits=bits, method=method
+            )
             array = np.ascontiguousarray(
-                dequantize_blocks(packed, scales, zero_points, array.shape[1]).T
+                dequantize_blocks(packed, scales, zero_points, array.shape[1], bits).T
             )
         dequantized[name] = array
     write_tiny_llama(tmp_path / "dequantized", dequantized)
@@ -62,13 +76,19 @@ def test_int4_build_equals_the_dequantized_checkpoint(tmp_path, capsys):
     )
 
     input_ids = np.array([[1, 7, 13, 42, 63]], dtype=np.int64)
-    int4_logits, session = _logits(tmp_path / "int4" / "model.onnx", input_ids)
+    quantized_logits, session = _logits(tmp_path / "q" / "model.onnx", input_ids)
     f32_logits, _ = _logits(tmp_path / "f32" / "model.onnx", input_ids)
-    np.testing.assert_allclose(int4_logits, f32_logits, atol=1e-4)
-    graph = onnx.load(str(tmp_path / "int4" / "model.onnx"), load_external_data=False).graph
-    op_types = [node.op_type for node in graph.node]
-    assert op_types.count("MatMulNBits") == 2 * 7 + 1  # q, k, v, o, gate, up, down per layer + head
-    assert "MatMul" not in op_types
+    np.testing.assert_allclose(quantized_logits, f32_logits, atol=1e-4)
+    graph = onnx.load(str(tmp_path / "q" / "model.onnx"), load_external_data=False).graph
+    nbits = [node for node in graph.node if node.op_type == "MatMulNBits"]
+    assert len(nbits) == 2 * 7 + 1  # q, k, v, o, gate, up, down per layer + head
+    assert "MatMul" not in [node.op_type for node in graph.node]
+    widths = sorted(onnx.helper.get_node_attr_value(n, "bits") for n in nbits)
+    assert widths == sorted(bits_of(name) for name in tensors if _projection(name))
+
+
+def _projection(name: str) -> bool:
+    return name.endswith("proj.weight") or name == "lm_head.weight"
 
 
 def test_quant_without_weights_is_a_one_line_error(tmp_path, capsys):

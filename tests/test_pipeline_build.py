@@ -75,7 +75,7 @@ def test_layout(pipeline, tmp_path):
     assert main(["build", "--model", str(pipeline), str(out), "--quiet"]) == 0
     files = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
     assert files == {
-        "model_index.json",
+        "model_index.json", "mobius.json",
         "adapter/model.onnx", "adapter/model.onnx.data", "adapter/config.json",
         "text_encoder/model.onnx", "text_encoder/model.onnx.data", "text_encoder/config.json",
         "tokenizer/tokenizer.json", "tokenizer/tokenizer_config.json",

@@ -9,6 +9,7 @@ three ported schedulers of Stable Diffusion (Euler, DDIM, PNDM); the CLI's
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -83,7 +84,7 @@ def test_prompt_changes_the_image(sd):
     assert float(np.abs(a - b).max()) > 1e-3
 
 
-def test_generate_cli_writes_the_image(sd, tmp_path):
+def test_generate_cli_writes_the_image(sd, tmp_path, capsys, monkeypatch):
     from PIL import Image
 
     from mobius.cli import main
@@ -93,7 +94,9 @@ def test_generate_cli_writes_the_image(sd, tmp_path):
     image = tmp_path / "image.png"
     args = ["generate", str(out), PROMPT, "--steps", "2", "--seed", "3", "--output", str(image)]
     args += ["--height", str(HEIGHT), "--width", str(WIDTH)]
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # as on a terminal
     assert main(args) == 0
+    assert "denoising" in capsys.readouterr().err  # a bar over the steps
     expected = to_pil(
         open_pipeline(out)(PROMPT, num_inference_steps=2, seed=3, height=32, width=32)
     )[0]

@@ -16,7 +16,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from mobius.testing._support import parity_results, support_markdown, write_verified
+from mobius.testing._support import add_test, parity_results, support_markdown, write_verified
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 TESTS = PACKAGE_DIR / "tests"
@@ -126,6 +126,17 @@ def statuses(junit_xml: Path | None) -> dict[str, list[tuple[str, str, str]]]:
     return tables
 
 
+def parity_tests() -> dict[str, str]:
+    """Registry key -> the parity tests holding its cases (``tests/FILE::FUNCTION``); nothing runs."""
+    sys.path.insert(0, str(TESTS))
+    tests: dict[str, str] = {}
+    for _task, _mappings, parities, _heading, _covers in KITS:
+        for parity in parities:
+            for model_type in _cases(parity).values():
+                add_test(tests, model_type, parity[0], parity[1])
+    return tests
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -142,7 +153,7 @@ def main() -> None:
     ]
     text, verified = support_markdown("mobius-audio", transformers.__version__, sections)
     OUTPUT.write_text(text)
-    write_verified(VERIFIED, verified, transformers.__version__)
+    write_verified(VERIFIED, verified, transformers.__version__, tests=parity_tests())
     print(f"wrote {OUTPUT} and {VERIFIED.name}: {len(verified)} verified")
     if any("FAILING" in row[2] for rows in tables.values() for row in rows):
         sys.exit(1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import struct
 import subprocess
@@ -38,7 +39,7 @@ def build(capsys, model: Path, out: Path, *options: str) -> None:
     code, stdout, stderr = run_cli(capsys, "build", "--model", str(model), str(out), "-q", *options)
     assert code == 0, stderr
     assert stderr == ""
-    assert stdout.strip() == f"wrote {out}"
+    assert re.fullmatch(rf"wrote {re.escape(str(out))} \([0-9.]+ (MiB|GiB)\)", stdout.strip())
 
 
 def load_graph(out: Path) -> onnx.ModelProto:
@@ -138,6 +139,10 @@ def test_list(capsys) -> None:
     assert list(listed) == sorted(listed)
     for key in TEXT_KEYS:
         assert listed.get(key) == "causal-lm", key
+    # One task column for every package, however long the longest key.
+    rows = [line for line in lines if line.startswith("  ")]
+    columns = {len(line) - len(line.split()[-1]) for line in rows}
+    assert len(columns) == 1, columns
 
 
 def test_python_m_mobius_version() -> None:
@@ -177,8 +182,9 @@ def test_console_build_never_imports_torch(tiny_llama_dir: Path, tmp_path: Path)
 def test_build_writes_model_data_and_config(capsys, tiny_llama_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     build(capsys, tiny_llama_dir, out)
-    # The default --runtime auto adds genai_config.json: a llama runs in onnxruntime-genai.
-    names = ["config.json", "genai_config.json", "model.onnx", "model.onnx.data"]
+    # The default --runtime auto adds genai_config.json: a llama runs in onnxruntime-genai;
+    # mobius.json is the build record (test_record.py).
+    names = ["config.json", "genai_config.json", "mobius.json", "model.onnx", "model.onnx.data"]
     assert sorted(p.name for p in out.iterdir()) == names
     assert (out / "config.json").read_bytes() == (tiny_llama_dir / "config.json").read_bytes()
     onnx.checker.check_model(str(out / "model.onnx"))
@@ -203,6 +209,33 @@ def test_build_writes_model_data_and_config(capsys, tiny_llama_dir: Path, tmp_pa
         "present.0.value",
     ]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left
+
+
+@pytest.mark.parametrize("spelling", ["fp16", "float16", "half", "F16"])
+def test_dtype_spellings_users_type(capsys, tiny_llama_dir: Path, tmp_path: Path, spelling):
+    out = tmp_path / "out"
+    build(capsys, tiny_llama_dir, out, "--dtype", spelling, "--no-weights")
+    assert mobius.BuildOptions.of(dtype=spelling).dtype == "f16"
+    graph = load_graph(out)
+    assert graph.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
+
+
+def test_cuda_with_float32_warns(capsys, tiny_llama_dir: Path, tmp_path: Path) -> None:
+    argv = ["build", "--model", str(tiny_llama_dir), str(tmp_path / "out"), "-q", "--ep", "cuda"]
+    assert main([*argv, "--dtype", "f32", "--no-weights"]) == 0
+    assert "mobius: note: --ep cuda with float32 weights" in capsys.readouterr().err
+    assert main([*argv[:3], str(tmp_path / "f16"), *argv[4:], "--dtype", "f16"]) == 0
+    assert "--ep cuda with float32" not in capsys.readouterr().err
+
+
+def test_piped_build_prints_plain_lines_not_bars(capsys, tiny_llama_dir: Path, tmp_path) -> None:
+    # stderr is not a terminal here (captured): no tqdm bar, one line per graph written.
+    assert main(["build", "--model", str(tiny_llama_dir), str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    assert "mobius: wrote model.onnx (" in err
+    assert "tensor/s" not in err and "\r" not in err
+    assert main(["build", "--model", str(tiny_llama_dir), str(tmp_path / "q"), "-q"]) == 0
+    assert "wrote model.onnx" not in capsys.readouterr().err
 
 
 def test_build_weights_round_trip(capsys, make_tiny_llama, tiny_llama_arrays, tmp_path) -> None:

@@ -13,13 +13,12 @@ import struct
 import gguf
 import numpy as np
 import onnx_ir as ir
-import onnxruntime as ort
 import pytest
 
 from mobius.errors import CheckpointError
+from mobius.testing import run_kept_blocks
 from mobius.weights._gguf import GGUFFile
-from mobius.weights._gguf_quant import matmul_nbits_nodes
-from mobius_text.testing import write_gguf
+from mobius_text.testing import BLOCK_TYPE_NAMES, random_blocks, write_gguf
 
 Q = gguf.GGMLQuantizationType
 rng = np.random.default_rng(0)
@@ -34,42 +33,22 @@ def _quantized(shape, qtype, zero_row=True):
     return gguf.quants.quantize(w, qtype), qtype
 
 
-def _run(weight, x: np.ndarray, accuracy_level: int = 0) -> np.ndarray:
-    """Run ``x @ W`` of a repacked weight as MatMulNBits in ONNX Runtime on CPU."""
-    x_value = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape(x.shape))
-    nodes, inits, out = matmul_nbits_nodes(x_value, weight, "w", accuracy_level)
-    out.name = "y"
-    graph = ir.Graph(
-        [x_value],
-        [out],
-        nodes=nodes,
-        initializers=inits,
-        opset_imports={"": 21, "com.microsoft": 1},
-    )
-    proto = ir.serde.serialize_model(ir.Model(graph, ir_version=10))
-    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
-    return session.run(None, {"x": x})[0]
+BLOCK_TYPES = [Q[name] for name in BLOCK_TYPE_NAMES]
+
+
+def _random_blocks(shape, qtype) -> np.ndarray:
+    return random_blocks(shape, qtype.name, seed=int(rng.integers(1 << 30)))[0]
 
 
 # -- dequantization and repacking on small files written by gguf ------------------
 
 
-@pytest.mark.parametrize(
-    "qtype",
-    [Q.F32, Q.F16, Q.BF16, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q4_K, Q.Q6_K],
-    ids=lambda q: q.name,
-)
+@pytest.mark.parametrize("qtype", [Q.F32, Q.F16, Q.BF16, *BLOCK_TYPES], ids=lambda q: q.name)
 def test_dequantize_matches_gguf(tmp_path, qtype):
+    # Every value equals the gguf package's dequantization (llama.cpp's reference) to the bit.
     shape = (4, 512)
-    if qtype in (Q.Q4_K, Q.Q6_K):  # gguf has no quantizer for these: random blocks
-        block, size = gguf.GGML_QUANT_SIZES[qtype]
-        raw = rng.integers(0, 256, (shape[0], shape[1] // block, size), dtype=np.uint8)
-        fp16 = rng.uniform(-0.1, 0.1, raw.shape[:2] + (2,)).astype(np.float16).view(np.uint8)
-        if qtype == Q.Q4_K:
-            raw[..., 0:4] = fp16.reshape(*raw.shape[:2], 4)  # d and dmin
-        else:
-            raw[..., 208:210] = fp16[..., :2]  # d
-        data = raw.reshape(shape[0], -1)
+    if qtype in BLOCK_TYPES:
+        data = _random_blocks(shape, qtype)
     elif qtype in (Q.F32, Q.F16):
         data = rng.standard_normal(shape).astype(np.float32 if qtype == Q.F32 else np.float16)
     else:
@@ -84,54 +63,46 @@ def test_dequantize_matches_gguf(tmp_path, qtype):
     np.testing.assert_array_equal(mine, expected)
 
 
-@pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q4_1, Q.Q8_0], ids=lambda q: q.name)
-def test_repacked_blocks_run_in_onnxruntime(tmp_path, qtype):
-    path = write_gguf(tmp_path / "w.gguf", "llama", {}, {"w": _quantized((48, 96), qtype)})
-    with GGUFFile.open(path) as file:
-        tensor = file.tensors["w"]
-        dense, repacked = tensor.numpy(), tensor.repack()
-    assert repacked.bits == (8 if qtype == Q.Q8_0 else 4) and repacked.block_size == 32
-    assert repacked.packed.shape == (48, 3, 32 if qtype == Q.Q8_0 else 16)
-    assert (repacked.offsets is not None) == (qtype == Q.Q4_1)
-    np.testing.assert_allclose(repacked.dequantize(), dense.T, rtol=1e-6, atol=1e-7)
-    x = rng.standard_normal((2, 5, 96)).astype(np.float32)
-    np.testing.assert_allclose(_run(repacked, x), x @ dense.T, rtol=0, atol=1e-4)
-
-
-@pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q8_0], ids=lambda q: q.name)
-def test_repacked_table_serves_gather_block_quantized(tmp_path, qtype):
-    # A tied embedding table can share its repacked blocks between the head's
-    # MatMulNBits and the token lookup: same bytes, same default zero point.
-    path = write_gguf(tmp_path / "e.gguf", "llama", {}, {"e": _quantized((20, 64), qtype)})
-    with GGUFFile.open(path) as file:
-        dense, table = file.tensors["e"].numpy(), file.tensors["e"].repack()
+@pytest.mark.parametrize("qtype", BLOCK_TYPES, ids=lambda q: q.name)
+def test_kept_blocks_compute_the_dequantized_weight(tmp_path, qtype):
+    # x @ W in MatMulNBits and table[ids] in GatherBlockQuantized, from the blocks as
+    # they are (widened to 8 bits or to blocks of 16 where the type needs it).
+    weights = {"w": (_random_blocks((48, 512), qtype), qtype)}
+    weights["e"] = (_random_blocks((20, 512), qtype), qtype)
+    path = write_gguf(tmp_path / "w.gguf", "llama", {}, weights)
+    x = rng.standard_normal((2, 5, 512)).astype(np.float32)
     ids = np.array([[3, 0, 19, 2]], np.int64)
-    ids_value = ir.Value(name="ids", type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([1, 4]))
-    data = ir.Value(name="data", const_value=ir.Tensor(table.packed.reshape(table.n, -1)))
-    scales = ir.Value(name="scales", const_value=ir.Tensor(table.scales))
-    attributes = {"bits": table.bits, "block_size": 32, "gather_axis": 0, "quantize_axis": 1}
-    node = ir.node(
-        "GatherBlockQuantized", [data, ids_value, scales], attributes, domain="com.microsoft"
-    )
-    node.outputs[0].name = "y"
-    graph = ir.Graph(
-        [ids_value],
-        node.outputs,
-        nodes=[node],
-        initializers=[data, scales],
-        opset_imports={"": 21, "com.microsoft": 1},
-    )
-    proto = ir.serde.serialize_model(ir.Model(graph, ir_version=10))
-    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
-    np.testing.assert_allclose(session.run(None, {"ids": ids})[0], dense[ids], rtol=1e-6, atol=0)
+    with GGUFFile.open(path) as file:
+        w, e = file.tensors["w"], file.tensors["e"]
+        out = run_kept_blocks(matmul=w, x=x, table=e, ids=ids)
+        dense_w, dense_e = w.numpy(), e.numpy()
+        repacked = w.repack()
+    np.testing.assert_array_equal(repacked.dequantize(), dense_w.T)
+    np.testing.assert_array_equal(out["rows"], dense_e[ids])  # the same values, gathered
+    expected = x @ dense_w.T
+    # The same weights, summed in another order: measured below 1e-6 of the largest output.
+    assert np.abs(out["y"] - expected).max() <= 2e-6 * np.abs(expected).max()
+    graph = out["model"].graph
+    assert {"MatMulNBits", "GatherBlockQuantized"} <= {n.op_type for n in graph}
+    # Stored: the blocks' codes and their own fields, never a float32 copy.
+    assert all(v.dtype != ir.DataType.FLOAT for v in graph.initializers.values())
 
 
-def test_other_types_are_not_repacked(tmp_path):
+def test_float_and_higher_rank_tensors_are_not_repacked(tmp_path):
+    experts = rng.standard_normal((2, 4, 64)).astype(np.float32)
     path = write_gguf(
-        tmp_path / "w.gguf", "llama", {}, {"a": _quantized((4, 64), Q.Q5_0), "b": np.ones(64)}
+        tmp_path / "w.gguf",
+        "llama",
+        {},
+        {
+            "a": (gguf.quants.quantize(experts, Q.Q8_0), Q.Q8_0),
+            "b": np.ones(64, np.float32),
+            "c": np.ones((4, 64), np.float16),
+        },
     )
     with GGUFFile.open(path) as file:
-        assert file.tensors["a"].repack() is None and file.tensors["b"].repack() is None
+        for name in "abc":
+            assert not file.tensors[name].repackable and file.tensors[name].repack() is None
 
 
 # -- corrupt files -----------------------------------------------------------------

@@ -61,6 +61,31 @@ def test_declared_verified_keys_are_read_lazily(resource_package: Path, as_objec
     assert registry.is_verified("beta") is True
 
 
+def test_verified_by_names_the_test_or_the_run(resource_package: Path) -> None:
+    """The build record's ``verified_by``: the key's own test, else the run that wrote the list."""
+    registry = make_registry()
+    (resource_package / "verified.json").write_text(
+        json.dumps(
+            {
+                "generated_by": "scripts/support_table.py",
+                "transformers": "5.24.0",
+                "verified": ["alpha", "beta"],
+                "tests": {"alpha": "tests/test_parity.py::test_causal_lm_parity", "beta": 3},
+            }
+        )
+    )
+    registry.declare_verified("fake-domain", f"{resource_package.name}:verified.json")
+    assert registry.verified_by("alpha") == (
+        "fake-domain: tests/test_parity.py::test_causal_lm_parity"
+    )
+    # A test of the wrong type is ignored: the answer is less precise, not wrong.
+    assert registry.verified_by("beta") == (
+        "fake-domain's parity suite (scripts/support_table.py against transformers 5.24.0)"
+    )
+    assert registry.verified_by("gamma") is None  # its package declares no list
+    assert registry.verified_by("delta") is None  # not registered
+
+
 def test_unreadable_verified_list_means_unknown(
     resource_package: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -171,5 +171,29 @@ def test_network_error_becomes_model_source_error(monkeypatch: pytest.MonkeyPatc
         raise ConnectionError("connection refused")
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake)
-    with pytest.raises(ModelSourceError, match=r"'org/name'.*connection refused"):
+    with pytest.raises(ModelSourceError, match=r"'org/name'.*connection refused.*no network"):
+        resolve_model("org/name")
+
+
+def test_a_mistyped_local_path_is_not_reported_as_a_hub_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "models/lama" is shaped like a hub id, but models/ is a directory here: a typo.
+    (tmp_path / "models" / "llama").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+
+    def fake(repo_id, **kwargs):
+        raise ConnectionError("connection refused")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake)
+    with pytest.raises(
+        ModelSourceError, match=r"^no such directory: models/lama \(models/ is here"
+    ):
+        resolve_model("models/lama")
+    # An id whose first part is not a local directory: the network is named.
+    with pytest.raises(
+        ModelSourceError, match=r"cannot reach the hub to fetch 'org/name'.*no network"
+    ):
         resolve_model("org/name")

@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from mobius.testing._support import parity_results, support_markdown, write_verified
+from mobius.testing._support import add_test, parity_results, support_markdown, write_verified
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 TESTS = PACKAGE_DIR / "tests"
@@ -105,6 +105,15 @@ def statuses(junit_xml: Path | None) -> dict[str, list[tuple[str, str, str]]]:
     return tables
 
 
+def parity_tests() -> dict[str, str]:
+    """Registry key -> the parity test of its class (``tests/FILE::FUNCTION``); nothing runs."""
+    tests: dict[str, str] = {}
+    for *_, table in KITS:
+        for cls, (file, test) in table.items():
+            add_test(tests, cls, file, test)
+    return tests
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -121,7 +130,7 @@ def main() -> None:
         "mobius-diffusion", diffusers.__version__, sections, "diffusers", "class"
     )
     OUTPUT.write_text(text)
-    write_verified(VERIFIED, verified, diffusers.__version__, "diffusers")
+    write_verified(VERIFIED, verified, diffusers.__version__, "diffusers", tests=parity_tests())
     print(f"wrote {OUTPUT} and {VERIFIED.name}: {len(verified)} verified")
     if any("FAILING" in row[2] for rows in tables.values() for row in rows):
         sys.exit(1)

@@ -19,7 +19,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from mobius.testing._support import parity_results
+from mobius.testing._support import add_test, parity_results
 from mobius.testing._support import write_verified as write_verified_file
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
@@ -171,8 +171,25 @@ def statuses(junit_xml: Path | None) -> dict[str, list[tuple[str, str, str]]]:
     return tables
 
 
+def parity_tests() -> dict[str, str]:
+    """Registry key -> the parity test holding its cases (``tests/FILE::FUNCTION``); nothing runs."""
+    import importlib
+
+    import mobius_text
+
+    sys.path.insert(0, str(TESTS))
+    registered = {
+        key: getattr(cls, "task", "causal-lm") for key, cls in mobius_text.model_types().items()
+    }
+    tests: dict[str, str] = {}
+    for (_task, test, cases_module, *_), file in zip(KITS, PARITY_TESTS, strict=True):
+        for model_type, *rest in importlib.import_module(cases_module).all_cases().values():
+            add_test(tests, case_key(model_type, rest, registered), file, test)
+    return tests
+
+
 def write_verified(keys: list[str], transformers_version: str) -> None:
-    write_verified_file(VERIFIED, keys, transformers_version)
+    write_verified_file(VERIFIED, keys, transformers_version, tests=parity_tests())
 
 
 def verified_from_table() -> tuple[list[str], str]:

@@ -16,8 +16,8 @@ import pytest
 
 from mobius._build import build
 from mobius.passes import quantize_int4
+from mobius.passes._blocks import probe
 from mobius.passes._int4_pass import CONCAT_OF
-from mobius.weights._gguf_quant import REPACKED_BITS
 from mobius_text.gguf import GGUFCheckpoint, GGUFWeight
 from mobius_text.testing import smollm2_gguf
 
@@ -72,8 +72,8 @@ def _nbits_nodes(model: ir.Model) -> dict[str, ir.Node]:
 def smollm2(tmp_path_factory):
     """fp32 and passthrough-int4 builds of the GGUF, saved; what the int4 save read and held."""
     root, path = tmp_path_factory.mktemp("gguf_int4"), smollm2_gguf()
-    build(path).save(root / "f32", progress=False)
-    package = build(path)
+    build(path, quant="none").save(root / "f32", progress=False)
+    package = build(path, quant="none")
     reads = []  # (method, weight) of every GGUF weight decoded or repacked
     with GGUFCheckpoint.open(path) as checkpoint, pytest.MonkeyPatch.context() as mp:
         for method in ("numpy", "repack"):
@@ -132,14 +132,13 @@ def test_every_linear_weight_keeps_its_gguf_blocks(smollm2):
     assert set(nodes) == linear | {"model.embed_tokens.weight"}
     assert smollm2["replaced"] == len(nodes) + 1  # and the embedding lookup
     for name, node in nodes.items():
-        assert node.attributes.get_int("bits") == REPACKED_BITS[types[name]], name
+        assert node.attributes.get_int("bits") == probe(types[name]).bits, name
         assert node.attributes.get_int("block_size") == 32, name
     assert nodes["model.embed_tokens.weight"].attributes.get_int("bits") == 8
-    # No float weight is left for a MatMul or Gemm but the Q4_1 offset terms.
+    # No float weight is left for a MatMul or Gemm (the Q4_1 offset terms read folded values).
     for node in model.graph:
         weight = node.inputs[1] if node.op_type in ("MatMul", "Gemm") else None
-        if weight is not None and weight.is_initializer():
-            assert weight.name.startswith("gguf.block_ones.") or weight.name.endswith(".offsets")
+        assert weight is None or not weight.is_initializer(), node.name
     # The lookup shares the head's bytes.
     (gather,) = [n for n in model.graph if n.op_type == "GatherBlockQuantized"]
     assert gather.attributes.get_int("bits") == 8
@@ -149,23 +148,22 @@ def test_every_linear_weight_keeps_its_gguf_blocks(smollm2):
 
 
 def test_blocks_are_copied_not_requantized(smollm2):
-    # A permuted llama key projection (rows un-permuted) and the Q8_0 table, byte for byte.
+    # A permuted llama key projection (rows un-permuted) and the Q8_0 table, byte for
+    # byte: the codes, and the blocks' own fp16 scales and minimums.
     inits = smollm2["model"].graph.initializers
     with GGUFCheckpoint.open(smollm2_gguf()) as checkpoint:
-        for name, suffix in [
-            ("model.layers.3.self_attn.k_proj.weight", "int4"),
-            ("model.embed_tokens.weight", "int8"),
-        ]:
+        for name in ("model.layers.3.self_attn.k_proj.weight", "model.embed_tokens.weight"):
             expected = checkpoint[name].repack()
             np.testing.assert_array_equal(
-                inits[f"{name}.{suffix}"].const_value.numpy(), expected.packed
+                inits[f"{name}.blocks"].const_value.numpy(), expected.packed
             )
-            np.testing.assert_array_equal(
-                inits[f"{name}.scales"].const_value.numpy(), expected.scales
-            )
-            if expected.offsets is not None:
-                offsets = inits[f"{name}.offsets"].const_value.numpy()
-                np.testing.assert_array_equal(offsets, expected.offsets)
+            factors = [("scale", f) for f in expected.fields.scale_factors]
+            factors += [("offset", f) for f in expected.fields.offset_factors]
+            for kind, i, factor in [(k, i, f) for i, (k, f) in enumerate(factors)]:
+                index = i if kind == "scale" else i - len(expected.fields.scale_factors)
+                stored = inits[f"{name}.{kind}{index}"].const_value.numpy()
+                assert stored.dtype == factor.dtype == np.float16
+                np.testing.assert_array_equal(stored.reshape(factor.shape), factor)
 
 
 def test_passthrough_int4_computes_the_dequantized_gguf(smollm2, reference):
@@ -179,8 +177,9 @@ def test_passthrough_int4_computes_the_dequantized_gguf(smollm2, reference):
 def test_passthrough_stays_near_the_gguf_size_and_memory(smollm2):
     gguf_bytes = smollm2_gguf().stat().st_size
     data_bytes = (smollm2["root"] / "int4" / "model.onnx.data").stat().st_size
-    # float32 scales and Q4_1 offsets: 24 bytes per 32 values where the GGUF has 20.
-    assert data_bytes <= 1.3 * gguf_bytes
+    # The blocks' own bytes (fp16 scales and minimums), and zero points of 4 bits per
+    # Q4_1 block: 20.5 bytes per 32 values where the GGUF has 20.
+    assert data_bytes <= 1.05 * gguf_bytes
     # Saving repacks one weight at a time: the heap peaks near the largest tensor
     # (the 30 MB Q8_0 table), far from the 98 MB of the whole file.
     print(
@@ -193,7 +192,7 @@ def test_packed_qkv_stacks_the_three_projections(tmp_path, smollm2, reference):
     # ``--ep cpu`` packs q/k/v into one MatMul: its weight is found either by an
     # explicit list of GGUF weights or by the packed value's ``CONCAT_OF`` record.
     path = smollm2_gguf()
-    package = build(path, ep="cpu")
+    package = build(path, ep="cpu", quant="none")
     model = package.models["model"]
     with GGUFCheckpoint.open(path) as checkpoint:
         weights = dict(checkpoint)
@@ -208,9 +207,11 @@ def test_packed_qkv_stacks_the_three_projections(tmp_path, smollm2, reference):
                 weights[value.name] = [weights[p] for p in parts]
         quantize_int4(model, accuracy_level=0, embeddings=True, prequantized=weights)
         package.save(tmp_path / "int4", progress=False)
-    nodes = _nbits_nodes(ir.load(tmp_path / "int4" / "model.onnx"))
+    saved = ir.load(tmp_path / "int4" / "model.onnx")
+    nodes = _nbits_nodes(saved)
     assert sum("qkv_proj" in n for n in nodes) == LAYERS
-    assert all(f"{n}.offsets" in model.graph.initializers for n in nodes if "qkv_proj" in n)
+    added = {n.name for n in saved.graph if n.op_type == "Add"}
+    assert all(f"{n.name}/add_offsets" in added for k, n in nodes.items() if "qkv_proj" in k)
     tokens, logits = _greedy(_session(tmp_path / "int4"), 16)
     ref_tokens, ref_logits = reference
     np.testing.assert_allclose(logits, ref_logits, rtol=0, atol=1e-3)
@@ -234,13 +235,14 @@ def _matmul_model(weight: np.ndarray) -> ir.Model:
 
 
 @pytest.mark.parametrize(
-    ("types", "bits"),
-    [(("Q4_0", "Q4_1"), 4), (("Q8_0", "Q8_0"), 8), (("Q4_0", "Q8_0"), None)],
-    ids=["q4_0+q4_1", "q8_0+q8_0", "mixed-bits"],
+    "types",
+    [("Q4_1", "Q4_1"), ("Q8_0", "Q8_0"), ("Q4_0", "Q4_1"), ("Q4_0", "Q8_0")],
+    ids=["q4_1+q4_1", "q8_0+q8_0", "q4_0+q4_1", "q4_0+q8_0"],
 )
-def test_stacked_gguf_weights_of_mixed_types(tmp_path, types, bits):
-    # Rows from two GGUF tensors: a Q4_0 part gets zero offsets beside a Q4_1
-    # part; parts of different widths cannot share one MatMulNBits (RTN instead).
+def test_stacked_gguf_weights_of_mixed_types(tmp_path, types):
+    # Rows from two GGUF tensors (packed q/k/v): blocks of one type are stacked into one
+    # MatMulNBits; parts of different types become one op each, their outputs
+    # concatenated. Nothing is re-rounded either way.
     import gguf
 
     from mobius.weights import GGUFFile
@@ -259,14 +261,13 @@ def test_stacked_gguf_weights_of_mixed_types(tmp_path, types, bits):
         sources = [GGUFWeight(f"t{i}", file.tensors[f"t{i}"]) for i in range(len(types))]
         dense = np.concatenate([s.numpy() for s in sources])  # [N, K]
         model = _matmul_model(np.ascontiguousarray(dense.T))
-        quantize_int4(model, accuracy_level=0, prequantized={"w": sources})
+        quantize_int4(model, accuracy_level=0, prequantized={"w": sources}, rtn=False)
         proto = ir.serde.serialize_model(model)
-    (node,) = [n for n in model.graph if n.op_type == "MatMulNBits"]
+    nodes = [n for n in model.graph if n.op_type == "MatMulNBits"]
+    assert len(nodes) == len(set(types))
+    assert [n.attributes.get_int("bits") for n in nodes] == [
+        probe(t).bits for t in dict.fromkeys(types)
+    ]
     xs = rng.standard_normal((2, 64)).astype(np.float32)
     y = ort.InferenceSession(proto.SerializeToString()).run(None, {"x": xs})[0]
-    if bits is None:
-        assert node.attributes.get_int("bits") == 4 and "w.offsets" not in model.graph.initializers
-        return
-    assert node.attributes.get_int("bits") == bits
-    assert ("w.offsets" in model.graph.initializers) == ("Q4_1" in types)
-    np.testing.assert_allclose(y, xs @ dense.T, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(y, xs @ dense.T, rtol=0, atol=1e-5)

@@ -111,7 +111,8 @@ def test_smollm2_chat_template_and_special_tokens(smollm2):
     config = json.loads((directory / "tokenizer_config.json").read_text())
     assert config["add_bos_token"] is False and config["model_max_length"] == 8192
     generation = json.loads((directory / "generation_config.json").read_text())
-    assert generation == {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2}
+    # llama.cpp also ends generation at <reponame> (a FIM repo token) and <|endoftext|>.
+    assert generation == {"bos_token_id": 1, "eos_token_id": [2, 4, 0], "pad_token_id": 2}
 
 
 # -- a synthetic SentencePiece-style (``llama``) vocabulary ---------------------------

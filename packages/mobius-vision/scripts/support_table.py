@@ -16,7 +16,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from mobius.testing._support import parity_results, support_markdown, write_verified
+from mobius.testing._support import add_test, parity_results, support_markdown, write_verified
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 TESTS = PACKAGE_DIR / "tests"
@@ -159,6 +159,17 @@ def statuses(junit_xml: Path | None) -> dict[str, list[tuple[str, str, str]]]:
     return tables
 
 
+def parity_tests() -> dict[str, str]:
+    """Registry key -> the parity tests holding its cases (``tests/FILE::FUNCTION``); nothing runs."""
+    sys.path.insert(0, str(TESTS))
+    tests: dict[str, str] = {}
+    for task, file, test, spec, _heading, _covers in KITS:
+        for case_file, case_test, case_spec in ((file, test, spec), *EXTRA_PARITY.get(task, ())):
+            for model_type, *_rest in _cases(case_spec).values():
+                add_test(tests, model_type, case_file, case_test)
+    return tests
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -175,7 +186,7 @@ def main() -> None:
     ]
     text, verified = support_markdown("mobius-vision", transformers.__version__, sections)
     OUTPUT.write_text(text)
-    write_verified(VERIFIED, verified, transformers.__version__)
+    write_verified(VERIFIED, verified, transformers.__version__, tests=parity_tests())
     print(f"wrote {OUTPUT} and {VERIFIED.name}: {len(verified)} verified")
     if any("FAILING" in row[2] for rows in tables.values() for row in rows):
         sys.exit(1)

@@ -5,7 +5,10 @@ files: the options (:class:`~mobius.options.BuildOptions`) are checked, the mode
 resolved (hub snapshot, local directory or file), its source recognised
 (:func:`mobius.source.open_source`) and built, and then the package finished:
 without weights, the parameters become graph inputs; with onnxruntime-genai's
-generator able to run it (``runtime``), ``genai_config.json`` is added.
+generator able to run it (``runtime``), ``genai_config.json`` is added. What the
+build read (the weight files, noted by the readers) and was asked goes into the
+package's record, which :meth:`~mobius.ModelPackage.save` writes as ``mobius.json``
+(:mod:`mobius._record`).
 
 :meth:`mobius.source.ModelSource.build` is the build of one model: config →
 module tree → graphs for the task → weights → the passes of each stage
@@ -23,12 +26,14 @@ import onnx_ir as ir
 
 from mobius._graphs import cast_parameters, parse_dtype
 from mobius._package import ModelPackage
+from mobius._record import PARAMETER_META, describe_build
 from mobius._registry import registry as default_registry
 from mobius.errors import MobiusError
 from mobius.options import BuildOptions
 from mobius.passes._stages import run_stage
 from mobius.source import open_source
 from mobius.weights import parameters, resolve_model
+from mobius.weights._tracking import track_reads
 
 logger = logging.getLogger("mobius")
 
@@ -78,8 +83,10 @@ def build(
     path = resolve_model(
         model, revision=options.revision, allow_pickle=options.allow_pickle, registry=registry
     )
-    source = open_source(path, options, registry)
-    package = source.build(options, registry)
+    with track_reads() as files:
+        source = open_source(path, options, registry)
+        package = source.build(options, registry)
+    describe_build(package, model, path, options, registry, files)
     if not options.load_weights:
         _parameters_as_inputs(package)
     _add_genai_config(package, options, registry)
@@ -91,6 +98,7 @@ def _parameters_as_inputs(package: ModelPackage) -> None:
     for model in package.models.values():
         for value in parameters(model).values():
             model.graph.initializers.pop(value.name)
+            value.meta[PARAMETER_META] = True  # not part of the I/O contract the record lists
             model.graph.inputs.append(value)
 
 

@@ -15,8 +15,10 @@ def parse_dtype(dtype: str | ir.DataType | None) -> ir.DataType | None:
     """``"f32" | "f16" | "bf16"`` (or an ``ir.DataType``) to an ``ir.DataType``."""
     if dtype is None or isinstance(dtype, ir.DataType):
         return dtype
+    from mobius.options import canonical_dtype
+
     try:
-        return DTYPES[dtype]
+        return DTYPES[canonical_dtype(dtype)]
     except KeyError:
         raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}") from None
 

@@ -51,6 +51,9 @@ class ModelInfo:
     parameters: int
     sizes: dict[str, int] = field(default_factory=dict)
     options: dict[str, OptionInfo] = field(default_factory=dict)
+    #: A GGUF file's tensors by stored type: ``tensors``, ``bytes`` and ``build``,
+    #: what a default build does with them.
+    tensor_types: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field."""
@@ -99,6 +102,7 @@ def _int4_sizes(package) -> tuple[int, int, int]:
     The real pass runs on the weightless graphs: each parameter gets a placeholder
     tensor of its shape that is never read (the pass only registers lazy values).
     """
+    from mobius.options import QuantOptions
     from mobius.passes import quantize_int4
     from mobius.weights import parameters
 
@@ -108,7 +112,9 @@ def _int4_sizes(package) -> tuple[int, int, int]:
         for value in params.values():
             value.const_value = ir.LazyTensor(_never_loaded, value.dtype, value.shape)
         before = set(model.graph.initializers)
-        replaced += quantize_int4(model, block_size=INT4_BLOCK_SIZE)
+        # What `--quant int4` builds by default (QuantOptions' defaults, filled in).
+        int4 = QuantOptions(method="int4").resolved()
+        replaced += quantize_int4(model, block_size=INT4_BLOCK_SIZE, **int4)
         for name, value in model.graph.initializers.items():
             if name not in params and name in before:
                 continue  # constants of the graph itself, not weights
@@ -194,7 +200,11 @@ def model_info(model: str, *, revision: str | None = None, registry=None) -> Mod
         **runtime,
     }
     if quantized:
-        note = "quantized blocks are repacked as they are" if source.prequantized else "RTN"
+        note = (
+            "quantized blocks are kept as they are"
+            if source.prequantized
+            else "RTN, a zero point per block of 32"
+        )
         options["--quant int4"] = OptionInfo(
             True, f"{quantized} MatMul weights to MatMulNBits ({note})"
         )
@@ -211,7 +221,25 @@ def model_info(model: str, *, revision: str | None = None, registry=None) -> Mod
         parameters=count,
         sizes=sizes,
         options=options,
+        tensor_types=_tensor_types(source.tensor_types),
     )
+
+
+def _tensor_types(types: dict[str, dict[str, int]]) -> dict[str, dict[str, Any]]:
+    """``source.tensor_types`` with what a default build does with each type."""
+    from mobius.weights._gguf_quant import KEPT_AS
+
+    rows = {}
+    for name, row in sorted(types.items(), key=lambda item: -item[1]["bytes"]):
+        if name not in KEPT_AS:
+            action = "stays float" if name.startswith(("F", "BF")) else "stays as stored"
+        elif row["kept"] == row["tensors"]:
+            action = f"kept: {KEPT_AS[name]}"
+        else:
+            others = row["tensors"] - row["kept"]
+            action = f"kept: {KEPT_AS[name]}; {others} (not 2-D) dequantized to float"
+        rows[name] = {"tensors": row["tensors"], "bytes": row["bytes"], "build": action}
+    return rows
 
 
 def _bytes(n: int) -> str:
@@ -248,12 +276,19 @@ def format_info(info: ModelInfo) -> str:
         ("size f16/bf16", _bytes(info.sizes["f16"])),
         (
             "size int4",
-            f"{_bytes(info.sizes['int4'])} (blocks of {INT4_BLOCK_SIZE}, f16 scales and "
-            f"other weights; {_bytes(info.sizes['int4_f32'])} with f32)",
+            f"{_bytes(info.sizes['int4'])} (blocks of {INT4_BLOCK_SIZE} with zero points, f16 "
+            f"scales and other weights; {_bytes(info.sizes['int4_f32'])} with f32)",
         ),
     ]
     width = max(len(name) for name, _ in rows)
     lines = [f"{name:<{width}}  {value}" for name, value in rows]
+    if info.tensor_types:
+        lines.append("stored tensors")
+        type_width = max(len(name) for name in info.tensor_types)
+        for name, row in info.tensor_types.items():
+            count = f"{row['tensors']} tensor" + ("s" if row["tensors"] != 1 else "")
+            size = f"{count}, {_bytes(row['bytes'])}"
+            lines.append(f"  {name:<{type_width}}  {size:<22}  {row['build']}")
     lines.append("build options")
     opt_width = max(len(name) for name in info.options)
     for name, option in info.options.items():

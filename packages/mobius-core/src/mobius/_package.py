@@ -8,6 +8,7 @@ import logging
 import os
 import re
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +59,12 @@ class ModelPackage:
     extra_files: dict[str, Path] = field(default_factory=dict)
     # Companions made in memory (a GGUF file's tokenizer files): name -> text, written last.
     text_files: dict[str, str] = field(default_factory=dict)
+    # What mobius.build knows of the build (source, options, model types) for mobius.json;
+    # see mobius._record. Empty for a package made otherwise (build_from_module).
+    record: dict = field(default_factory=dict)
+    # The weight files the build read, by their name in the record: hashed on save.
+    weight_files: dict[str, Path] = field(default_factory=dict)
+    _hashes: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def model(self) -> ir.Model:
@@ -78,7 +85,10 @@ class ModelPackage:
     def save(
         self, directory: str | os.PathLike, *, progress: bool = True, overwrite: bool = False
     ) -> Path:
-        """Write every graph as ``<name>.onnx`` plus ``<name>.onnx.data`` and copy the companion files.
+        """Write every graph as ``<name>.onnx`` plus ``<name>.onnx.data``, the companion files and ``mobius.json``.
+
+        ``mobius.json`` is the build record (:mod:`mobius._record`): versions, source
+        and the SHA-256 of its weight files, options, task, I/O contracts, file sizes.
 
         Everything is written into a temporary directory beside ``directory`` and
         renamed into place at the end, so a failure (a full disk, Ctrl-C) leaves no
@@ -121,12 +131,26 @@ class ModelPackage:
         return target
 
     def _write(self, staging: Path, progress: bool) -> None:
+        from mobius._record import FileHasher, stamp_producer, write_record
+
+        stamp_producer(self)
+        # The weight files are hashed while the graphs are written (see mobius._record).
+        hasher = FileHasher(self.weight_files, self._hashes)
+        try:
+            self._write_files(staging, progress)
+            write_record(self, staging, hasher)
+        finally:
+            hasher.cancel()
+
+    def _write_files(self, staging: Path, progress: bool) -> None:
         for name, model in self.models.items():
             path = staging / f"{name}.onnx"
             path.parent.mkdir(parents=True, exist_ok=True)
             # Tensors are lazy: each is read from the checkpoint, cast and written in turn.
+            # A bar on a terminal; piped or logged, one plain line per graph instead.
+            bar_shown = progress and sys.stderr.isatty()
             with tqdm(
-                desc=f"Loading and writing {name} weights", unit="tensor", disable=not progress
+                desc=f"Loading and writing {name} weights", unit="tensor", disable=not bar_shown
             ) as bar:
 
                 def advance(tensor, info, bar=bar) -> None:
@@ -134,6 +158,8 @@ class ModelPackage:
                     bar.update()
 
                 ir.save(model, path, external_data=f"{path.name}.data", callback=advance)
+            if progress and not bar_shown:
+                logger.info("wrote %s.onnx (%d tensors)", name, len(model.graph.initializers))
         # A name may hold a folder (a pipeline's ``tokenizer/vocab.json``).
         for name, source in self.aux_files().items():
             (staging / name).parent.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,11 @@ Verified keys (optional): a package may also call
 passed its parity suite (a list of keys, or an object whose ``"verified"``
 member is that list). The file is read on the first :meth:`Registry.is_verified`
 question about that package; a package that declares nothing answers ``None``.
+The object form may also say what verified them (:meth:`Registry.verified_by`):
+``"tests"`` maps a key to the test that verifies it
+(``"tests/test_parity.py::test_causal_lm_parity"``), and ``"generated_by"`` with
+the reference library's version (``"transformers": "5.24.0"``) names the run
+that wrote the file.
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ class Registry:
         self.plugins: dict[str, str] = {}  # entry-point name -> distribution
         self._verified_sources: dict[str, str] = {}  # package -> "import.name:file.json"
         self._verified: dict[str, frozenset[str] | None] = {}  # package -> keys, once read
+        self._verified_notes: dict[str, dict[str, Any]] = {}  # package -> what verified them
         self._tasks: dict[str, TaskInfo] = {}
         self._sources: dict[str, SourceInfo] = {}
         self._options: dict[tuple[str, str], CliOption] = {}  # (command, dest) -> option
@@ -165,6 +171,7 @@ class Registry:
             raise ValueError(f"verified-keys resource must be 'import.name:file', not {resource!r}")
         self._verified_sources[package] = resource
         self._verified.pop(package, None)
+        self._verified_notes.pop(package, None)
 
     def verified_keys(self, package: str) -> frozenset[str] | None:
         """The keys ``package`` lists as verified, or None when it declares no (readable) list."""
@@ -184,6 +191,20 @@ class Registry:
         keys = self.verified_keys(entry.package) if entry is not None else None
         return None if keys is None else key in keys
 
+    def verified_by(self, key: str) -> str | None:
+        """What verified ``key``: the test its package's list names for it, else the run that wrote the list.
+
+        ``None`` when ``key`` is not verified (or that is not known).
+        """
+        if not self.is_verified(key):
+            return None
+        package = self._entries[key].package
+        notes = self._verified_notes.get(package, {})
+        test = notes.get("tests", {}).get(key)
+        if test:
+            return f"{package}: {test}"
+        return f"{package}'s parity suite" + (f" ({notes['run']})" if notes.get("run") else "")
+
     def _read_verified(self, package: str) -> frozenset[str] | None:
         resource = self._verified_sources.get(package)
         if resource is None:
@@ -197,6 +218,7 @@ class Registry:
         except Exception as exc:  # a broken list makes the status unknown, not the registry fail
             logger.warning("verified keys of %s (%s) unreadable: %s", package, resource, exc)
             return None
+        self._verified_notes[package] = _verification_notes(data)
         return frozenset(keys)
 
     def load_plugins(self) -> None:
@@ -256,6 +278,35 @@ class Registry:
             failed = ", ".join(f"{d} ({e})" for d, e in self.plugin_errors.items())
             parts.append("plugins that failed to load: " + failed)
         return "; ".join(parts)
+
+
+def _verification_notes(data: Any) -> dict[str, Any]:
+    """What a verified-keys file says verified them: ``{"tests": {key: test}, "run": "..."}``.
+
+    Members of the wrong type are ignored: they leave the answer less precise,
+    never wrong.
+    """
+    if not isinstance(data, dict):
+        return {}
+    tests = data.get("tests")
+    tests = tests if isinstance(tests, dict) else {}
+    notes: dict[str, Any] = {
+        "tests": {k: v for k, v in tests.items() if isinstance(k, str) and isinstance(v, str)}
+    }
+    references = [
+        f"{name} {value}"
+        for name, value in data.items()
+        if name not in ("generated_by", "verified", "tests") and isinstance(value, str)
+    ]
+    generator = data.get("generated_by")
+    run = " against ".join(
+        part
+        for part in (generator if isinstance(generator, str) else "", ", ".join(references))
+        if part
+    )
+    if run:
+        notes["run"] = run
+    return notes
 
 
 registry = Registry()

@@ -63,6 +63,18 @@ def _read_json(directory: Path | None, name: str) -> dict:
     return data if isinstance(data, dict) else {}
 
 
+def _companion_json(package, name: str) -> dict:
+    """A JSON companion of ``package``: the one made in memory (a GGUF file's), else the source's."""
+    text = getattr(package, "text_files", {}).get(name)
+    if text is None:
+        return _read_json(package.source_dir, name)
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def _cache_geometry(model: ir.Model) -> tuple[int, int, int]:
     """(layers, kv_heads, head_size) of a graph whose every layer caches key and value alike."""
     layers: dict[int, dict[str, tuple]] = {}
@@ -192,8 +204,8 @@ def decoder_genai_config(package, model, config, filename, tokens_input, genai_t
     if extra:
         raise GenAIUnsupportedError(f"the generator does not feed the graph's inputs {extra}")
 
-    source = _read_json(package.source_dir, "config.json")
-    generation = _read_json(package.source_dir, "generation_config.json")
+    source = _companion_json(package, "config.json")
+    generation = _companion_json(package, "generation_config.json")
     context_length = getattr(config, "max_position_embeddings", None) or 2048
 
     graph_inputs = {tokens_input: tokens_input, "attention_mask": "attention_mask"}

@@ -18,6 +18,25 @@ from typing import Any
 from mobius.errors import MobiusError
 
 DTYPE_NAMES = ("f32", "f16", "bf16")
+# The other spellings users type (PyTorch's, numpy's, other exporters').
+DTYPE_ALIASES = {
+    "fp32": "f32",
+    "float32": "f32",
+    "float": "f32",
+    "fp16": "f16",
+    "float16": "f16",
+    "half": "f16",
+    "bfloat16": "bf16",
+}
+
+
+def canonical_dtype(name: str) -> str:
+    """``"fp16"``, ``"float16"``, ``"half"``... as the name mobius uses (``"f16"``); others as given."""
+    if not isinstance(name, str):
+        return name
+    return DTYPE_ALIASES.get(name.lower(), name.lower())
+
+
 EXECUTION_PROVIDERS = ("default", "cpu", "cuda")
 RUNTIMES = ("auto", "onnx", "ort-genai")
 ENCODER_HEADS = (
@@ -28,6 +47,14 @@ ENCODER_HEADS = (
     "sentence-embedding",
 )
 POOLING_MODES = ("mean", "cls", "max")
+QUANT_METHODS = ("int4", "int8", "none")
+# How a block's scale and zero point are chosen (``--quant-method``), and which
+# weights an int4 build keeps at 8 bits (``--quant-mix``); see mobius.passes.quantize_int4.
+ROUNDING_METHODS = ("hqq", "rtn")
+QUANT_MIXES = ("sensitive", "none")
+# All 4-bit: the fastest decode (the sensitive mix is 20% slower on SmolLM2, below the
+# genai builder's int4), and it still beats that builder's perplexity (49.6 vs 52.6).
+DEFAULT_MIX = "none"
 
 # Keyword spellings of the int4 settings, as QuantOptions fields.
 _QUANT_KEYWORDS = {
@@ -36,24 +63,55 @@ _QUANT_KEYWORDS = {
     "accuracy_level": "accuracy_level",
     "quant_lm_head": "lm_head",
     "quant_embeddings": "embeddings",
+    "requantize": "requantize",
+    "quant_method": "rounding",
+    "quant_mix": "mix",
 }
 
 
 @dataclass(frozen=True)
 class QuantOptions:
-    """Weight quantization: ``method="int4"`` stores MatMul weights as 4-bit blocks.
+    """Weight quantization: ``method="int4"`` stores MatMul weights as 4-bit blocks, ``"int8"`` as 8-bit.
 
-    See :func:`mobius.passes.quantize_int4` for ``block_size``, ``symmetric`` and
-    ``accuracy_level``; ``lm_head`` quantizes the output head too, ``embeddings``
-    the token embeddings (``GatherBlockQuantized``).
+    ``method=None`` (the default) keeps what the checkpoint is: a GGUF file's
+    quantized blocks stay blocks, float weights stay float; ``"none"`` dequantizes
+    everything to the build's float type. See :func:`mobius.passes.quantize_int4`
+    for ``block_size``, ``symmetric`` and ``accuracy_level``; ``lm_head`` quantizes
+    the output head too, ``embeddings`` the token embeddings
+    (``GatherBlockQuantized``); ``requantize`` rounds a GGUF file's blocks again
+    instead of keeping them. ``accuracy_level`` 4 (int8 activations, as llama.cpp
+    computes its block dot products) is ONNX Runtime's fast CPU path; 0 computes
+    in the activations' own type: a GGUF file's numbers exactly, several times
+    slower (8-bit blocks: over 20 times).
+
+    ``rounding`` picks each block's scale and zero point: ``"rtn"`` rounds to
+    nearest from the block's extremes, ``"hqq"`` refits them to lower the block's
+    error (about twice the build time). ``symmetric`` None: a zero point per block
+    for int4 (asymmetric), none for int8. ``mix`` (int4 only): ``"sensitive"``
+    keeps the weights 4 bits hurt most at 8 bits, as llama.cpp's Q4_K_M gives
+    them more bits; ``"none"`` makes every weight 4-bit; None: :data:`DEFAULT_MIX`.
+    Measured on SmolLM2-135M (``benchmarks/perplexity.py``): asymmetric blocks and
+    the sensitive mix each cut int4's loss of perplexity most, but the mix decodes
+    20% slower (below the genai builder), so the default is asymmetric, all 4-bit;
+    hqq helps 4-bit-only builds a little, for twice the build time.
     """
 
     method: str | None = None
     block_size: int = 32
-    symmetric: bool = True
+    symmetric: bool | None = None
     accuracy_level: int = 4
     lm_head: bool = True
     embeddings: bool = False
+    requantize: bool = False
+    rounding: str = "rtn"
+    mix: str | None = None
+
+    def resolved(self) -> dict[str, Any]:
+        """``bits``, ``method``, ``symmetric`` and ``mix`` for the int4 pass, defaults filled."""
+        bits = 8 if self.method == "int8" else 4
+        symmetric = bits == 8 if self.symmetric is None else self.symmetric
+        mix = (self.mix or DEFAULT_MIX) if bits == 4 else "none"
+        return {"bits": bits, "method": self.rounding, "symmetric": symmetric, "mix": mix}
 
 
 @dataclass(frozen=True)
@@ -104,6 +162,8 @@ class BuildOptions:
                 quant[_QUANT_KEYWORDS[name]] = value
             elif name == "plugin":
                 plugin.update(value)
+            elif name == "dtype":
+                fields[name] = canonical_dtype(value)
             elif name in names:
                 fields[name] = value
             else:
@@ -126,10 +186,27 @@ class BuildOptions:
             )
         if self.runtime not in RUNTIMES:
             raise MobiusError(f"unknown runtime {self.runtime!r}; choose {', '.join(RUNTIMES)}")
-        if self.quant.method not in (None, "int4"):
-            raise MobiusError(f"unknown quantization {self.quant.method!r}; choose int4")
-        if self.quant.method and not self.load_weights:
+        if self.quant.method not in (None, *QUANT_METHODS):
+            raise MobiusError(
+                f"unknown quantization {self.quant.method!r}; choose {', '.join(QUANT_METHODS)}"
+            )
+        if self.quant.method not in (None, "none") and not self.load_weights:
             raise MobiusError("quantization needs the weights; drop --no-weights")
+        if self.quant.rounding not in ROUNDING_METHODS:
+            raise MobiusError(
+                f"unknown quantization method {self.quant.rounding!r}; "
+                f"choose {', '.join(ROUNDING_METHODS)}"
+            )
+        if self.quant.mix not in (None, *QUANT_MIXES):
+            raise MobiusError(
+                f"unknown quantization mix {self.quant.mix!r}; choose {', '.join(QUANT_MIXES)}"
+            )
+        if self.quant.mix is not None and self.quant.method != "int4":
+            raise MobiusError("--quant-mix applies to --quant int4 only")
+        if self.quant.requantize and self.quant.method not in ("int4", "int8"):
+            raise MobiusError(
+                "--requantize rounds a file's blocks again for --quant int4 or int8 only"
+            )
         if self.pooling is not None and self.pooling not in POOLING_MODES:
             raise MobiusError(
                 f"unknown pooling {self.pooling!r}; choose {', '.join(POOLING_MODES)}"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ import onnx_ir as ir
 
 from mobius._graphs import DTYPES, cast_parameters, parse_dtype
 from mobius._package import ModelPackage
+from mobius._record import ENTRY_META
 from mobius.errors import CheckpointError, ConfigError, MobiusError, ModelSourceError
 from mobius.passes._stages import run_stage
 from mobius.weights import apply_weights, checkpoint_dtype
@@ -54,6 +56,8 @@ SIZE_LIMITS = {
     "num_local_experts": 1 << 14,
     "num_experts": 1 << 14,
 }
+
+logger = logging.getLogger("mobius")
 
 
 def one_line(exc: BaseException) -> str:
@@ -193,8 +197,10 @@ class ModelSource(Source):
     from; ``text_files`` are companions made in memory (a GGUF file's tokenizer).
     ``defaults`` are option values the source implies where the user set none
     (a sentence-transformers directory's pooling); ``stored_dtype`` names the
-    checkpoint's stored type for ``mobius info``. ``prequantized`` marks weights
-    whose blocks the int4 pass repacks instead of re-rounding.
+    checkpoint's stored type for ``mobius info``, ``tensor_types`` its tensors by
+    stored type (``{"Q4_K": {"tensors": 98, "bytes": 70_000_000, "kept": 98}}``:
+    ``kept`` of them stay quantized blocks in a build). ``prequantized`` marks
+    weights whose blocks the build keeps instead of dequantizing or re-rounding.
     """
 
     path: Path
@@ -205,6 +211,7 @@ class ModelSource(Source):
     text_files: dict[str, str] = field(default_factory=dict)
     defaults: dict[str, Any] = field(default_factory=dict)
     stored_dtype: str | None = None
+    tensor_types: dict[str, dict[str, int]] = field(default_factory=dict)
     prequantized: bool = False
 
     def make_module(self, task, options) -> tuple[Any, Any]:
@@ -240,9 +247,16 @@ class ModelSource(Source):
             dtype = (checkpoint_dtype(checkpoint) if checkpoint else None) or ir.DataType.FLOAT
         if dtype not in DTYPES.values():
             raise CheckpointError(f"checkpoint dtype {dtype.name} is not one mobius builds in")
+        if options.ep == "cuda" and dtype == ir.DataType.FLOAT:
+            logger.warning(
+                "--ep cuda with float32 weights: ONNX Runtime's CUDA attention kernels take "
+                "f16/bf16 only, so attention runs unfused or on the CPU; build with --dtype f16"
+            )
 
         cast_parameters(module, dtype)
         models = task.build(module, config, dtype)
+        for model in models.values():  # which registration made it, for the build record
+            model.meta[ENTRY_META] = self.entry
         run_stage("graph", models.values(), options)
         package = ModelPackage(models=models, config=config, task=task.name)
         package.source_dir = self.source_dir

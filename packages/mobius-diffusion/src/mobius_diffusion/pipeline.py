@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -51,7 +52,13 @@ _NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
 
 
 class PipelineRunner:
-    """What every runner shares: the package's configs, sessions, tokenizers and scheduler."""
+    """What every runner shares: the package's configs, sessions, tokenizers and scheduler.
+
+    ``progress`` (off by default; ``mobius generate`` turns it on) shows a bar over the
+    denoising steps when stderr is a terminal.
+    """
+
+    progress = False
 
     def __init__(
         self,
@@ -66,6 +73,13 @@ class PipelineRunner:
         self._sessions: dict[str, object] = {}
         self.scheduler_config = _read_json(self.package_dir / "scheduler" / "scheduler_config.json")
         load_scheduler(self.scheduler_config)  # an unported scheduler is refused at once
+
+    def steps(self, timesteps):
+        """``timesteps`` to iterate, behind a progress bar when :attr:`progress` is on."""
+        from tqdm.auto import tqdm
+
+        shown = self.progress and sys.stderr.isatty()
+        return tqdm(timesteps, desc="denoising", unit="step", leave=False, disable=not shown)
 
     def config(self, component: str) -> dict:
         """A component's ``config.json``."""
@@ -223,7 +237,7 @@ class StableDiffusionRunner(PipelineRunner):
         if latents is None:
             latents = self.initial_noise(shape, seed)
         latents = (latents * np.float32(scheduler.init_noise_sigma)).astype(np.float32)
-        for t in scheduler.timesteps:
+        for t in self.steps(scheduler.timesteps):
             model_input = np.concatenate([latents] * 2) if guided else latents
             model_input = scheduler.scale_model_input(model_input, t)
             timestep = np.full(model_input.shape[0], t, dtype=np.float32)
@@ -448,7 +462,7 @@ class FluxRunner(PipelineRunner):
         }
         if "guidance" not in {i.name for i in self.session("transformer/model").get_inputs()}:
             del feeds["guidance"]
-        for t in scheduler.timesteps:
+        for t in self.steps(scheduler.timesteps):
             timestep = np.full(batch, t, dtype=np.float32) / np.float32(1000)
             feeds.update(hidden_states=latents, timestep=timestep)
             noise = self.run("transformer/model", feeds, "out_hidden_states")

@@ -23,6 +23,7 @@ def run_image_cli(package_dir: str | os.PathLike, prompt: str, options: dict) ->
     from mobius_diffusion.pipeline import open_pipeline, to_pil
 
     pipe = open_pipeline(package_dir, threads=options.get("threads"))
+    pipe.progress = True
     call = {"num_inference_steps": options.get("steps", 20), "seed": options.get("seed")}
     for name in ("guidance_scale", "height", "width"):
         if options.get(name) is not None:

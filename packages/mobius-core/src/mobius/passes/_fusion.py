@@ -11,6 +11,8 @@ from mobius.components._runtime import MS_DOMAIN
 # ``Value.meta`` key of an initializer that concatenates others lazily (packed
 # q/k/v): ``(values, axis)``, so the int4 pass can stack the parts' GGUF blocks.
 CONCAT_OF = "mobius.concat_of"
+#: ``value.meta`` key of values computed from initializers alone (ONNX Runtime folds them).
+FOLDED = "mobius.folded"
 
 # Normalisation op → (fused op with the residual add, inputs taken from the norm after x).
 _SKIP_NORMS = {
@@ -44,7 +46,7 @@ def head_nodes(graph: ir.Graph) -> set[ir.Node]:
 
 def _computed(value: ir.Value | None) -> bool:
     """A value made by a node at run time (not a constant, an initializer or a graph input)."""
-    if value is None or value.is_initializer():
+    if value is None or value.is_initializer() or value.meta.get(FOLDED):
         return False
     producer = value.producer()
     return producer is not None and producer.op_type != "Constant"

@@ -1,9 +1,12 @@
-"""Weight-only int4 quantization to ONNX Runtime's ``MatMulNBits`` and ``GatherBlockQuantized``.
+"""Weight-only quantization to ONNX Runtime's ``MatMulNBits`` and ``GatherBlockQuantized``.
 
-Round-to-nearest (RTN) per block of ``block_size`` input channels, for every
-output column: symmetric (codes ``-7..7`` around the default zero point 8) or
-asymmetric (a 4-bit zero point per block). Weights are quantized lazily, one at a
-time, while the model is written, so memory stays near the largest weight.
+Per block of ``block_size`` input channels, for every output column, 4- or 8-bit
+codes: symmetric (around the default zero point ``2**(bits-1)``) or asymmetric
+(a zero point per block). Two ways to choose a block's scale and zero point
+(``method``): round-to-nearest from the block's extremes (``"rtn"``), or a few
+half-quadratic refits that lower the block's error (``"hqq"``, see
+:mod:`mobius.passes._hqq`). Weights are quantized lazily, one at a time, while
+the model is written, so memory stays near the largest weight.
 
 This module holds the arithmetic and the lazy tensors; the graph rewrites and
 :func:`quantize_int4` live in :mod:`mobius.passes._int4_pass`.
@@ -16,51 +19,75 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
+from mobius.passes._hqq import fit_blocks
+
 BLOCK_SIZES = (16, 32, 64, 128, 256)
+BITS = (4, 8)
+ROUNDING_METHODS = ("hqq", "rtn")
 FLOAT_TYPES = (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
 # Rows are quantized a few MB at a time, so the float32 temporaries stay small
 # next to the weight itself.
 _CHUNK_BYTES = 1 << 24
 
 
-def _quantize_rows(rows: np.ndarray, block_size: int, symmetric: bool):
-    """RTN-quantize ``rows [N, K]`` in blocks along K; see :func:`quantize_blocks`."""
+def _rtn_blocks(w: np.ndarray, bits: int, symmetric: bool):
+    """Round-to-nearest codes ``[N, blocks, block]``, scales and zero points of blocked ``w``."""
+    top, mid = (1 << bits) - 1, 1 << (bits - 1)
+    if symmetric:
+        scales = np.abs(w).max(axis=-1) / (mid - 1)
+        scales[scales == 0] = 1.0
+        codes = np.clip(np.rint(w / scales[..., None]) + mid, 0, top)
+        zero_points = None
+    else:
+        low, high = np.minimum(w.min(axis=-1), 0.0), np.maximum(w.max(axis=-1), 0.0)
+        scales = (high - low) / top
+        scales[scales == 0] = 1.0
+        zero_points = np.clip(np.rint(-low / scales), 0, top).astype(np.uint8)
+        codes = np.clip(np.rint(w / scales[..., None]) + zero_points[..., None], 0, top)
+    return codes.astype(np.uint8), scales.astype(np.float32), zero_points
+
+
+def _quantize_rows(
+    rows: np.ndarray, block_size: int, symmetric: bool, bits: int = 4, method: str = "rtn"
+):
+    """Quantize ``rows [N, K]`` in blocks along K; see :func:`quantize_blocks`."""
     n, k = rows.shape
     blocks = -(-k // block_size)
     w = np.zeros((n, blocks * block_size), np.float32)
     w[:, :k] = rows
     w = w.reshape(n, blocks, block_size)
-    if symmetric:
-        scales = np.abs(w).max(axis=-1) / 7.0
-        scales[scales == 0] = 1.0
-        codes = np.clip(np.rint(w / scales[..., None]) + 8, 0, 15)
-        zero_points = None
-    else:
-        low, high = np.minimum(w.min(axis=-1), 0.0), np.maximum(w.max(axis=-1), 0.0)
-        scales = (high - low) / 15.0
-        scales[scales == 0] = 1.0
-        zero_points = np.clip(np.rint(-low / scales), 0, 15).astype(np.uint8)
-        codes = np.clip(np.rint(w / scales[..., None]) + zero_points[..., None], 0, 15)
-    codes = codes.astype(np.uint8)
-    packed = codes[..., 0::2] | (codes[..., 1::2] << 4)
-    return packed, scales.astype(np.float32), zero_points
+    codes, scales, zero_points = _rtn_blocks(w, bits, symmetric)
+    if method == "hqq":
+        # Padding past K is not part of the weight: it must not pull the fit.
+        valid = None if k == blocks * block_size else (np.arange(blocks * block_size) < k)
+        codes, scales, zero_points = fit_blocks(w, scales, zero_points, bits, symmetric, valid)
+    elif method != "rtn":
+        raise ValueError(f"rounding method must be one of {ROUNDING_METHODS}, not {method!r}")
+    packed = codes[..., 0::2] | (codes[..., 1::2] << 4) if bits == 4 else codes
+    return packed, scales, zero_points
 
 
-def quantize_blocks(weight: np.ndarray, block_size: int, symmetric: bool):
-    """RTN-quantize ``weight [K, N]`` (MatMul layout) per column in blocks along K.
+def quantize_blocks(
+    weight: np.ndarray, block_size: int, symmetric: bool, *, bits: int = 4, method: str = "rtn"
+):
+    """Quantize ``weight [K, N]`` (MatMul layout) per column in blocks along K.
 
-    Returns ``(packed [N, blocks, block_size/2] uint8, scales [N, blocks] float32,
-    zero_points [N, blocks] uint8 or None)``; code ``2i`` sits in the low nibble.
-    An embedding table ``[vocab, hidden]`` is ``quantize_blocks(table.T, ...)``:
-    one row per token, blocks along ``hidden``.
+    Returns ``(packed, scales [N, blocks] float32, zero_points [N, blocks] uint8 or
+    None)``. ``packed`` is ``[N, blocks, block_size/2]`` for 4 bits (code ``2i`` in
+    the low nibble) or ``[N, blocks, block_size]`` for 8. ``method`` is ``"rtn"``
+    or ``"hqq"`` (see the module doc). An embedding table ``[vocab, hidden]`` is
+    ``quantize_blocks(table.T, ...)``: one row per token, blocks along ``hidden``.
     """
-    return _quantize_rows(weight.T, block_size, symmetric)
+    return _quantize_rows(weight.T, block_size, symmetric, bits, method)
 
 
-def dequantize_blocks(packed, scales, zero_points, k: int) -> np.ndarray:
+def dequantize_blocks(packed, scales, zero_points, k: int, bits: int = 4) -> np.ndarray:
     """The ``[K, N]`` weight that ``quantize_blocks``' output stands for (for tests and checks)."""
-    codes = np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(*packed.shape[:2], -1)
-    zp = 8 if zero_points is None else zero_points[..., None]
+    if bits == 4:
+        codes = np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(*packed.shape[:2], -1)
+    else:
+        codes = packed
+    zp = 1 << (bits - 1) if zero_points is None else zero_points[..., None]
     w = (codes.astype(np.float32) - zp) * scales[..., None]
     return w.reshape(w.shape[0], -1)[:, :k].T
 
@@ -76,7 +103,7 @@ def pack_zero_points(zero_points: np.ndarray) -> np.ndarray:
     return padded[:, 0::2] | (padded[:, 1::2] << 4)
 
 
-class _LazyParts:
+class LazyParts:
     """Computes a weight's parts on first use and serves them until each has been read."""
 
     _parts: dict[str, np.ndarray] | None = None
@@ -96,7 +123,7 @@ class _LazyParts:
         return value
 
 
-class _QuantizedWeight(_LazyParts):
+class _QuantizedWeight(LazyParts):
     """Quantizes one weight on first use and serves its parts until each has been read.
 
     ``rows_first`` says the source is ``[N, K]`` (an embedding table, or a ``Gemm``
@@ -104,29 +131,35 @@ class _QuantizedWeight(_LazyParts):
     """
 
     def __init__(
-        self, source: ir.TensorProtocol, block_size: int, symmetric: bool, rows_first: bool
+        self,
+        source: ir.TensorProtocol,
+        block_size: int,
+        symmetric: bool,
+        rows_first: bool,
+        bits: int = 4,
+        method: str = "rtn",
     ) -> None:
         self.source, self.block_size, self.symmetric = source, block_size, symmetric
-        self.rows_first = rows_first
+        self.rows_first, self.bits, self.method = rows_first, bits, method
 
     def _quantize(self) -> dict[str, np.ndarray]:
         n = int(self.source.shape[0 if self.rows_first else 1])
         k = int(self.source.shape[1 if self.rows_first else 0])
         blocks = -(-k // self.block_size)
-        packed = np.empty((n, blocks, self.block_size // 2), np.uint8)
+        packed = np.empty((n, blocks, self.block_size * self.bits // 8), np.uint8)
         scales = np.empty((n, blocks), np.float32)
         zero_points = None if self.symmetric else np.empty((n, blocks), np.uint8)
         for start, rows in self._row_chunks():  # rows [count, K]
             chunk_packed, chunk_scales, chunk_zero_points = _quantize_rows(
-                rows, self.block_size, self.symmetric
+                rows, self.block_size, self.symmetric, self.bits, self.method
             )
             stop = start + len(rows)
             packed[start:stop], scales[start:stop] = chunk_packed, chunk_scales
             if zero_points is not None:
                 zero_points[start:stop] = chunk_zero_points
         parts = {"packed": packed, "scales": scales}
-        if zero_points is not None:
-            parts["zero_points"] = pack_zero_points(zero_points)
+        if zero_points is not None:  # 8-bit zero points take a byte each
+            parts["zero_points"] = pack_zero_points(zero_points) if self.bits == 4 else zero_points
         return parts
 
     def _row_chunks(self):
@@ -151,25 +184,28 @@ class _QuantizedWeight(_LazyParts):
 class Int4Weight:
     """The initializers of one quantized weight: what ``MatMulNBits`` takes as B, scales, zero_points.
 
-    Weights repacked from GGUF blocks (:func:`repacked_weight`) may have 8 bits,
-    and Q4_1's per-block ``offsets`` to add as ``(x @ block_ones) @ offsets``.
+    Weights kept from GGUF blocks (:func:`mobius.passes._blocks.block_weight`) may
+    have 8 bits, blocks of 16, explicit zero points, and per-block ``offsets`` to
+    add as ``(x @ block_ones) @ offsets``; their scales and offsets are computed
+    from the blocks' own fields by nodes ONNX Runtime folds when it loads the model.
     """
 
     packed: ir.Value  # [N, blocks, block_size*bits/8] uint8
     scales: ir.Value  # [N, blocks], the weight's float type
-    zero_points: ir.Value | None  # [N, ceil(blocks/2)] uint8, asymmetric only
+    zero_points: ir.Value | None  # [N, ceil(blocks/2)] uint8 (4 bits) or [N, blocks] (8)
     k: int
     n: int
     block_size: int
     bits: int = 4
     offsets: ir.Value | None = None  # [blocks, N], the weight's float type
+    row_offsets: ir.Value | None = None  # [N, blocks]: the same, by row (GatherBlockQuantized)
 
     @property
     def blocks(self) -> int:
         return -(-self.k // self.block_size)
 
 
-def _lazy_value(quantized, part, dtype, shape, name, cast=None) -> ir.Value:
+def lazy_value(quantized, part, dtype, shape, name, cast=None) -> ir.Value:
     def load() -> ir.Tensor:
         array = quantized.part(part).reshape(shape)
         return ir.Tensor(array.astype(cast) if cast is not None else array, name=name)
@@ -186,130 +222,44 @@ def int4_weight(
     block_size: int,
     symmetric: bool,
     packed_rank: int = 3,
+    bits: int = 4,
+    method: str = "rtn",
 ) -> Int4Weight:
-    """Register the lazy int4 initializers that stand for ``weight`` in ``graph``.
+    """Register the lazy 4- or 8-bit initializers that stand for ``weight`` in ``graph``.
 
-    ``packed_rank=2`` stores the packed codes as ``[N, blocks*block_size/2]``
-    (same bytes), the shape ``GatherBlockQuantized`` reads.
+    ``packed_rank=2`` stores the packed codes as ``[N, blocks*block_size*bits/8]``
+    (same bytes), the shape ``GatherBlockQuantized`` reads. ``method``: ``"rtn"``
+    or ``"hqq"`` (see the module doc).
     """
     if rows_first:
         n, k = (int(d) for d in weight.shape)
     else:
         k, n = (int(d) for d in weight.shape)
     blocks = -(-k // block_size)
-    quantized = _QuantizedWeight(weight.const_value, block_size, symmetric, rows_first)
-    base = _free_name(graph, weight.name)
-    packed_shape = (
-        [n, blocks, block_size // 2] if packed_rank == 3 else [n, blocks * block_size // 2]
+    quantized = _QuantizedWeight(
+        weight.const_value, block_size, symmetric, rows_first, bits, method
     )
-    packed = _lazy_value(quantized, "packed", ir.DataType.UINT8, packed_shape, f"{base}.int4")
-    scales = _lazy_value(
+    base = weight.name
+    i = 0
+    while f"{base}.scales" in graph.initializers:  # quantized in two layouts
+        i += 1
+        base = f"{weight.name}.{i}"
+    row_bytes = block_size * bits // 8
+    packed_shape = [n, blocks, row_bytes] if packed_rank == 3 else [n, blocks * row_bytes]
+    packed = lazy_value(quantized, "packed", ir.DataType.UINT8, packed_shape, f"{base}.int{bits}")
+    scales = lazy_value(
         quantized, "scales", weight.dtype, [n, blocks], f"{base}.scales", weight.dtype.numpy()
     )
     zero_points = None
     if not symmetric:
-        zero_points = _lazy_value(
+        zero_points = lazy_value(
             quantized,
             "zero_points",
             ir.DataType.UINT8,
-            [n, (blocks + 1) // 2],
+            [n, (blocks + 1) // 2 if bits == 4 else blocks],
             f"{base}.zero_points",
         )
     for value in (packed, scales, zero_points):
         if value is not None:
             graph.register_initializer(value)
-    return Int4Weight(packed, scales, zero_points, k, n, block_size)
-
-
-def _free_name(graph: ir.Graph, base: str) -> str:
-    """``base``, or ``base.1``, ... when a weight is quantized in two layouts."""
-    name, i = base, 0
-    while f"{name}.scales" in graph.initializers:
-        i += 1
-        name = f"{base}.{i}"
-    return name
-
-
-class _RepackedParts(_LazyParts):
-    """The ``MatMulNBits`` parts of GGUF weights stacked along N, repacked on first use.
-
-    Each source has ``repack()`` giving a :class:`~mobius.weights.RepackedWeight`.
-    Sources without offsets get zero offsets when others have them.
-    """
-
-    def __init__(self, sources, dtype: np.dtype, offsets: bool) -> None:
-        self.sources, self.dtype, self.offsets = list(sources), dtype, offsets
-
-    def _quantize(self) -> dict[str, np.ndarray]:
-        repacked = [source.repack() for source in self.sources]
-        parts = {
-            "packed": _stack([r.packed for r in repacked]),
-            "scales": _stack([r.scales for r in repacked]).astype(self.dtype, copy=False),
-        }
-        if self.offsets:
-            offsets = [
-                r.offsets if r.offsets is not None else np.zeros_like(r.scales.T) for r in repacked
-            ]
-            parts["offsets"] = _stack(offsets, axis=1).astype(self.dtype, copy=False)
-        return parts
-
-
-def _stack(arrays: list[np.ndarray], axis: int = 0) -> np.ndarray:
-    """``np.concatenate``, without the copy for a single array (a large table's blocks)."""
-    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays, axis=axis)
-
-
-def repacked_weight(
-    graph: ir.Graph,
-    weight: ir.Value,
-    sources,
-    *,
-    bits: int,
-    offsets: bool,
-    packed_rank: int = 3,
-) -> Int4Weight:
-    """Register lazy initializers holding GGUF blocks of ``sources`` for ``weight``, unchanged.
-
-    ``sources`` are GGUF weights ``[N_i, K]`` (rows = output features) whose rows,
-    stacked, are ``weight``'s output features; their blocks (32 values, ``bits``
-    4 or 8) are copied, not re-rounded, when the model is written. ``offsets``
-    says some are Q4_1 (see :class:`~mobius.weights._gguf_quant.RepackedWeight`).
-    """
-    block_size = 32
-    n, k = sum(int(s.shape[0]) for s in sources), int(sources[0].shape[1])
-    blocks = k // block_size
-    parts = _RepackedParts(sources, weight.dtype.numpy(), offsets)
-    base = _free_name(graph, weight.name)
-    row_bytes = block_size * bits // 8
-    packed_shape = [n, blocks, row_bytes] if packed_rank == 3 else [n, blocks * row_bytes]
-    suffix = "int4" if bits == 4 else "int8"
-    packed = _lazy_value(parts, "packed", ir.DataType.UINT8, packed_shape, f"{base}.{suffix}")
-    scales = _lazy_value(parts, "scales", weight.dtype, [n, blocks], f"{base}.scales")
-    values = [packed, scales]
-    if offsets:
-        values.append(_lazy_value(parts, "offsets", weight.dtype, [blocks, n], f"{base}.offsets"))
-    for value in values:
-        graph.register_initializer(value)
-    return Int4Weight(packed, scales, None, k, n, block_size, bits, values[2] if offsets else None)
-
-
-def block_ones(graph: ir.Graph, k: int, dtype: ir.DataType, block_size: int = 32) -> ir.Value:
-    """The ``[K, K/block_size]`` 0/1 matrix that sums each block of ``x`` (one per graph and K)."""
-    name = f"gguf.block_ones.{k}"
-    if name in graph.initializers:
-        return graph.initializers[name]
-    blocks = k // block_size
-
-    def load() -> ir.Tensor:
-        ones = np.repeat(np.eye(blocks, dtype=dtype.numpy()), block_size, axis=0)
-        return ir.Tensor(ones, name=name)
-
-    shape = ir.Shape([k, blocks])
-    value = ir.Value(
-        name=name,
-        type=ir.TensorType(dtype),
-        shape=shape,
-        const_value=ir.LazyTensor(load, dtype=dtype, shape=shape, name=name),
-    )
-    graph.register_initializer(value)
-    return value
+    return Int4Weight(packed, scales, zero_points, k, n, block_size, bits)

@@ -44,13 +44,22 @@ def _int4(model, options, weights) -> None:
     quantize_int4(
         model,
         block_size=quant.block_size,
-        symmetric=quant.symmetric,
         accuracy_level=quant.accuracy_level,
         lm_head=quant.lm_head,
         embeddings=quant.embeddings,
-        # GGUF blocks (Q4_0/Q4_1/Q8_0) are repacked as they are, not re-rounded.
+        # GGUF blocks are kept as they are, not re-rounded, unless asked.
         prequantized=weights,
+        requantize=quant.requantize,
+        **quant.resolved(),  # bits, method, symmetric, mix
     )
+
+
+def _keep_blocks(model, options, weights) -> None:
+    """A GGUF build's default: its quantized blocks stay blocks, its float tensors floats."""
+    if weights is not None and quantize_int4(
+        model, accuracy_level=options.quant.accuracy_level, prequantized=weights, rtn=False
+    ):
+        unflatten_head(model)
 
 
 PASSES: tuple[Pass, ...] = (
@@ -58,11 +67,12 @@ PASSES: tuple[Pass, ...] = (
     # q|k|v first: attention then takes them packed, with no Split.
     Pass("pack-qkv", "weights", _fused, lambda m, o, w: pack_qkv(m)),
     Pass("pack-parallel-matmuls", "weights", _fused, lambda m, o, w: pack_parallel_matmuls(m)),
-    Pass("int4", "quantize", lambda o: o.quant.method == "int4", _int4),
+    Pass("int4", "quantize", lambda o: o.quant.method in ("int4", "int8"), _int4),
+    Pass("keep-blocks", "quantize", lambda o: o.quant.method is None, _keep_blocks),
     Pass(
         "unflatten-head",
         "quantize",
-        lambda o: o.quant.method == "int4",
+        lambda o: o.quant.method in ("int4", "int8"),
         lambda m, o, w: unflatten_head(m),
     ),
 )

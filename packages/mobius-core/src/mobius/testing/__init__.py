@@ -5,6 +5,7 @@ noise, saved with ``save_pretrained``, built through the same path as
 ``mobius build``, and compared in ONNX Runtime against PyTorch at fp32.
 """
 
+from mobius.testing._blocks import run_kept_blocks
 from mobius.testing._encoder_parity import (
     EncoderParity,
     check_encoder_parity,
@@ -33,6 +34,7 @@ from mobius.testing._seq2seq_parity import (
 from mobius.testing._tokenizer import tiny_tokenizer
 
 __all__ = [
+    "run_kept_blocks",
     "record_parity",
     "tiny_tokenizer",
     "OnnxSeq2Seq",

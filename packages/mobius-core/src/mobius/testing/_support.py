@@ -35,15 +35,33 @@ def parity_results(tests: list[Path], junit_xml: Path | None) -> dict[str, dict[
 
 
 def write_verified(
-    path: Path, keys: list[str], reference_version: str, reference: str = "transformers"
+    path: Path,
+    keys: list[str],
+    reference_version: str,
+    reference: str = "transformers",
+    tests: dict[str, str] | None = None,
 ) -> None:
-    """Write a package's ``verified.json``: its verified model types, shipped in the wheel."""
-    data = {
+    """Write a package's ``verified.json``: its verified model types, shipped in the wheel.
+
+    ``tests`` maps a key to the parity test that verifies it
+    (``"tests/test_parity.py::test_causal_lm_parity"``): the registry's
+    ``verified_by``, which build records (``mobius.json``) name.
+    """
+    data: dict = {
         "generated_by": "scripts/support_table.py",
         reference: reference_version,
         "verified": sorted(keys),
     }
+    if tests:
+        data["tests"] = {key: tests[key] for key in sorted(keys) if key in tests}
     path.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def add_test(tests: dict[str, str], key: str, file: str, function: str) -> None:
+    """Note that ``tests/FILE::FUNCTION`` has parity cases of ``key`` (several join with ", ")."""
+    test = f"tests/{file}::{function}"
+    if test not in tests.get(key, "").split(", "):
+        tests[key] = f"{tests[key]}, {test}" if key in tests else test
 
 
 def support_markdown(

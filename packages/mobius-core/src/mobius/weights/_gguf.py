@@ -27,6 +27,7 @@ import numpy as np
 from mobius.errors import CheckpointError
 from mobius.weights._closing import Closing
 from mobius.weights._gguf_quant import GGML_TYPES, RepackedWeight, can_dequantize, dequantize
+from mobius.weights._tracking import note_read
 
 _MAGIC = b"GGUF"
 _MAX_KEY = 1 << 16  # bytes of a metadata key
@@ -135,6 +136,34 @@ class GGUFTensor:
         self._file, self._offset = file, offset
         self.name, self.type_name, self.shape, self.nbytes = name, type_name, shape, nbytes
 
+    def rows(self, start: int, stop: int) -> GGUFTensor:
+        """Rows ``start:stop`` along the first axis, as a tensor of its own (read lazily).
+
+        Rows hold whole blocks, so the slice keeps the stored type: a fused projection's
+        parts (``attn_qkv``) or one expert of a stacked ``[experts, rows, cols]`` tensor.
+        A 1-D tensor slices only when its type has no blocks (a bias).
+        """
+        blocked = next(t[1] for t in GGML_TYPES.values() if t[0] == self.type_name) > 1
+        if (blocked and len(self.shape) < 2) or not 0 <= start < stop <= self.shape[0]:
+            raise IndexError(f"{self.name}: no rows {start}:{stop} of shape {self.shape}")
+        size = self.nbytes // self.shape[0]
+        return GGUFTensor(
+            self._file,
+            f"{self.name}[{start}:{stop}]",
+            self.type_name,
+            (stop - start, *self.shape[1:]),
+            self._offset + start * size,
+            (stop - start) * size,
+        )
+
+    def item(self, index: int) -> GGUFTensor:
+        """The ``index``-th slice along the first axis (one expert of a stacked tensor)."""
+        if len(self.shape) < 3 or not 0 <= index < self.shape[0]:
+            raise IndexError(f"{self.name}: no item {index} of shape {self.shape}")
+        part = self.rows(index, index + 1)
+        part.name, part.shape = f"{self.name}[{index}]", self.shape[1:]
+        return part
+
     def raw(self) -> np.ndarray:
         """The tensor's bytes as a flat read-only uint8 view of the mapped file."""
         return np.frombuffer(self._file.buffer(), np.uint8, self.nbytes, self._offset)
@@ -148,11 +177,18 @@ class GGUFTensor:
             )
         return dequantize(self.raw(), self.type_name, self.shape)
 
-    def repack(self) -> RepackedWeight | None:
-        """``MatMulNBits`` parts of a 2-D Q4_0, Q4_1 or Q8_0 weight; None for any other tensor."""
-        from mobius.weights._gguf_quant import REPACKABLE, repack
+    @property
+    def repackable(self) -> bool:
+        """Whether :meth:`repack` gives ``MatMulNBits`` parts (from the header alone)."""
+        from mobius.weights._gguf_quant import REPACKABLE
 
-        if self.type_name not in REPACKABLE or len(self.shape) != 2:
+        return self.type_name in REPACKABLE and len(self.shape) == 2
+
+    def repack(self) -> RepackedWeight | None:
+        """``MatMulNBits`` parts of a 2-D weight in GGML blocks; None for any other tensor."""
+        from mobius.weights._gguf_quant import repack
+
+        if not self.repackable:
             return None
         n, k = self.shape
         return repack(self.raw(), self.type_name, n, k)
@@ -254,11 +290,13 @@ class GGUFFile(Closing):
         except OSError as e:
             raise CheckpointError(f"{path}: cannot read ({e.strerror or e})") from e
         try:
-            return cls(path, buf)
+            file = cls(path, buf)
         except BaseException:
             if isinstance(buf, mmap.mmap):
                 buf.close()
             raise
+        note_read(path)
+        return file
 
     def buffer(self):
         """The mapped file (raises once closed)."""

@@ -1,19 +1,28 @@
-"""GGML block formats: dequantization to float32, and repacking into ``MatMulNBits`` blocks.
+"""GGML block formats: their fields, decoding to float32, and repacking for ``MatMulNBits``.
 
-A quantized GGML row of ``K`` values is ``K / block`` blocks of ``type_size`` bytes
-each. In the 4-bit formats a block's 16 code bytes hold value ``j`` in the low
-nibble of byte ``j`` and value ``j + 16`` in its high nibble; ``MatMulNBits``
-wants value ``2i`` in the low nibble of byte ``i`` and ``2i + 1`` in its high
-nibble. Repacking is that nibble shuffle plus the fp16 scales widened to float32:
-no value is re-rounded.
+A quantized GGML row of ``K`` values is ``K / block`` blocks of ``type_size`` bytes.
+Every block type used in GGUF files decodes, per sub-block of 16 or 32 values, as
 
-A GGUF weight of shape ``[N, K]`` (PyTorch ``Linear`` layout, blocks along ``K``)
-is exactly ``MatMulNBits``' ``B [N, K/block, blob]``: its rows are output features.
+    w = (code - zero_point) * scale + offset
+
+with small integer codes, ``scale`` and ``offset`` products of the block's fp16
+fields and small integer sub-scales (K-quants' two-level scales). :func:`fields`
+reads those parts; :func:`dequantize` evaluates the formula in float32, in the
+order llama.cpp's reference does, and :func:`repack` lays the same parts out as
+``MatMulNBits`` wants them: codes of 4 bits (Q4_*, and Q2_K/Q3_K widened) or 8 bits
+(Q8_0, and Q5_*/Q6_K widened: 5- and 6-bit codes have no exact 4-bit form), value
+``2i`` in the low nibble of byte ``i``. No value is re-rounded.
+
+A GGUF weight of shape ``[N, K]`` (PyTorch ``Linear`` layout, blocks along ``K``) is
+exactly ``MatMulNBits``' ``B [N, K/block, blob]``: its rows are output features.
+The facts (byte layouts) come from ggml's ``ggml-common.h`` as the ``gguf`` package
+documents them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 import ml_dtypes
 import numpy as np
@@ -42,150 +51,268 @@ GGML_TYPES: dict[int, tuple[str, int, int]] = {
     30: ("BF16", 1, 2),
 }
 
-#: The types whose blocks map onto ``MatMulNBits`` without re-rounding.
-REPACKABLE = ("Q4_0", "Q4_1", "Q8_0")
-#: Bits per code of each repackable type in ``MatMulNBits``.
-REPACKED_BITS = {"Q4_0": 4, "Q4_1": 4, "Q8_0": 8}
-#: Repackable types whose blocks carry an additive term (``RepackedWeight.offsets``).
-HAS_OFFSETS = frozenset({"Q4_1"})
+
+@dataclass
+class BlockFields:
+    """The parts of ``R`` rows of one block type: ``w = (code - zero_point) * scale + offset``.
+
+    Attributes:
+        codes: ``[R, K]`` uint8, in element order.
+        bits: 4 or 8: the ``MatMulNBits`` width that holds the codes exactly.
+        block_size: values per scale (16 or 32).
+        zero_point: the same for every block: ``2**(bits-1)`` (``MatMulNBits``'
+            default) or 0 (codes that use the whole 4-bit range: Q4_1, Q4_K).
+        scale_factors: arrays ``[R, G, P]`` whose float32 product (in order,
+            broadcast) reshaped to ``[R, K / block_size]`` is the scale: the fp16
+            ``d`` of a block, times a K-quant's integer sub-scale.
+        offset_factors: the same for the offset (empty: none), times ``offset_sign``.
+    """
+
+    codes: np.ndarray
+    bits: int
+    block_size: int
+    zero_point: int
+    scale_factors: tuple[np.ndarray, ...]
+    offset_factors: tuple[np.ndarray, ...] = ()
+    offset_sign: float = 1.0
+
+    def scales(self) -> np.ndarray:
+        """``[R, K / block_size]`` float32."""
+        return _product(self.scale_factors, len(self.codes))
+
+    def offsets(self) -> np.ndarray | None:
+        """``[R, K / block_size]`` float32, or None."""
+        if not self.offset_factors:
+            return None
+        return np.float32(self.offset_sign) * _product(self.offset_factors, len(self.codes))
+
+    def dequantize(self) -> np.ndarray:
+        """``[R, K]`` float32: the formula, evaluated as llama.cpp's reference does."""
+        rows = len(self.codes)
+        q = self.codes.reshape(rows, -1, self.block_size).astype(np.float32)
+        w = (q - np.float32(self.zero_point)) * self.scales()[..., None]
+        offsets = self.offsets()
+        if offsets is not None:
+            w = w + offsets[..., None]
+        return w.reshape(rows, -1)
+
+
+def _product(factors: tuple[np.ndarray, ...], rows: int) -> np.ndarray:
+    out = factors[0].astype(np.float32)
+    for factor in factors[1:]:
+        out = out * factor.astype(np.float32)
+    return out.reshape(rows, -1)
+
+
+def _f16(blocks: np.ndarray, start: int) -> np.ndarray:
+    """The fp16 field at byte ``start`` of each block: ``[R, blocks, 1]`` float16."""
+    return blocks[..., start : start + 2].copy().view(np.float16)
+
+
+def _rows(values: np.ndarray) -> np.ndarray:
+    """``[R, blocks, ...]`` -> ``[R, K]``."""
+    return values.reshape(values.shape[0], -1)
+
+
+def _nibbles(qs: np.ndarray) -> np.ndarray:
+    """4-bit codes of Q4_0/Q4_1/Q5_*: 16 bytes -> 32 values, low nibbles first."""
+    return np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
+
+
+def _fifth_bits(qh: np.ndarray) -> np.ndarray:
+    """The 5th bits of Q5_0/Q5_1 blocks: 4 little-endian bytes -> 32 values of 0 or 16."""
+    return np.unpackbits(qh, axis=-1, bitorder="little") << 4
+
+
+def _shifted(qs: np.ndarray, shifts: list[int], mask: int) -> np.ndarray:
+    """``qs [R, b, c, n]`` -> ``[R, b, c, len(shifts), n]``: each shift of each run, masked."""
+    return (qs[..., None, :] >> np.array(shifts, np.uint8)[:, None]) & np.uint8(mask)
+
+
+def _k_scales(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The 12-byte 6-bit (scale, min) pairs of Q4_K/Q5_K -> two ``[R, b, 8]`` uint8 arrays."""
+    d, m, md = s[..., 0:4], s[..., 4:8], s[..., 8:12]
+    scales = np.concatenate([d & 0x3F, (md & 0x0F) | ((d >> 2) & 0x30)], axis=-1)
+    mins = np.concatenate([m & 0x3F, (md >> 4) | ((m >> 2) & 0x30)], axis=-1)
+    return scales, mins
+
+
+def _q4_0(b):
+    return BlockFields(_rows(_nibbles(b[..., 2:])), 4, 32, 8, (_f16(b, 0),))
+
+
+def _q4_1(b):
+    return BlockFields(_rows(_nibbles(b[..., 4:])), 4, 32, 0, (_f16(b, 0),), (_f16(b, 2),))
+
+
+def _q5_0(b):
+    q = _nibbles(b[..., 6:]) | _fifth_bits(b[..., 2:6])
+    return BlockFields(_rows(q + np.uint8(112)), 8, 32, 128, (_f16(b, 0),))  # q - 16
+
+
+def _q5_1(b):
+    q = _nibbles(b[..., 8:]) | _fifth_bits(b[..., 4:8])
+    return BlockFields(_rows(q + np.uint8(128)), 8, 32, 128, (_f16(b, 0),), (_f16(b, 2),))
+
+
+def _q8_0(b):
+    return BlockFields(_rows(b[..., 2:] ^ np.uint8(0x80)), 8, 32, 128, (_f16(b, 0),))  # int8 q
+
+
+def _q2_k(b):
+    r, n = b.shape[:2]
+    q = _shifted(b[..., 16:80].reshape(r, n, 2, 32), [0, 2, 4, 6], 3)  # 2 runs x 4 shifts
+    scales = (b[..., :16] & 0x0F, b[..., :16] >> 4)
+    return BlockFields(
+        _rows(q + np.uint8(8)), 4, 16, 8, (_f16(b, 80), scales[0]), (_f16(b, 82), scales[1]), -1.0
+    )
+
+
+def _q3_k(b):
+    r, n = b.shape[:2]
+    low = _shifted(b[..., 32:96].reshape(r, n, 2, 32), [0, 2, 4, 6], 3)
+    high = _shifted(b[..., :32].reshape(r, n, 1, 32), list(range(8)), 1).reshape(low.shape)
+    q = low + (high << 2) + np.uint8(4)  # q - 4 when the high bit is clear, + 8 for the code
+    s = b[..., 96:108]
+    low_s = _shifted(s[..., :8].reshape(r, n, 1, 8), [0, 4], 0x0F).reshape(r, n, 16)
+    high_s = _shifted(s[..., 8:].reshape(r, n, 1, 4), [0, 2, 4, 6], 3).reshape(r, n, 16)
+    sub = ((low_s | (high_s << 4)).astype(np.int16) - 32).astype(np.int8)
+    return BlockFields(_rows(q), 4, 16, 8, (_f16(b, 108), sub))
+
+
+def _q4_k(b):
+    r, n = b.shape[:2]
+    q = _shifted(b[..., 16:].reshape(r, n, 4, 32), [0, 4], 0x0F)  # 4 runs: low, then high
+    sc, mn = _k_scales(b[..., 4:16])
+    return BlockFields(_rows(q), 4, 32, 0, (_f16(b, 0), sc), (_f16(b, 2), mn), -1.0)
+
+
+def _q5_k(b):
+    r, n = b.shape[:2]
+    low = _shifted(b[..., 48:].reshape(r, n, 4, 32), [0, 4], 0x0F)
+    high = _shifted(b[..., 16:48].reshape(r, n, 1, 32), list(range(8)), 1).reshape(low.shape)
+    sc, mn = _k_scales(b[..., 4:16])
+    q = low | (high << 4)
+    return BlockFields(
+        _rows(q + np.uint8(128)), 8, 32, 128, (_f16(b, 0), sc), (_f16(b, 2), mn), -1.0
+    )
+
+
+def _q6_k(b):
+    r, n = b.shape[:2]
+    low = _shifted(b[..., :128].reshape(r, n, 2, 64), [0, 4], 0x0F)  # [.., 2, 2, 64]
+    low = low.reshape(r, n, 2, 4, 32)  # per half of 128 values: 4 runs of 32
+    high = _shifted(b[..., 128:192].reshape(r, n, 2, 32), [0, 2, 4, 6], 3)
+    q = (low | (high << 4)) + np.uint8(96)  # q - 32 as an 8-bit code
+    return BlockFields(_rows(q), 8, 16, 128, (_f16(b, 208), b[..., 192:208].view(np.int8)))
+
+
+_FIELDS = {
+    "Q4_0": _q4_0,
+    "Q4_1": _q4_1,
+    "Q5_0": _q5_0,
+    "Q5_1": _q5_1,
+    "Q8_0": _q8_0,
+    "Q2_K": _q2_k,
+    "Q3_K": _q3_k,
+    "Q4_K": _q4_k,
+    "Q5_K": _q5_k,
+    "Q6_K": _q6_k,
+}
+#: The block types :func:`repack` keeps, with the ``MatMulNBits`` width they take.
+REPACKABLE = tuple(_FIELDS)
+#: What a build does with a block type's tensors, for the build log and ``mobius info``.
+KEPT_AS = {
+    "Q4_0": "4-bit blocks of 32",
+    "Q4_1": "4-bit blocks of 32 with offsets",
+    "Q5_0": "widened to 8-bit blocks of 32",
+    "Q5_1": "widened to 8-bit blocks of 32 with offsets",
+    "Q8_0": "8-bit blocks of 32",
+    "Q2_K": "widened to 4-bit blocks of 16 with offsets",
+    "Q3_K": "widened to 4-bit blocks of 16",
+    "Q4_K": "4-bit blocks of 32 with offsets",
+    "Q5_K": "widened to 8-bit blocks of 32 with offsets",
+    "Q6_K": "widened to 8-bit blocks of 16",
+}
+
+
+def block_layout(type_name: str) -> tuple[int, int]:
+    """``(values per block, bytes per block)`` of a GGML type."""
+    _, block, size = next(t for t in GGML_TYPES.values() if t[0] == type_name)
+    return block, size
+
+
+def fields(raw: np.ndarray, type_name: str, rows: int, k: int) -> BlockFields:
+    """The parts of ``rows`` rows of ``k`` values stored as ``type_name`` blocks in ``raw``."""
+    block, size = block_layout(type_name)
+    return _FIELDS[type_name](raw.reshape(rows, k // block, size))
 
 
 @dataclass
 class RepackedWeight:
-    """A GGUF weight re-laid out as ``MatMulNBits`` inputs; it stands for ``W [K, N]`` with
+    """A GGUF weight as ``MatMulNBits`` parts; it stands for ``W [K, N]`` with
 
-    ``W[k, n] = (code[n, k] - zero_point) * scales[n, k // block_size]
-    (+ offsets[k // block_size, n] when offsets is not None)``.
+    ``W[k, n] = (code[n, k] - zero_point) * scale[n, b] + offset[n, b]``, ``b = k // block_size``.
 
     Attributes:
         packed: ``[N, K / block_size, block_size * bits / 8]`` uint8, the ``B`` input.
-        scales: ``[N, K / block_size]`` float32 (flatten it for the ``scales`` input).
-        zero_points: always None: the default zero point ``2**(bits-1)`` applies.
-        bits: 4 or 8.
-        block_size: 32 for every GGML format repacked here.
+        fields: the block fields (codes, scale and offset factors) of the N rows.
         k: input features; n: output features.
-        offsets: ``[K / block_size, N]`` float32 per-block additive terms, or None.
-            Q4_1 blocks are ``d * q + m``; with the default zero point 8 that is
-            ``(q - 8) * d + (m + 8 d)``, and ``m + 8 d`` is added as
-            ``blocksum(x) @ offsets`` (see :func:`matmul_nbits_nodes`). A
-            float ``zero_points`` input would encode it too, but ONNX Runtime's CPU
-            kernel then dequantizes the whole weight on every call (about 20x slower).
     """
 
     packed: np.ndarray
-    scales: np.ndarray
-    zero_points: np.ndarray | None
-    bits: int
-    block_size: int
+    fields: BlockFields
     k: int
     n: int
-    offsets: np.ndarray | None = None
+
+    @property
+    def bits(self) -> int:
+        return self.fields.bits
+
+    @property
+    def block_size(self) -> int:
+        return self.fields.block_size
 
     def dequantize(self) -> np.ndarray:
         """The ``[K, N]`` float32 weight these parts stand for (for tests and checks)."""
-        if self.bits == 4:
-            codes = np.stack([self.packed & 0x0F, self.packed >> 4], axis=-1)
-        else:
-            codes = self.packed
-        codes = codes.reshape(self.n, -1, self.block_size).astype(np.float32)
-        w = (codes - 2 ** (self.bits - 1)) * self.scales[..., None]
-        if self.offsets is not None:
-            w = w + self.offsets.T[..., None]
-        return np.ascontiguousarray(w.reshape(self.n, self.k).T)
+        return np.ascontiguousarray(self.fields.dequantize().T)
 
     def take_rows(self, rows: np.ndarray) -> RepackedWeight:
         """The weight of the output features ``rows`` (rows of ``B``), in that order.
 
         Un-permutes llama Q/K rows, and splits fused projections (Phi-3's ``qkv_proj``).
         """
-        return RepackedWeight(
-            self.packed[rows],
-            self.scales[rows],
-            None,
-            self.bits,
-            self.block_size,
-            self.k,
-            len(rows),
-            None if self.offsets is None else self.offsets[:, rows],
+        f = self.fields
+        picked = replace(
+            f,
+            codes=f.codes[rows],
+            scale_factors=tuple(a[rows] for a in f.scale_factors),
+            offset_factors=tuple(a[rows] for a in f.offset_factors),
         )
+        return RepackedWeight(self.packed[rows], picked, self.k, len(rows))
 
 
-def _f16(blocks: np.ndarray, start: int) -> np.ndarray:
-    """The fp16 field at byte ``start`` of each block, as float32 ``[..., 1]``."""
-    return blocks[..., start : start + 2].copy().view(np.float16).astype(np.float32)
+def stack_rows(weights: list[RepackedWeight]) -> RepackedWeight:
+    """Weights of one block type stacked along N (packed q/k/v, gate/up)."""
+    first = weights[0]
+    if len(weights) == 1:
+        return first
+    f = first.fields
 
+    def cat(arrays):
+        return np.concatenate(arrays, axis=0)
 
-def _nibbles(qs: np.ndarray) -> np.ndarray:
-    """GGML 4-bit codes ``[..., 16]`` bytes -> ``[..., 32]`` values in element order."""
-    return np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
+    stacked = replace(
+        f,
+        codes=cat([w.fields.codes for w in weights]),
+        scale_factors=tuple(map(cat, zip(*(w.fields.scale_factors for w in weights), strict=True))),
+        offset_factors=tuple(
+            map(cat, zip(*(w.fields.offset_factors for w in weights), strict=True))
+        ),
+    )
+    packed = cat([w.packed for w in weights])
+    return RepackedWeight(packed, stacked, first.k, sum(w.n for w in weights))
 
-
-def _high_bits(qh: np.ndarray) -> np.ndarray:
-    """The 5th bits of Q5 blocks: 4 little-endian bytes -> ``[..., 32]`` values 0/16."""
-    return np.unpackbits(qh, axis=-1, bitorder="little") << 4
-
-
-def _q4_0(b):
-    return _f16(b, 0) * (_nibbles(b[..., 2:]).astype(np.float32) - 8)
-
-
-def _q4_1(b):
-    return _f16(b, 0) * _nibbles(b[..., 4:]).astype(np.float32) + _f16(b, 2)
-
-
-def _q5_0(b):
-    q = _nibbles(b[..., 6:]) | _high_bits(b[..., 2:6])
-    return _f16(b, 0) * (q.astype(np.float32) - 16)
-
-
-def _q5_1(b):
-    q = _nibbles(b[..., 8:]) | _high_bits(b[..., 4:8])
-    return _f16(b, 0) * q.astype(np.float32) + _f16(b, 2)
-
-
-def _q8_0(b):
-    return _f16(b, 0) * b[..., 2:].view(np.int8).astype(np.float32)
-
-
-def _k_scales(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Unpack the 12-byte 6-bit (scale, min) pairs of Q4_K/Q5_K into two ``[..., 8]`` arrays."""
-    d, m, md = s[..., 0:4], s[..., 4:8], s[..., 8:12]
-    scales = np.concatenate([d & 0x3F, (md & 0x0F) | ((d >> 2) & 0x30)], axis=-1)
-    mins = np.concatenate([m & 0x3F, (md >> 4) | ((m >> 2) & 0x30)], axis=-1)
-    return scales.astype(np.float32), mins.astype(np.float32)
-
-
-def _q4_k(b):
-    sc, mn = _k_scales(b[..., 4:16])
-    d, dmin = _f16(b, 0), _f16(b, 2)
-    # 4 chunks of 32 bytes; each gives 32 low-nibble values then 32 high-nibble values.
-    qs = b[..., 16:].reshape(*b.shape[:-1], 4, 1, 32)
-    q = ((qs >> np.array([0, 4], np.uint8).reshape(2, 1)) & 0x0F).reshape(*b.shape[:-1], 8, 32)
-    w = (d * sc)[..., None] * q.astype(np.float32) - (dmin * mn)[..., None]
-    return w.reshape(*b.shape[:-1], 256)
-
-
-def _q6_k(b):
-    lead = b.shape[:-1]
-    ql, qh, sc = b[..., :128], b[..., 128:192], b[..., 192:208].view(np.int8)
-    d = _f16(b, 208)
-    low = (ql.reshape(*lead, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(2, 1)) & 0x0F
-    low = low.reshape(*lead, 2, 4, 32)  # halves of 128 values, 4 runs of 32
-    high = (qh.reshape(*lead, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(4, 1)) & 3
-    q = (low | (high << 4)).astype(np.int8) - 32
-    w = (d * sc.astype(np.float32)).reshape(*lead, 16, 1) * q.reshape(*lead, 16, 16)
-    return w.reshape(*lead, 256)
-
-
-_BLOCK_DEQUANT = {
-    "Q4_0": _q4_0,
-    "Q4_1": _q4_1,
-    "Q5_0": _q5_0,
-    "Q5_1": _q5_1,
-    "Q8_0": _q8_0,
-    "Q4_K": _q4_k,
-    "Q6_K": _q6_k,
-}
 
 _PLAIN = {
     "F32": np.dtype("<f4"),
@@ -201,7 +328,7 @@ _PLAIN = {
 
 def can_dequantize(type_name: str) -> bool:
     """Whether :func:`dequantize` reads this GGML type."""
-    return type_name in _BLOCK_DEQUANT or type_name in _PLAIN
+    return type_name in _FIELDS or type_name in _PLAIN
 
 
 def dequantize(raw: np.ndarray, type_name: str, shape: tuple[int, ...]) -> np.ndarray:
@@ -214,71 +341,26 @@ def dequantize(raw: np.ndarray, type_name: str, shape: tuple[int, ...]) -> np.nd
         array = raw.view(_PLAIN[type_name]).reshape(shape)
         # F32 stays a zero-copy view of the mapped file.
         return array if array.dtype.kind in "iu" else array.astype(np.float32, copy=False)
-    _, block, size = next(t for t in GGML_TYPES.values() if t[0] == type_name)
-    blocks = raw.reshape(-1, size)
-    out = np.empty((blocks.shape[0], block), np.float32)
-    step = 1 << 16  # blocks per chunk: bounds the temporaries of large tensors
-    for start in range(0, blocks.shape[0], step):
-        out[start : start + step] = _BLOCK_DEQUANT[type_name](blocks[start : start + step])
+    block, size = block_layout(type_name)
+    k = shape[-1]
+    rows = raw.reshape(-1, k // block * size)
+    out = np.empty((len(rows), k), np.float32)
+    step = max(1, (1 << 21) // k)  # rows per chunk: bounds the temporaries of large tensors
+    for start in range(0, len(rows), step):
+        chunk = rows[start : start + step]
+        out[start : start + step] = fields(chunk, type_name, len(chunk), k).dequantize()
     return out.reshape(shape)
 
 
 def repack(raw: np.ndarray, type_name: str, n: int, k: int) -> RepackedWeight:
-    """Re-lay the blocks of an ``[N, K]`` Q4_0, Q4_1 or Q8_0 weight for ``MatMulNBits``."""
-    _, block, size = next(t for t in GGML_TYPES.values() if t[0] == type_name)
-    b = raw.reshape(n, k // block, size)
-    scales = _f16(b, 0)[..., 0]
-    offsets = None
-    if type_name == "Q8_0":
-        # int8 q -> uint8 code q + 128 (flip the sign bit); default zero point 128.
-        return RepackedWeight(b[..., 2:] ^ np.uint8(0x80), scales, None, 8, block, k, n)
-    codes = _nibbles(b[..., 4:] if type_name == "Q4_1" else b[..., 2:])
-    if type_name == "Q4_1":
-        offsets = np.ascontiguousarray((_f16(b, 2)[..., 0] + 8 * scales).T)
-    packed = codes[..., 0::2] | (codes[..., 1::2] << 4)
-    return RepackedWeight(packed, scales, None, 4, block, k, n, offsets)
+    """Lay the blocks of an ``[N, K]`` weight out for ``MatMulNBits``, values unchanged."""
+    f = fields(raw, type_name, n, k)
+    codes = f.codes.reshape(n, k // f.block_size, f.block_size)
+    packed = codes if f.bits == 8 else codes[..., 0::2] | (codes[..., 1::2] << 4)
+    return RepackedWeight(np.ascontiguousarray(packed), f, k, n)
 
 
-def matmul_nbits_nodes(x, weight: RepackedWeight, name: str, accuracy_level: int = 4):
-    """The nodes and initializers computing ``x @ W`` for a repacked weight.
-
-    ``x`` is an ``onnx_ir.Value`` of float32 ``[..., K]``. Returns
-    ``(nodes, initializers, output)``: one ``MatMulNBits``, and for Q4_1 the block
-    offsets as ``(x @ block_ones) @ offsets`` added to it. ``block_ones [K, K/32]``
-    sums each block of ``x``; it is named ``gguf.block_ones.{K}`` and is the same for
-    every weight with that K, so register it once per graph. ONNX Runtime merges the
-    identical sums of weights that share ``x`` (q/k/v, gate/up) and fuses each
-    ``MatMul`` + ``Add`` into a ``Gemm``. The caller registers the initializers and
-    sets opset ``com.microsoft`` 1. Scales are float32: cast them for another dtype.
-    """
-    import onnx_ir as ir
-
-    def init(value_name: str, array: np.ndarray) -> ir.Value:
-        array = np.ascontiguousarray(array)
-        return ir.Value(
-            name=value_name,
-            type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
-            shape=ir.Shape(array.shape),
-            const_value=ir.Tensor(array, name=value_name),
-        )
-
-    packed, scales = (
-        init(f"{name}.packed", weight.packed),
-        init(f"{name}.scales", weight.scales.reshape(-1)),
-    )
-    attributes = {"K": weight.k, "N": weight.n, "bits": weight.bits}
-    attributes |= {"block_size": weight.block_size, "accuracy_level": accuracy_level}
-    node = ir.node(
-        "MatMulNBits", [x, packed, scales], attributes, domain="com.microsoft", name=name
-    )
-    nodes, inits = [node], [packed, scales]
-    if weight.offsets is None:
-        return nodes, inits, node.outputs[0]
-    blocks = weight.k // weight.block_size
-    ones = np.repeat(np.eye(blocks, dtype=np.float32), weight.block_size, axis=0)
-    ones_value = init(f"gguf.block_ones.{weight.k}", ones)
-    offsets = init(f"{name}.offsets", weight.offsets)
-    sums = ir.node("MatMul", [x, ones_value], name=f"{name}.block_sums")
-    shift = ir.node("MatMul", [sums.outputs[0], offsets], name=f"{name}.block_offsets")
-    add = ir.node("Add", [node.outputs[0], shift.outputs[0]], name=f"{name}.add_offsets")
-    return [*nodes, sums, shift, add], [*inits, ones_value, offsets], add.outputs[0]
+def nbytes(type_name: str, count: int) -> int:
+    """Bytes of ``count`` values of a GGML type (whole blocks)."""
+    block, size = block_layout(type_name)
+    return math.ceil(count / block) * size

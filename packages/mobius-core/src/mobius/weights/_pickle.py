@@ -28,6 +28,7 @@ import onnx_ir as ir
 
 from mobius.errors import CheckpointError
 from mobius.weights._closing import Closing
+from mobius.weights._tracking import note_read
 
 #: File names that hold pickled weights (a directory with only these is refused by default).
 PICKLE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.ckpt")
@@ -129,6 +130,7 @@ class _Archive:
             raise CheckpointError(f"{path}: expected one <archive>/data.pkl, found {len(pickles)}")
         self.prefix = pickles[0].removesuffix("data.pkl")
         self.pickle = pickles[0]
+        note_read(path)
 
     def read(self, entry: str) -> bytes:
         try:

@@ -70,7 +70,10 @@ def resolve_model(
         what = "file" if path.suffix.lower() == ".gguf" else "directory"
         raise ModelSourceError(f"no such {what}: {model}")
     patterns = HUB_ALLOW_PATTERNS + (HUB_PICKLE_PATTERNS if allow_pickle else [])
-    local = _download(model, revision, patterns)
+    try:
+        local = _download(model, revision, patterns)
+    except ModelSourceError as exc:
+        raise _as_local_typo(model, exc) from exc.__cause__
     if registry is None:
         from mobius._registry import registry
     for source in registry.sources():
@@ -96,6 +99,24 @@ def resolve_config(model: str | os.PathLike[str], *, revision: str | None = None
     if path.exists() or not isinstance(model, str) or not _is_repo_id(model):
         return resolve_model(model, revision=revision)  # local paths and their errors
     return _download(model, revision, HUB_CONFIG_PATTERNS)
+
+
+def _as_local_typo(model: str, exc: ModelSourceError) -> ModelSourceError:
+    """``exc``, or "no such directory" when ``model`` reads as a local path (its first part
+    is a directory here, as in ``models/llama`` with ``models/`` present)."""
+    first = pathlib.Path(model).parts[0]
+    if not pathlib.Path(first).is_dir():
+        return exc
+    return ModelSourceError(f"no such directory: {model} ({first}/ is here; as a hub id: {exc})")
+
+
+_NETWORK_ERRORS = (
+    "ConnectError",
+    "ConnectionError",
+    "ConnectTimeout",
+    "Timeout",
+    "OfflineModeIsEnabled",
+)
 
 
 def _is_repo_id(text: str) -> bool:
@@ -148,5 +169,11 @@ def _download(
             ) from e
         reason = str(e).strip().splitlines()[0] if str(e).strip() else ""
         detail = f"{type(e).__name__}: {reason}" if reason else type(e).__name__
+        chain = [e, e.__cause__, e.__context__]
+        if any(type(x).__name__ in _NETWORK_ERRORS for x in chain if x is not None):
+            raise ModelSourceError(
+                f"cannot reach the hub to fetch {repo_id!r}{at} ({detail}): no network? A model "
+                "already in the local cache builds with HF_HUB_OFFLINE=1"
+            ) from e
         raise ModelSourceError(f"cannot fetch model {repo_id!r}{at} from the hub ({detail})") from e
     return pathlib.Path(local)

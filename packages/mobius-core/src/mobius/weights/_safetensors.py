@@ -28,6 +28,7 @@ import onnx_ir as ir
 
 from mobius.errors import CheckpointError
 from mobius.weights._closing import Closing
+from mobius.weights._tracking import note_read
 
 _DTYPES: dict[str, tuple[np.dtype, ir.DataType]] = {
     "BOOL": (np.dtype(np.bool_), ir.DataType.BOOL),
@@ -71,6 +72,7 @@ class _File:
             end = max(end, tensor._offset + tensor.nbytes)
             self.tensors[name] = tensor
         self._closed = False
+        note_read(path)
 
     def map(self, offset: int, nbytes: int) -> tuple[mmap.mmap, int]:
         """Map ``nbytes`` at ``offset`` read-only; return the mapping and where they start in it.

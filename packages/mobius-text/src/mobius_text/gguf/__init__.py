@@ -4,20 +4,28 @@ Core reads the container (:class:`mobius.weights.GGUFFile`) and the block format
 this package knows what llama.cpp's converter did to each family: its metadata
 keys as an HF config (:func:`gguf_config`), its tensor names, permutations and
 offsets (:class:`GGUFCheckpoint`), and its vocabulary as tokenizer files
-(:func:`gguf_tokenizer_files`). :func:`recognise` is the ``.gguf`` source
+(:func:`gguf_tokenizer_files`) with every end-of-generation id
+(:func:`gguf_generation_config`). :func:`recognise` is the ``.gguf`` source
 recogniser that mobius-text registers.
 """
 
 from mobius_text.gguf._checkpoint import GGUFCheckpoint, GGUFWeight
 from mobius_text.gguf._config import gguf_config
 from mobius_text.gguf._source import recognise
-from mobius_text.gguf._tokenizer import UnsupportedTokenizerError, gguf_tokenizer_files
+from mobius_text.gguf._tokenizer import (
+    UnsupportedTokenizerError,
+    end_of_generation_ids,
+    gguf_generation_config,
+    gguf_tokenizer_files,
+)
 
 __all__ = [
     "GGUFCheckpoint",
     "GGUFWeight",
     "UnsupportedTokenizerError",
+    "end_of_generation_ids",
     "gguf_config",
+    "gguf_generation_config",
     "gguf_tokenizer_files",
     "recognise",
 ]

@@ -1,9 +1,9 @@
 """A GGUF file as a HuggingFace checkpoint: its tensors by HF name, in HF layout.
 
-llama.cpp's converter renames tensors (``blk.N.attn_q.weight``), stores norm
-weights of Gemma as ``1 + w``, and for the ``llama`` architecture permutes the rows
-of the query and key projections (per head, interleaving the two rotary halves).
-:class:`GGUFCheckpoint` undoes all three, so its tensors are the ones the HF model
+llama.cpp's converter renames tensors (``blk.N.attn_q.weight``), and per family
+changes some: permuted llama Q/K rows, Gemma's ``1 + w`` norms, stacked experts,
+Falcon's reordered ``query_key_value``... (:mod:`mobius_text.gguf._tensors` lists
+them). :class:`GGUFCheckpoint` undoes each, so its tensors are the ones the HF model
 was converted from. The facts come from llama.cpp's converter and transformers'
 GGUF loader.
 """
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from collections.abc import Iterator, Mapping
 
 import numpy as np
@@ -20,64 +19,15 @@ import onnx_ir as ir
 
 from mobius.errors import CheckpointError
 from mobius.weights import REPACKABLE, Closing, GGUFFile, GGUFTensor, RepackedWeight
-from mobius_text.gguf._config import GEMMA, PERMUTED_QK, architecture, gguf_config
+from mobius_text.gguf._config import architecture, gguf_config
+from mobius_text.gguf._tensors import TensorSpec, tensor_specs
 
-_GLOBAL_NAMES = {
-    "token_embd.weight": "model.embed_tokens.weight",
-    "output_norm.weight": "model.norm.weight",
-    "output.weight": "lm_head.weight",
-}
-_LAYER_NAMES = {
-    "attn_norm": "input_layernorm",
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_qkv": "self_attn.qkv_proj",
-    "attn_output": "self_attn.o_proj",
-    "attn_q_norm": "self_attn.q_norm",
-    "attn_k_norm": "self_attn.k_norm",
-    "ffn_norm": "post_attention_layernorm",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
-}
-_ARCH_LAYER_NAMES = {  # where an architecture differs from the table above
-    "gemma2": {
-        "ffn_norm": "pre_feedforward_layernorm",
-        "post_attention_norm": "post_attention_layernorm",
-        "post_ffw_norm": "post_feedforward_layernorm",
-    },
-    "phi3": {"ffn_up": "mlp.gate_up_proj"},
-}
-_ARCH_LAYER_NAMES["gemma3"] = _ARCH_LAYER_NAMES["gemma2"]
 _INT_TYPES = {
     "I8": ir.DataType.INT8,
     "I16": ir.DataType.INT16,
     "I32": ir.DataType.INT32,
     "I64": ir.DataType.INT64,
 }
-_LAYER = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
-
-
-def hf_name(arch: str, gguf_name: str) -> str | None:
-    """The HF checkpoint name of a GGUF tensor, or None when the tensor has no HF counterpart."""
-    if gguf_name in _GLOBAL_NAMES:
-        return _GLOBAL_NAMES[gguf_name]
-    m = _LAYER.fullmatch(gguf_name)
-    if m is None:
-        return None
-    layer, part, kind = m.groups()
-    names = {**_LAYER_NAMES, **_ARCH_LAYER_NAMES.get(arch, {})}
-    return f"model.layers.{layer}.{names[part]}.{kind}" if part in names else None
-
-
-def _qk_row_order(rows: int, heads: int) -> np.ndarray:
-    """HF row ``i`` of a llama Q/K projection is GGUF row ``order[i]``.
-
-    The converter maps each head's rows ``[half0 | half1]`` to interleaved pairs
-    ``(half0[j], half1[j])``; this is transformers' ``_reverse_permute_weights``.
-    """
-    return np.arange(rows).reshape(heads, rows // heads // 2, 2).swapaxes(1, 2).reshape(-1)
 
 
 class GGUFWeight:
@@ -114,7 +64,7 @@ class GGUFWeight:
 
     @property
     def repackable(self) -> bool:
-        """Whether :meth:`repack` gives ``MatMulNBits`` parts: a 2-D Q4_0, Q4_1 or Q8_0 tensor.
+        """Whether :meth:`repack` gives ``MatMulNBits`` parts: a 2-D tensor in GGML blocks.
 
         Answered from the header, without reading the data.
         """
@@ -136,6 +86,44 @@ class GGUFWeight:
         return f"GGUFWeight({self.name!r}, {self.tensor.type_name}, shape={self.shape})"
 
 
+class DerivedGGUFWeight(GGUFWeight):
+    """A GGUF tensor whose values or shape the converter changed (Mamba's ``A``, a squeezed
+    conv weight): decoded, then mapped back. Its blocks are never handed out as they are.
+    """
+
+    __slots__ = ("_transform",)
+
+    def __init__(self, name: str, tensor: GGUFTensor, shape, transform) -> None:
+        super().__init__(name, tensor)
+        self.shape, self._transform = tuple(shape), transform
+        self.nbytes = int(self.dtype.itemsize) * math.prod(self.shape)
+
+    def numpy(self) -> np.ndarray:
+        """The stored tensor decoded to float32, then through the converter's inverse."""
+        array = np.asarray(self._transform(self.tensor.numpy()), dtype=np.float32)
+        if array.shape != self.shape:
+            raise CheckpointError(f"{self.name}: decoded to {array.shape}, expected {self.shape}")
+        return array
+
+    @property
+    def repackable(self) -> bool:
+        """Never: the stored blocks are not this tensor's values."""
+        return False
+
+    def repack(self) -> None:
+        """None: the stored blocks are not this tensor's values."""
+        return None
+
+
+def _weight(spec: TensorSpec) -> GGUFWeight:
+    if spec.transform is None and spec.shape is None:
+        return GGUFWeight(spec.name, spec.tensor, spec.rows, spec.norm_offset)
+    if spec.rows is not None or spec.norm_offset:
+        raise CheckpointError(f"{spec.name}: a transformed tensor takes no row order or offset")
+    shape = spec.tensor.shape if spec.shape is None else spec.shape
+    return DerivedGGUFWeight(spec.name, spec.tensor, shape, spec.transform or (lambda a: a))
+
+
 class GGUFCheckpoint(Closing, Mapping[str, GGUFWeight]):
     """The tensors of a GGUF file by HF name, with the config its metadata describes.
 
@@ -149,22 +137,10 @@ class GGUFCheckpoint(Closing, Mapping[str, GGUFWeight]):
         self.config = gguf_config(file)
         arch = architecture(file)
         self._weights: dict[str, GGUFWeight] = {}
-        for gguf_name, tensor in file.tensors.items():
-            if gguf_name.startswith(("rope_factors_", "rope_freqs")):
-                continue
-            name = hf_name(arch, gguf_name) or gguf_name
-            rows = None
-            if arch in PERMUTED_QK and re.search(r"\.attn_[qk]\.", gguf_name):
-                key = "num_attention_heads" if ".attn_q." in gguf_name else "num_key_value_heads"
-                heads = self.config[key]
-                if tensor.shape[0] % (2 * heads):
-                    raise CheckpointError(
-                        f"{file.path}: {gguf_name} has {tensor.shape[0]} rows, "
-                        f"not a whole number of rotary pairs for {heads} heads"
-                    )
-                rows = _qk_row_order(tensor.shape[0], heads)
-            offset = 1.0 if arch in GEMMA and gguf_name.endswith("norm.weight") else 0.0
-            self._weights[name] = GGUFWeight(name, tensor, rows, offset)
+        for spec in tensor_specs(file, arch, self.config):
+            if spec.name in self._weights:
+                raise CheckpointError(f"{file.path}: two tensors map to {spec.name}")
+            self._weights[spec.name] = _weight(spec)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> GGUFCheckpoint:

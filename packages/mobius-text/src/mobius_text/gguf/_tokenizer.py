@@ -82,8 +82,8 @@ def gguf_tokenizer_files(metadata: Mapping[str, Any]) -> dict[str, str]:
     """The tokenizer files of a GGUF file, as ``{file name: JSON text}``.
 
     ``metadata`` is :attr:`GGUFFile.metadata`. ``tokenizer.json`` and
-    ``tokenizer_config.json`` are always written; ``generation_config.json`` when
-    the file names a BOS, EOS or padding token.
+    ``tokenizer_config.json`` are always written; ``generation_config.json``
+    (:func:`gguf_generation_config`) when the file names a BOS, EOS or padding token.
 
     Raises:
         UnsupportedTokenizerError: No vocabulary, or one of a kind not supported
@@ -95,18 +95,106 @@ def gguf_tokenizer_files(metadata: Mapping[str, Any]) -> dict[str, str]:
         "tokenizer.json": tokenizer.to_str(pretty=True),
         "tokenizer_config.json": _dump(tokenizer_config(metadata)),
     }
-    generation = {
-        name: metadata[f"tokenizer.ggml.{key}"]
-        for name, key in (
-            ("bos_token_id", "bos_token_id"),
-            ("eos_token_id", "eos_token_id"),
-            ("pad_token_id", "padding_token_id"),
-        )
-        if f"tokenizer.ggml.{key}" in metadata
-    }
+    generation = gguf_generation_config(metadata)
     if generation:
         files["generation_config.json"] = _dump(generation)
     return files
+
+
+# Token texts llama.cpp ends generation at, whatever their type (llama-vocab.cpp, its
+# ``special_eog_ids``: Llama 3, ChatML, Phi-3, Gemma, GPT-OSS, Granite, Kimi...).
+EOG_TEXTS = frozenset(
+    {
+        "<|eot_id|>",
+        "<|im_end|>",
+        "<|end|>",
+        "<|return|>",
+        "<|call|>",
+        "<|flush|>",
+        "<|calls|>",
+        "<end_of_turn>",
+        "<|endoftext|>",
+        "</s>",
+        "<|eom_id|>",
+        "<EOT>",
+        "_<EOT>",
+        "[EOT]",
+        "[EOS]",
+        "<|end_of_text|>",
+        "<end_of_utterance>",
+        "<eos>",
+        "<turn|>",
+        "<|tool_response>",
+    }
+)
+# Fill-in-the-middle tokens llama.cpp also ends generation at: the metadata id, else the
+# first token spelled one of these ways.
+_FIM_EOG = {
+    "fim_pad": ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"),
+    "fim_rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
+    "fim_sep": ("<|file_sep|>",),
+}
+# llama.cpp's exceptions: "<|end|>" ends a message, not generation, beside GPT-OSS's
+# "<|return|>"/"<|call|>" (and Solar's "<|calls|>"/"<|flush|>"); "</s>" does not beside
+# Gemma 4's "<|tool_response>".
+_EOG_EXCEPTIONS = [
+    (("<|return|>", "<|call|>"), "<|end|>"),
+    (("<|calls|>", "<|flush|>"), "<|end|>"),
+    (("<|tool_response>",), "</s>"),
+]
+
+
+def _token_id(metadata: Mapping[str, Any], key: str, n_tokens: int | None) -> int | None:
+    """A ``tokenizer.ggml.<key>`` id, if it is an integer naming a token of the vocabulary."""
+    value = metadata.get(f"tokenizer.ggml.{key}")
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        return None
+    return value if n_tokens is None or value < n_tokens else None
+
+
+def end_of_generation_ids(metadata: Mapping[str, Any]) -> list[int]:
+    """Every id llama.cpp ends generation at: EOS first, then EOT, EOM, the FIM
+    pad/repo/separator tokens and the tokens spelled as :data:`EOG_TEXTS`, by id."""
+    tokens = metadata.get("tokenizer.ggml.tokens")
+    tokens = tokens if isinstance(tokens, list) else []
+    n_tokens = len(tokens) or None
+    ids = [_token_id(metadata, f"{key}_token_id", n_tokens) for key in ("eos", "eot", "eom")]
+    wanted = EOG_TEXTS.union(*_FIM_EOG.values())
+    by_text: dict[str, int] = {}  # the first id of each wanted spelling
+    for index, token in enumerate(tokens):
+        if isinstance(token, str) and token in wanted:
+            by_text.setdefault(token, index)
+    for key, texts in _FIM_EOG.items():
+        found = _token_id(metadata, f"{key}_token_id", n_tokens)
+        if found is None:
+            found = next((by_text[t] for t in texts if t in by_text), None)
+        ids.append(found)
+    ids += sorted(by_text[t] for t in EOG_TEXTS if t in by_text)
+    for present, dropped in _EOG_EXCEPTIONS:
+        if all(t in by_text for t in present) and dropped in by_text:
+            ids = [i for i in ids if i != by_text[dropped]]
+    return list(dict.fromkeys(i for i in ids if i is not None))
+
+
+def gguf_generation_config(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``generation_config.json`` content: BOS, every end-of-generation id, padding.
+
+    ``eos_token_id`` is a list when llama.cpp would stop at more than one token (a
+    chat model's end of turn beside its EOS), as HF's generation configs write it.
+    """
+    tokens = metadata.get("tokenizer.ggml.tokens")
+    n_tokens = len(tokens) if isinstance(tokens, list) and tokens else None
+    generation: dict[str, Any] = {}
+    bos = _token_id(metadata, "bos_token_id", n_tokens)
+    if bos is not None:
+        generation["bos_token_id"] = bos
+    eos = end_of_generation_ids(metadata)
+    if eos:
+        generation["eos_token_id"] = eos[0] if len(eos) == 1 else eos
+    pad = _token_id(metadata, "padding_token_id", n_tokens)
+    if pad is not None:
+        generation["pad_token_id"] = pad
+    return generation
 
 
 def build_tokenizer(metadata: Mapping[str, Any]):
