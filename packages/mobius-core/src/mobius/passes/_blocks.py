@@ -82,19 +82,32 @@ def block_weight(
             values.append(value)
         if values:
             sign = shape.offset_sign if kind == "offset" else 1.0
-            products[kind] = _product(values, sign, [n, blocks], float_type, prelude, name, kind)
-    zero_points = None
-    if shape.zero_point != 1 << (shape.bits - 1):  # 0: codes span the whole 4-bit range
-        zero_points = _zeros(graph, f"{name}.zero_points", [n, -(-blocks * shape.bits // 8)])
+            products[kind] = _product(values, sign, [n, blocks], prelude, f"{name}/{kind}")
+    shift = (1 << (shape.bits - 1)) - shape.zero_point
+    if shift:
+        # Codes spanning the whole 4-bit range (Q4_1, Q4_K: zero point 0) are read around
+        # MatMulNBits' default zero point 8 instead, the difference moved into the offsets
+        # (q s + o = (q - 8) s + (o + 8 s), one float32 rounding): an explicit zero-point
+        # input halves ONNX Runtime's int8-activation kernel speed.
+        scaled = _node(
+            prelude, "Mul", [products["scale"], _float(prelude, shift, name)], f"{name}/shift"
+        )
+        products["offset"] = _node(
+            prelude, "Add", [products["offset"], scaled], f"{name}/offset_shifted"
+        )
+    outs = {
+        kind: _as_type(value, float_type, [n, blocks], prelude, name, kind)
+        for kind, value in products.items()
+    }
     return Int4Weight(
         packed,
-        products["scale"],
-        zero_points,
+        outs["scale"],
+        None,
         k,
         n,
         shape.block_size,
         shape.bits,
-        row_offsets=products.get("offset"),
+        row_offsets=outs.get("offset"),
     )
 
 
@@ -106,9 +119,8 @@ def _node(prelude: list, op: str, inputs, name: str, **attributes) -> ir.Value:
     return out
 
 
-def _product(values, sign, shape, float_type, prelude, name, kind) -> ir.Value:
-    """``sign * prod(values)`` in float32, reshaped to ``shape`` and cast to ``float_type``."""
-    base = f"{name}/{kind}"
+def _product(values, sign, shape, prelude, base) -> ir.Value:
+    """``sign * prod(values)`` in float32, reshaped to ``shape``."""
     floats = [
         _node(prelude, "Cast", [v], f"{base}/cast{i}", to=ir.DataType.FLOAT)
         for i, v in enumerate(values)
@@ -118,14 +130,24 @@ def _product(values, sign, shape, float_type, prelude, name, kind) -> ir.Value:
         out = _node(prelude, "Mul", [out, value], f"{base}/mul{i}")
     if sign != 1.0:
         out = _node(prelude, "Neg", [out], f"{base}/neg")
-    out = _node(
+    return _node(
         prelude, "Reshape", [out, _ints(prelude, shape, f"{base}/shape")], f"{base}/reshape"
     )
+
+
+def _as_type(value, float_type, shape, prelude, name, kind) -> ir.Value:
+    """``value`` (float32) in the model's float type, named and typed as the ops' input."""
     if float_type != ir.DataType.FLOAT:
-        out = _node(prelude, "Cast", [out], f"{base}/to_float_type", to=float_type)
-    out.name = f"{name}.{kind}s"
-    out.type, out.shape = ir.TensorType(float_type), ir.Shape(shape)
-    return out
+        value = _node(prelude, "Cast", [value], f"{name}/{kind}/to_float_type", to=float_type)
+    value.name = f"{name}.{kind}s"
+    value.type, value.shape = ir.TensorType(float_type), ir.Shape(shape)
+    return value
+
+
+def _float(prelude: list, number: float, name: str) -> ir.Value:
+    return _node(
+        prelude, "Constant", [], f"{name}/shift_by", value=ir.tensor(np.array(number, np.float32))
+    )
 
 
 def transposed(value: ir.Value, prelude: list) -> ir.Value:
@@ -134,18 +156,6 @@ def transposed(value: ir.Value, prelude: list) -> ir.Value:
     out.name = f"{value.name}.by_block"
     out.type, out.shape = value.type, ir.Shape(list(reversed(value.shape)))
     return out
-
-
-def _zeros(graph: ir.Graph, name: str, shape: list[int]) -> ir.Value:
-    """A uint8 zero-point initializer of zeros (stored once per weight: a few bytes a row)."""
-    value = ir.Value(
-        name=name,
-        type=ir.TensorType(ir.DataType.UINT8),
-        shape=ir.Shape(shape),
-        const_value=ir.Tensor(np.zeros(shape, np.uint8), name=name),
-    )
-    graph.register_initializer(value)
-    return value
 
 
 def block_ones(k: int, block_size: int, dtype: ir.DataType, prelude: list) -> ir.Value:
