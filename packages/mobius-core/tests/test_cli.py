@@ -220,6 +220,19 @@ def test_dtype_spellings_users_type(capsys, tiny_llama_dir: Path, tmp_path: Path
     assert graph.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
 
 
+def test_a_large_float_build_suggests_quantizing(
+    capsys, tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import mobius.cli
+
+    monkeypatch.setattr(mobius.cli, "QUANT_HINT_BYTES", 0)  # every build counts as large
+    assert main(["build", "--model", str(tiny_llama_dir), str(tmp_path / "f"), "-q"]) == 0
+    assert "--quant int4 stores MatMul weights in 4-bit" in capsys.readouterr().err
+    argv = ["build", "--model", str(tiny_llama_dir), str(tmp_path / "q"), "-q", "--quant", "int4"]
+    assert main(argv) == 0
+    assert "--quant int4 stores" not in capsys.readouterr().err
+
+
 def test_cuda_with_float32_warns(capsys, tiny_llama_dir: Path, tmp_path: Path) -> None:
     argv = ["build", "--model", str(tiny_llama_dir), str(tmp_path / "out"), "-q", "--ep", "cuda"]
     assert main([*argv, "--dtype", "f32", "--no-weights"]) == 0

@@ -82,7 +82,7 @@ def _build(args: argparse.Namespace) -> int:
     if (
         options.quant.method is None
         and options.load_weights
-        and size > 2**28
+        and size > QUANT_HINT_BYTES
         and not any(
             node.op_type == "MatMulNBits"
             for model in package.models.values()
@@ -95,6 +95,10 @@ def _build(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+#: A float build larger than this gets a note suggesting ``--quant int4``.
+QUANT_HINT_BYTES = 2**28
 
 
 def _megabytes(size: int) -> str:
