@@ -60,3 +60,29 @@ def test_minilm_matches_sentence_transformers(minilm: Path, tmp_path: Path, ep: 
     # Not a degenerate model: similar sentences are closer than unrelated ones.
     similarity = embedding @ embedding.T
     assert similarity[0, 2] < 0.9 and similarity[0, 0] > 0.999
+
+
+@pytest.mark.slow  # a 90 MB checkpoint
+def test_mobius_embed_matches_sentence_transformers(
+    minilm: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    import json
+
+    from sentence_transformers import SentenceTransformer
+
+    import mobius
+    from mobius.cli import main
+
+    out = build_with_cli(minilm, tmp_path / "out")
+    capsys.readouterr()
+    expected = SentenceTransformer(str(minilm), device="cpu").encode(
+        SENTENCES, convert_to_numpy=True, batch_size=len(SENTENCES)
+    )
+    # The API, the CLI's JSON lines and its .npy file give the same vectors.
+    np.testing.assert_allclose(mobius.embed(out, SENTENCES), expected, rtol=0, atol=1e-5)
+    assert main(["embed", str(out), *SENTENCES]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(SENTENCES)
+    np.testing.assert_allclose(np.array([json.loads(x) for x in lines]), expected, atol=1e-5)
+    assert main(["embed", str(out), *SENTENCES, "--output", str(tmp_path / "e.npy")]) == 0
+    np.testing.assert_allclose(np.load(tmp_path / "e.npy"), expected, rtol=0, atol=1e-5)

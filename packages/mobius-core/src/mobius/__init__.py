@@ -30,6 +30,7 @@ _EXPORTS = {
     "apply_weights": "mobius.weights",
     "build": "mobius._build",
     "build_from_module": "mobius._build",
+    "embed": "mobius.embed",
     "generate_text": "mobius.generate",
     "registry": "mobius._registry",
 }
@@ -48,6 +49,7 @@ __all__ = [
     "apply_weights",
     "build",
     "build_from_module",
+    "embed",
     "generate_text",
     "registry",
 ]
@@ -57,6 +59,7 @@ if TYPE_CHECKING:
     from mobius._package import ModelPackage
     from mobius._registry import Registration, Registry, registry
     from mobius.config import ArchitectureConfig, RopeConfig
+    from mobius.embed import embed
     from mobius.errors import MobiusError
     from mobius.generate import TextGenerator, generate_text
     from mobius.options import BuildOptions, QuantOptions

@@ -26,6 +26,7 @@ EPILOG = """examples:
   mobius build --model ./my-checkpoint out/ --dtype f16
   mobius build --model ./my-checkpoint out/ --ep cpu --quant int4
   mobius generate out/ "The capital of France is" --max-new-tokens 32
+  mobius embed minilm-out/ "The capital of France is Paris."
   mobius list
 """
 
@@ -114,6 +115,12 @@ def _generate(args: argparse.Namespace) -> int:
         if runner.accepts_dir(args.output):
             return runner.run_cli(args.output, args.prompt, options)
     return run_text_cli(args.output, args.prompt, options)
+
+
+def _embed(args: argparse.Namespace) -> int:
+    from mobius.embed import run_cli
+
+    return run_cli(args.output, args.texts, args.save_to, threads=args.threads)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -488,6 +495,39 @@ def make_parser(plugins: bool = True) -> argparse.ArgumentParser:
     )
     _add_plugin_options(generate, plugin_options, "generate")
     generate.set_defaults(run=_generate)
+
+    embed = commands.add_parser(
+        "embed",
+        help="embed texts (or classify them) with a built feature-extraction package",
+        description=(
+            "Run the encoder package in OUTPUT_DIR on each TEXT with ONNX Runtime and its own\n"
+            "tokenizer. A package built with a sentence-embedding head (a sentence-transformers\n"
+            "source's default) gives its embedding, pooled and normalised as built; a package\n"
+            "without one gives the mean of last_hidden_state over the real tokens. A sequence\n"
+            "classifier (or reranker) gives each text's label and score instead.\n\n"
+            "Output: one JSON line per text on stdout, or --output FILE (.npy or .json).\n"
+            "Needs ONNX Runtime: pip install mobius-core[run]"
+        ),
+        epilog="""examples:
+  mobius embed minilm-out/ "The capital of France is Paris." "Hi"
+  mobius embed minilm-out/ "first text" "second text" --output vectors.npy
+""",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[common],
+    )
+    embed.add_argument("output", metavar="OUTPUT_DIR", help="package written by mobius build")
+    embed.add_argument("texts", metavar="TEXT", nargs="+", help="the texts to embed")
+    embed.add_argument(
+        "--output",
+        dest="save_to",
+        default=None,
+        metavar="FILE",
+        help="write the embeddings to FILE (.npy: float32 [texts, hidden]; else JSON)",
+    )
+    embed.add_argument(
+        "--threads", type=int, default=None, metavar="N", help="ONNX Runtime intra-op threads"
+    )
+    embed.set_defaults(run=_embed)
 
     list_ = commands.add_parser(
         "list",

@@ -1,0 +1,159 @@
+"""Embed texts (or classify them) with a built feature-extraction package in ONNX Runtime.
+
+A feature-extraction package (:mod:`mobius.tasks._feature_extraction`) takes
+``input_ids``, ``attention_mask`` (and ``token_type_ids`` where the model has them)
+and gives ``last_hidden_state``, plus what its head was built with:
+
+- ``sentence_embedding`` (``--head sentence-embedding``, a sentence-transformers
+  source's default): pooled and normalised as the build chose; returned as it is;
+- ``logits`` [batch, labels] (a sequence classifier or reranker): a label per text,
+  from ``config.json``'s ``id2label``;
+- neither: the mean of ``last_hidden_state`` over the real tokens.
+
+Example::
+
+    import mobius
+
+    vectors = mobius.embed("minilm-out/", ["The capital of France is Paris.", "Hi"])
+
+Needs ONNX Runtime: ``pip install mobius-core[run]``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from mobius.errors import MobiusError
+from mobius.generate import PackageError, _import_onnxruntime, _read_json
+
+_TOKEN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+class Embedder:
+    """A feature-extraction package loaded in ONNX Runtime, with its own tokenizer."""
+
+    def __init__(self, package_dir: str | os.PathLike, *, threads: int | None = None) -> None:
+        self.package_dir = Path(package_dir)
+        graph = self.package_dir / "model.onnx"
+        if not graph.is_file():
+            raise PackageError(
+                f"no model.onnx in {self.package_dir}: not a package built by mobius"
+            )
+        ort = _import_onnxruntime()
+        options = ort.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = int(threads)
+        try:
+            self.session = ort.InferenceSession(
+                str(graph), options, providers=["CPUExecutionProvider"]
+            )
+        except Exception as exc:  # ORT's own pybind errors: corrupt, truncated, bad ops
+            raise PackageError(f"ONNX Runtime cannot load {graph}: {exc}") from None
+        self.inputs = [i.name for i in self.session.get_inputs()]
+        self.outputs = [o.name for o in self.session.get_outputs()]
+        if not {"input_ids", "attention_mask"} <= set(self.inputs) or set(self.inputs) - set(
+            _TOKEN_INPUTS
+        ):
+            raise PackageError(
+                f"{self.package_dir} is not a feature-extraction package: its graph takes "
+                f"{self.inputs}, not input_ids and attention_mask (and token_type_ids)"
+            )
+        self.config = _read_json(self.package_dir / "config.json")
+        self._tokenizer = None
+
+    @property
+    def tokenizer(self):
+        """The package's tokenizer (``transformers.AutoTokenizer``), loaded on first use."""
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            try:
+                self._tokenizer = AutoTokenizer.from_pretrained(
+                    str(self.package_dir), trust_remote_code=False
+                )
+            except (OSError, ValueError, TypeError) as exc:
+                raise PackageError(
+                    f"cannot load the tokenizer of {self.package_dir}: {exc}"
+                ) from None
+        return self._tokenizer
+
+    def _run(self, texts: Sequence[str], pairs: Sequence[str] | None = None) -> dict:
+        if not texts:
+            raise MobiusError("no text to embed")
+        batch = self.tokenizer(
+            list(texts), list(pairs) if pairs else None, padding=True, truncation=True
+        )
+        feeds = {name: np.asarray(batch[name], np.int64) for name in self.inputs if name in batch}
+        if "token_type_ids" in self.inputs and "token_type_ids" not in feeds:
+            feeds["token_type_ids"] = np.zeros_like(feeds["input_ids"])
+        return {**dict(zip(self.outputs, self.session.run(None, feeds), strict=True)), **feeds}
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """``[len(texts), hidden]`` float32: ``sentence_embedding`` as built, else the mean
+        of ``last_hidden_state`` over each text's real tokens."""
+        out = self._run(texts)
+        if "sentence_embedding" in out:
+            return np.asarray(out["sentence_embedding"], np.float32)
+        if "last_hidden_state" not in out:
+            raise PackageError(f"{self.package_dir} has no embedding output: {self.outputs}")
+        mask = out["attention_mask"][..., None].astype(np.float32)
+        summed = (out["last_hidden_state"] * mask).sum(axis=1)
+        return (summed / np.maximum(mask.sum(axis=1), 1.0)).astype(np.float32)
+
+    def classify(self, texts: Sequence[str], pairs: Sequence[str] | None = None) -> list[dict]:
+        """A ``{"label", "score", "logits"}`` per text (a reranker scores ``(text, pair)``)."""
+        out = self._run(texts, pairs)
+        logits = out.get("logits")
+        if logits is None or np.ndim(logits) != 2:
+            raise PackageError(f"{self.package_dir} is not a sequence classifier: {self.outputs}")
+        labels = self.config.get("id2label") or {}
+        results = []
+        for row in np.asarray(logits, np.float32):
+            best = int(row.argmax())
+            probs = np.exp(row - row.max())
+            probs /= probs.sum()
+            label = labels.get(str(best), str(best)) if len(row) > 1 else "score"
+            score = float(probs[best]) if len(row) > 1 else float(row[0])
+            results.append({"label": str(label), "score": score, "logits": row.tolist()})
+        return results
+
+    @property
+    def is_classifier(self) -> bool:
+        """Whether the package's head is a sequence classifier (``logits`` [batch, labels])."""
+        shape = next((o.shape for o in self.session.get_outputs() if o.name == "logits"), None)
+        return shape is not None and len(shape) == 2
+
+
+def embed(package_dir: str | os.PathLike, texts: str | Sequence[str], **options) -> np.ndarray:
+    """Embeddings ``[n, hidden]`` of ``texts`` (one text gives ``[1, hidden]``); see :class:`Embedder`."""
+    return Embedder(package_dir, **options).embed([texts] if isinstance(texts, str) else texts)
+
+
+def run_cli(package_dir, texts: list[str], output: str | None, threads=None) -> int:
+    """``mobius embed``: embeddings (or labels) as JSON lines on stdout, or to ``.npy``/``.json``."""
+    embedder = Embedder(package_dir, threads=threads)
+    if embedder.is_classifier:
+        rows = embedder.classify(texts)
+        if output:
+            Path(output).write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+            print(f"wrote {output}")
+        else:
+            for text, row in zip(texts, rows, strict=True):
+                print(json.dumps({"text": text, "label": row["label"], "score": row["score"]}))
+        return 0
+    vectors = embedder.embed(texts)
+    if output and output.endswith(".npy"):
+        np.save(output, vectors)
+        print(f"wrote {output} {list(vectors.shape)}")
+    elif output:
+        Path(output).write_text(json.dumps(vectors.tolist()) + "\n", encoding="utf-8")
+        print(f"wrote {output} {list(vectors.shape)}")
+    else:
+        for vector in vectors:
+            print(json.dumps([round(float(v), 7) for v in vector]))
+    return 0
