@@ -71,7 +71,7 @@ def test_embed_prints_a_classifiers_labels(tmp_path, capsys):
 
 
 def test_embed_refuses_what_is_not_an_encoder_package(tmp_path, capsys):
-    from mobius.embed import Embedder
+    from mobius.embedding import Embedder
     from mobius_text.testing import write_tiny_llama
 
     out = build_with_cli(write_tiny_llama(tmp_path / "llama"), tmp_path / "onnx")
@@ -79,3 +79,10 @@ def test_embed_refuses_what_is_not_an_encoder_package(tmp_path, capsys):
         Embedder(out)
     assert main(["embed", str(tmp_path / "missing"), "hi"]) == 1
     assert "no model.onnx in" in capsys.readouterr().err
+
+
+def test_mobius_embed_stays_the_function_once_its_module_is_imported():
+    import mobius
+    import mobius.embedding  # a submodule named like the function would shadow it
+
+    assert mobius.embed is mobius.embedding.embed

@@ -30,7 +30,7 @@ _EXPORTS = {
     "apply_weights": "mobius.weights",
     "build": "mobius._build",
     "build_from_module": "mobius._build",
-    "embed": "mobius.embed",
+    "embed": "mobius.embedding",
     "generate_text": "mobius.generate",
     "registry": "mobius._registry",
 }
@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from mobius._package import ModelPackage
     from mobius._registry import Registration, Registry, registry
     from mobius.config import ArchitectureConfig, RopeConfig
-    from mobius.embed import embed
+    from mobius.embedding import embed
     from mobius.errors import MobiusError
     from mobius.generate import TextGenerator, generate_text
     from mobius.options import BuildOptions, QuantOptions

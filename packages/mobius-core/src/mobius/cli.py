@@ -118,7 +118,7 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _embed(args: argparse.Namespace) -> int:
-    from mobius.embed import run_cli
+    from mobius.embedding import run_cli
 
     return run_cli(args.output, args.texts, args.save_to, threads=args.threads)
 
