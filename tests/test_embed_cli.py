@@ -86,3 +86,10 @@ def test_mobius_embed_stays_the_function_once_its_module_is_imported():
     import mobius.embedding  # a submodule named like the function would shadow it
 
     assert mobius.embed is mobius.embedding.embed
+
+
+def test_an_unwritable_output_is_one_line(tmp_path, capsys):
+    _, out = _bert(tmp_path, "none")
+    capsys.readouterr()
+    assert main(["embed", str(out), "w1", "--output", str(tmp_path / "no" / "dir" / "e.npy")]) == 1
+    assert capsys.readouterr().err.startswith("mobius: error: cannot write ")

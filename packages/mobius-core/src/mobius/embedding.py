@@ -85,9 +85,14 @@ class Embedder:
     def _run(self, texts: Sequence[str], pairs: Sequence[str] | None = None) -> dict:
         if not texts:
             raise MobiusError("no text to embed")
-        batch = self.tokenizer(
-            list(texts), list(pairs) if pairs else None, padding=True, truncation=True
-        )
+        try:
+            batch = self.tokenizer(
+                list(texts), list(pairs) if pairs else None, padding=True, truncation=True
+            )
+        except ValueError as exc:  # a tokenizer without a padding token, texts it refuses
+            raise PackageError(
+                f"the tokenizer of {self.package_dir} refuses the texts: {exc}"
+            ) from None
         feeds = {name: np.asarray(batch[name], np.int64) for name in self.inputs if name in batch}
         if "token_type_ids" in self.inputs and "token_type_ids" not in feeds:
             feeds["token_type_ids"] = np.zeros_like(feeds["input_ids"])
@@ -136,6 +141,13 @@ def embed(package_dir: str | os.PathLike, texts: str | Sequence[str], **options)
 
 def run_cli(package_dir, texts: list[str], output: str | None, threads=None) -> int:
     """``mobius embed``: embeddings (or labels) as JSON lines on stdout, or to ``.npy``/``.json``."""
+    try:
+        return _run_cli(package_dir, texts, output, threads)
+    except OSError as exc:  # an unwritable --output
+        raise MobiusError(f"cannot write {output}: {exc.strerror or exc}") from None
+
+
+def _run_cli(package_dir, texts: list[str], output: str | None, threads) -> int:
     embedder = Embedder(package_dir, threads=threads)
     if embedder.is_classifier:
         rows = embedder.classify(texts)

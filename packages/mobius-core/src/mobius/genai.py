@@ -53,7 +53,8 @@ class GenAIUnsupportedError(MobiusError):
     """The package cannot be described to onnxruntime-genai (not an attention-only causal LM)."""
 
 
-def _read_json(directory: Path | None, name: str) -> dict:
+def source_json(directory: Path | None, name: str) -> dict:
+    """A JSON object file of the source directory, or ``{}`` when it is absent or unreadable."""
     if directory is None or not (directory / name).is_file():
         return {}
     try:
@@ -67,7 +68,7 @@ def _companion_json(package, name: str) -> dict:
     """A JSON companion of ``package``: the one made in memory (a GGUF file's), else the source's."""
     text = getattr(package, "text_files", {}).get(name)
     if text is None:
-        return _read_json(package.source_dir, name)
+        return source_json(package.source_dir, name)
     try:
         data = json.loads(text)
     except ValueError:

@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import json
 import logging
-from pathlib import Path
-from typing import Any
 
-from mobius.genai import GenAIUnsupportedError, decoder_genai_config
+from mobius.genai import GenAIUnsupportedError, decoder_genai_config, source_json
 
 PROCESSOR_FILENAME = "processor_config.json"
 
@@ -28,17 +26,6 @@ PROCESSOR_FILENAME = "processor_config.json"
 # the first step fails with "Missing Input: token_type_ids", and decoder.inputs refuses the name);
 # Qwen2.5-VL's position_ids are M-RoPE's [3, batch, sequence], which the generator computes.
 GENAI_VISION_LANGUAGE_TYPES = frozenset({"mistral3", "qwen2_5_vl"})
-
-
-def source_json(directory: Path | None, name: str) -> dict[str, Any]:
-    """A JSON object file of the source directory, or ``{}`` when it is absent or unreadable."""
-    if directory is None or not (directory / name).is_file():
-        return {}
-    try:
-        data = json.loads((directory / name).read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def vision_language_genai_config(package, *, ep: str = "cpu") -> dict:
