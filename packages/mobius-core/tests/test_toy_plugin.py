@@ -5,7 +5,8 @@ The toy lives in a temporary folder as a real distribution (``toy_mobius`` with 
 entry-point discovery in a fresh ``mobius`` process. It registers one of each:
 a model type, a task (a graph ``y = x * weight * scale``), a source recogniser
 (``*.toy.json`` files holding config and weights), a build option
-(``--toy-scale``, read by the task) and a runner for ``mobius generate``.
+(``--toy-scale``, read by the task), a runner for ``mobius generate`` and one for
+``mobius classify`` with an option of its own (``--toy-upper``).
 """
 
 from __future__ import annotations
@@ -84,6 +85,26 @@ def register(registry):
             examples=("mobius generate toy-out/ hello",),
         )
     )
+    registry.register_option(
+        CliOption(
+            "classify",
+            "toy_upper",
+            ("--toy-upper",),
+            {"action": "store_true", "help": "toy classifiers: print labels in capitals"},
+            package=PACKAGE,
+        )
+    )
+    registry.register_runner(
+        RunnerInfo(
+            "toy-classifier",
+            "toy_mobius:accepts",
+            "toy_mobius:classify",
+            PACKAGE,
+            help="A toy package (toy.json) labels each INPUT by its length.",
+            examples=("mobius classify toy-out/ a.png",),
+            command="classify",
+        )
+    )
 
 
 class ToyTask:
@@ -135,6 +156,13 @@ def accepts(package_dir):
 
 def run(package_dir, prompt, options):
     print(prompt * 2)
+    return 0
+
+
+def classify(package_dir, inputs, options):
+    for item in inputs:
+        label = f"len{len(item)}"
+        print(f"{item}: {label.upper() if options['toy_upper'] else label} top{options['top']}")
     return 0
 '''
 
@@ -191,6 +219,20 @@ def test_toy_plugin_builds_lists_and_runs(toy_site, tmp_path):
     ran = mobius(toy_site, "generate", str(out), "ab")
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.strip() == "abab"
+
+    assert "labels each INPUT" in mobius(toy_site, "classify", "--help").stdout
+    classified = mobius(toy_site, "classify", str(out), "ab", "abc", "--toy-upper", "--top", "2")
+    assert classified.returncode == 0, classified.stderr
+    assert classified.stdout.splitlines() == ["ab: LEN2 top2", "abc: LEN3 top2"]
+
+
+def test_classify_refuses_a_package_no_classifier_accepts(toy_site, tmp_path):
+    (tmp_path / "pkg").mkdir()
+    result = mobius(toy_site, "classify", str(tmp_path / "pkg"), "a.png")
+    assert result.returncode == 1
+    assert "no classifier accepts" in result.stderr and "toy-classifier" in result.stderr
+    result = mobius(toy_site, "classify", str(tmp_path / "pkg"), "a.png", "--top", "0")
+    assert "--top must be at least 1" in result.stderr
 
 
 def test_toy_option_refused_for_other_tasks(toy_site, tmp_path):

@@ -115,13 +115,15 @@ class Registry:
         self._claim(self._sources, info.name, info, "source recogniser")
 
     def register_option(self, option: CliOption) -> None:
-        """Add a ``mobius build`` / ``mobius generate`` option (see :class:`mobius.plugins.CliOption`)."""
-        if option.command not in ("build", "generate"):
-            raise ValueError(f"option {option.dest!r}: command must be build or generate")
+        """Add a ``mobius build`` / ``generate`` / ``classify`` option (see :class:`mobius.plugins.CliOption`)."""
+        if option.command not in ("build", "generate", "classify"):
+            raise ValueError(f"option {option.dest!r}: command must be build, generate or classify")
         self._claim(self._options, (option.command, option.dest), option, "option")
 
     def register_runner(self, info: RunnerInfo) -> None:
-        """Add a ``mobius generate`` runner (see :class:`mobius.plugins.RunnerInfo`)."""
+        """Add a ``mobius generate`` or ``classify`` runner (see :class:`mobius.plugins.RunnerInfo`)."""
+        if info.command not in ("generate", "classify"):
+            raise ValueError(f"runner {info.name!r}: command must be generate or classify")
         self._claim(self._runners, info.name, info, "runner")
 
     @staticmethod
@@ -156,9 +158,10 @@ class Registry:
         self.load_plugins()
         return [o for (c, _), o in self._options.items() if c == command]
 
-    def runners(self) -> list[RunnerInfo]:
+    def runners(self, command: str = "generate") -> list[RunnerInfo]:
+        """The runners of ``command`` (``"generate"`` or ``"classify"``), in registration order."""
         self.load_plugins()
-        return list(self._runners.values())
+        return [r for r in self._runners.values() if r.command == command]
 
     def declare_verified(self, package: str, resource: str) -> None:
         """Declare where ``package`` lists its verified keys; the list is read on first use.

@@ -27,6 +27,7 @@ EPILOG = """examples:
   mobius build --model ./my-checkpoint out/ --ep cpu --quant int4
   mobius generate out/ "The capital of France is" --max-new-tokens 32
   mobius embed minilm-out/ "The capital of France is Paris."
+  mobius classify vit-out/ cat.png
   mobius list
 """
 
@@ -115,6 +116,21 @@ def _generate(args: argparse.Namespace) -> int:
         if runner.accepts_dir(args.output):
             return runner.run_cli(args.output, args.prompt, options)
     return run_text_cli(args.output, args.prompt, options)
+
+
+def _classify(args: argparse.Namespace) -> int:
+    from mobius._registry import registry
+
+    if args.top < 1:
+        raise MobiusError(f"--top must be at least 1, not {args.top}")
+    for runner in registry.runners("classify"):
+        if runner.accepts_dir(args.output):
+            return runner.run_cli(args.output, args.inputs, vars(args))
+    installed = ", ".join(r.name for r in registry.runners("classify")) or "none installed"
+    raise MobiusError(
+        f"no classifier accepts {args.output} (classifiers: {installed}); a text "
+        "classifier or reranker runs with 'mobius embed', a causal LM with 'mobius generate'"
+    )
 
 
 def _embed(args: argparse.Namespace) -> int:
@@ -208,12 +224,13 @@ def make_parser(plugins: bool = True) -> argparse.ArgumentParser:
     Without plugins nothing is imported beyond the standard library and mobius's
     light modules: ``mobius --help`` and ``mobius --version`` need no more.
     """
-    plugin_options, heads, runners, source_help = [], ["none"], [], ""
+    plugin_options, heads, runners, classifiers, source_help = [], ["none"], [], [], ""
     if plugins:
         from mobius._registry import registry
 
-        plugin_options = registry.options("build") + registry.options("generate")
+        plugin_options = [o for c in ("build", "generate", "classify") for o in registry.options(c)]
         runners = registry.runners()
+        classifiers = registry.runners("classify")
         source_help = "".join(f"\n\n{s.help}" for s in registry.sources() if s.help)
         for info in registry.tasks().values():
             heads += [h for h in info.heads if h not in heads]
@@ -529,6 +546,41 @@ def make_parser(plugins: bool = True) -> argparse.ArgumentParser:
     )
     embed.set_defaults(run=_embed)
 
+    classify = commands.add_parser(
+        "classify",
+        help="classify images (or audio) with a built classifier package",
+        description=(
+            "Run the classifier package in OUTPUT_DIR on each INPUT with ONNX Runtime and\n"
+            "print its likeliest labels with their probabilities. A zero-shot package\n"
+            "(CLIP, SigLIP) scores the INPUTs against the --labels you give.\n"
+            "Needs ONNX Runtime: pip install mobius-core[run]"
+            + "".join(f"\n\n{r.help}" for r in classifiers if r.help)
+        ),
+        epilog="examples:\n" + "".join(f"  {e}\n" for r in classifiers for e in r.examples),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[common],
+    )
+    classify.add_argument("output", metavar="OUTPUT_DIR", help="package written by mobius build")
+    classify.add_argument("inputs", metavar="INPUT", nargs="+", help="the files to classify")
+    classify.add_argument(
+        "--labels",
+        default=None,
+        metavar="A,B,...",
+        help="zero-shot packages: the candidate labels, comma-separated",
+    )
+    classify.add_argument(
+        "--top",
+        type=int,
+        default=5,
+        metavar="K",
+        help="print the K likeliest labels of each input (default 5)",
+    )
+    classify.add_argument(
+        "--threads", type=int, default=None, metavar="N", help="ONNX Runtime intra-op threads"
+    )
+    _add_plugin_options(classify, plugin_options, "classify")
+    classify.set_defaults(run=_classify)
+
     list_ = commands.add_parser(
         "list",
         help="list the registered model types, grouped by package",
@@ -625,9 +677,9 @@ def main(argv: list[str] | None = None) -> int:
     (a bug in mobius), 130 interrupted.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
-    # Only build and generate take the domain packages' options: load them for those alone.
+    # Only build, generate and classify take the domain packages' options: load them for those.
     command = next((a for a in argv if not a.startswith("-")), None)
-    args = make_parser(plugins=command in ("build", "generate")).parse_args(argv)
+    args = make_parser(plugins=command in ("build", "generate", "classify")).parse_args(argv)
     verbose = getattr(args, "verbose", False)
     handler = _log_notes(progress=args.command == "build" and not getattr(args, "quiet", False))
     try:

@@ -14,7 +14,8 @@ mobius and hands it to core's :data:`mobius.registry` when it registers:
   ``mobius build --help`` or ``mobius generate --help``; a build option's value
   reaches the build in :attr:`mobius.BuildOptions.plugin` under its ``dest``;
 - **runners**: ``registry.register_runner(RunnerInfo(...))``: ``mobius generate``
-  runs a package with the first runner that accepts its directory.
+  (or ``mobius classify``, by the runner's ``command``) runs a package with the
+  first runner of that command that accepts its directory.
 
 Everything here is plain data with lazy ``"module:attribute"`` strings, so that
 registering imports nothing heavy: ``mobius --help`` and ``mobius list`` stay fast.
@@ -103,12 +104,14 @@ class CliOption:
 
 @dataclass(frozen=True)
 class RunnerInfo:
-    """A runner for ``mobius generate``: ``accepts(package_dir) -> bool`` and ``run(package_dir, prompt, options) -> int``.
+    """A runner for ``mobius generate`` or ``mobius classify``: ``accepts(package_dir) -> bool`` and ``run(package_dir, inputs, options) -> int``.
 
-    ``run`` gets every parsed ``mobius generate`` option by its ``dest``
-    (``max_new_tokens``, ``seed``, the runner's own options...) and returns the
-    exit code. Runners are asked in registration order; core's text runner
-    (causal LM, seq2seq) answers last.
+    ``command`` names the command it answers. ``run`` gets the command's inputs
+    (``mobius generate``: the PROMPT string; ``mobius classify``: the list of INPUT
+    paths or texts) and every parsed option of the command by its ``dest``
+    (``max_new_tokens``, ``seed``, ``labels``, ``top``, the runner's own options...),
+    and returns the exit code. Runners are asked in registration order; core's
+    text runner (causal LM, seq2seq) answers ``mobius generate`` last.
     """
 
     name: str
@@ -119,9 +122,11 @@ class RunnerInfo:
     help: str = ""
     #: Example command lines (without the leading two spaces) for ``--help``.
     examples: tuple[str, ...] = ()
+    #: The command the runner answers: ``"generate"`` or ``"classify"``.
+    command: str = "generate"
 
     def accepts_dir(self, package_dir) -> bool:
         return bool(load(self.accepts)(package_dir))
 
-    def run_cli(self, package_dir, prompt: str, options: dict[str, Any]) -> int:
-        return load(self.run)(package_dir, prompt, options)
+    def run_cli(self, package_dir, inputs: Any, options: dict[str, Any]) -> int:
+        return load(self.run)(package_dir, inputs, options)
