@@ -8,6 +8,7 @@ embeddings must equal PyTorch's (transformers and sentence-transformers) within 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +39,13 @@ def test_minilm_matches_sentence_transformers(minilm: Path, tmp_path: Path, ep: 
     from sentence_transformers import SentenceTransformer
     from transformers import AutoModel, AutoTokenizer
 
-    out = build_with_cli(minilm, tmp_path / "out", "--ep", ep)
+    # --validate compares with sentence-transformers' own reading of the directory
+    validate = ("--validate",) if ep == "default" else ()
+    out = build_with_cli(minilm, tmp_path / "out", "--ep", ep, *validate)
+    if validate:
+        validation = json.loads((out / "mobius.json").read_text())["validation"]
+        assert validation["reference"] == "sentence-transformers" and validation["passed"]
+        assert max(validation["diffs"].values()) <= 1e-4
     session = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
     assert [o.name for o in session.get_outputs()] == ["last_hidden_state", "sentence_embedding"]
 

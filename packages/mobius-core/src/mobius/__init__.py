@@ -33,6 +33,8 @@ _EXPORTS = {
     "embed": "mobius.embedding",
     "generate_text": "mobius.generate",
     "registry": "mobius._registry",
+    "validate_package": "mobius.validate",
+    "ValidationReport": "mobius.validate",
 }
 
 __all__ = [
@@ -52,6 +54,8 @@ __all__ = [
     "embed",
     "generate_text",
     "registry",
+    "validate_package",
+    "ValidationReport",
 ]
 
 if TYPE_CHECKING:
@@ -63,6 +67,7 @@ if TYPE_CHECKING:
     from mobius.errors import MobiusError
     from mobius.generate import TextGenerator, generate_text
     from mobius.options import BuildOptions, QuantOptions
+    from mobius.validate import ValidationReport, validate_package
     from mobius.weights import apply_weights
 
 

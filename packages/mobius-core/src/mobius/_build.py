@@ -87,6 +87,7 @@ def build(
         source = open_source(path, options, registry)
         package = source.build(options, registry)
     describe_build(package, model, path, options, registry, files)
+    package.source_path = path
     if not options.load_weights:
         _parameters_as_inputs(package)
     _add_genai_config(package, options, registry)

@@ -55,6 +55,8 @@ class ModelPackage:
     models: dict[str, ir.Model]
     config: object = None
     source_dir: Path | None = None
+    # What the build read: the resolved local directory or file (a hub id's snapshot).
+    source_path: Path | None = None
     task: str = ""
     extra_files: dict[str, Path] = field(default_factory=dict)
     # Companions made in memory (a GGUF file's tokenizer files): name -> text, written last.

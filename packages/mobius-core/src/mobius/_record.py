@@ -659,4 +659,23 @@ def format_record(record: dict[str, Any], directory: Path | str) -> str:
     total = sum(g["bytes"] + g["data_bytes"] for g in record["graphs"].values())
     lines += _graph_lines(record["graphs"])
     lines.append(f"total             {_bytes(total)} in graphs")
+    lines += _validation_lines(record.get("validation"))
     return "\n".join(lines)
+
+
+def _validation_lines(validation: Any) -> list[str]:
+    """``mobius build --validate``'s verdict, where the record holds a well-formed one."""
+    if not isinstance(validation, dict) or not isinstance(validation.get("passed"), bool):
+        return []
+    verdict = "passed" if validation["passed"] else "FAILED"
+    reference = validation.get("reference")
+    against = f"against {_safe(reference)}" if isinstance(reference, str) else "smoke inference"
+    diffs = validation.get("diffs")
+    worst = ""
+    if (
+        isinstance(diffs, dict)
+        and diffs
+        and all(isinstance(v, (int, float)) for v in diffs.values())
+    ):
+        worst = f", max abs diff {max(diffs.values()):.3g}"
+    return [f"validated         {verdict} ({against}{worst})"]

@@ -80,16 +80,25 @@ class Registry:
 
     def _register_core(self) -> None:
         """The contracts core owns itself: causal LM, seq2seq, feature extraction."""
-        for name, target, heads in (
-            ("causal-lm", "mobius.tasks._causal_lm:CausalLMTask", ()),
-            ("seq2seq", "mobius.tasks._seq2seq:Seq2SeqTask", ()),
+        for name, target, heads, validate in (
+            ("causal-lm", "_causal_lm:CausalLMTask", (), "validate_causal_lm"),
+            ("seq2seq", "_seq2seq:Seq2SeqTask", (), "validate_seq2seq"),
             (
                 "feature-extraction",
-                "mobius.tasks._feature_extraction:FeatureExtractionTask",
+                "_feature_extraction:FeatureExtractionTask",
                 ENCODER_HEADS,
+                "validate_feature_extraction",
             ),
         ):
-            self.register_task(TaskInfo(name, target, "mobius-core", heads))
+            self.register_task(
+                TaskInfo(
+                    name,
+                    f"mobius.tasks.{target}",
+                    "mobius-core",
+                    heads,
+                    validate=f"mobius._validators:{validate}",
+                )
+            )
 
     def register(
         self, key: str, module: Any, *, task: str, package: str, config: Any = None

@@ -36,7 +36,7 @@ EPILOG = """examples:
 _CORE_BUILD_DESTS = {
     "model", "output", "dtype", "ep", "runtime", "no_weights", "quant", "no_quant_lm_head",
     "quant_embeddings", "requantize", "block_size", "symmetric", "accuracy_level", "revision", "head",
-    "quant_method", "quant_mix",
+    "quant_method", "quant_mix", "validate", "atol",
     "pooling", "normalize", "overwrite", "allow_pickle", "quiet", "verbose", "run", "command",
 }  # fmt: skip
 
@@ -77,10 +77,16 @@ def _build(args: argparse.Namespace) -> int:
 
     check_output(args.output, overwrite=args.overwrite)  # refuse before a long build
     options = build_options(args)
+    if args.atol is not None and not args.validate:
+        raise MobiusError("--atol is the tolerance of --validate: give --validate too")
+    if args.validate and not options.load_weights:
+        raise MobiusError("--validate needs the weights: drop --no-weights")
     package = build(args.model, options)
     out = package.save(args.output, progress=not args.quiet, overwrite=args.overwrite)
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(f"wrote {out} ({_megabytes(size)})")
+    if args.validate:
+        _validate(out, package.source_path, args.atol)
     if (
         options.quant.method is None
         and options.load_weights
@@ -97,6 +103,18 @@ def _build(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _validate(out, source, atol: float | None) -> None:
+    """Run ``--validate`` on the saved package and print its report; a failure is an error."""
+    from mobius.validate import validate_package
+
+    report = validate_package(out, source, atol=atol)
+    print(report.summary())
+    if not report.passed:
+        raise MobiusError(
+            f"validation failed: {'; '.join(report.failures())} (the package is kept in {out})"
+        )
 
 
 #: A float build larger than this gets a note suggesting ``--quant int4``.
@@ -417,6 +435,23 @@ def make_parser(plugins: bool = True) -> argparse.ArgumentParser:
         "unpickler (tensors and plain containers only), and warns",
     )
     build.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    check = build.add_argument_group("validation")
+    check.add_argument(
+        "--validate",
+        action="store_true",
+        help="after the build, run the source model (transformers, in float32: it needs torch "
+        "and about 4 bytes per parameter of memory) and the package on a fixed sample input "
+        "and report the max abs difference and whether greedy tokens agree; fail above "
+        "--atol. Without torch: a smoke inference of the package",
+    )
+    check.add_argument(
+        "--atol",
+        type=float,
+        default=None,
+        metavar="X",
+        help="--validate's tolerance on the max abs difference (default: 1e-3 for f32 builds, "
+        "0.25 f16, 2 bf16; quantized builds are reported, not gated, unless given)",
+    )
     _add_plugin_options(build, plugin_options, "build")
     build.set_defaults(run=_build)
 
@@ -552,7 +587,7 @@ def make_parser(plugins: bool = True) -> argparse.ArgumentParser:
         description=(
             "Run the classifier package in OUTPUT_DIR on each INPUT with ONNX Runtime and\n"
             "print its likeliest labels with their probabilities. A zero-shot package\n"
-            "(CLIP, SigLIP) scores the INPUTs against the --labels you give.\n"
+            "scores the INPUTs against the --labels you give.\n"
             "Needs ONNX Runtime: pip install mobius-core[run]"
             + "".join(f"\n\n{r.help}" for r in classifiers if r.help)
         ),

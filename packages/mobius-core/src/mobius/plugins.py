@@ -42,12 +42,15 @@ class TaskInfo:
 
     ``heads`` lists the values of ``--head`` the task accepts besides ``auto``
     (``"none"`` first): they become the choices of ``mobius build --head``.
+    ``validate`` is the task's ``mobius build --validate`` check (callable or lazy
+    ``"module:function"``, see :mod:`mobius.validate`).
     """
 
     name: str
     task: Any  # a ModelTask subclass, or lazy "module:Class"
     package: str
     heads: tuple[str, ...] = ()
+    validate: Any = None
 
     def task_class(self) -> type:
         return load(self.task)

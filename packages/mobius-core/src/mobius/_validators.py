@@ -1,0 +1,175 @@
+"""The ``--validate`` validators of core's tasks: causal LM, seq2seq, feature extraction.
+
+Each runs the built graphs on a fixed sample batch (two prompts of random token
+ids, :data:`~mobius.validate.SAMPLE_LENGTHS`, the second padded) and, with torch,
+the source loaded by transformers on the same batch (the parity kit's drivers of
+:mod:`mobius.testing`); see :mod:`mobius.validate` for the contract.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from mobius.errors import MobiusError
+from mobius.validate import (
+    SAMPLE_DECODE_STEPS,
+    SAMPLE_LENGTHS,
+    ValidationReport,
+    load_reference,
+    smoke_report,
+)
+
+
+def _vocab_size(package_dir: Path) -> int:
+    """The text vocabulary size of the package's config.json (a smoke run's id range)."""
+    from mobius.genai import source_json
+
+    config = source_json(package_dir, "config.json")
+    size = config.get("vocab_size", config.get("text_config", {}).get("vocab_size"))
+    if not isinstance(size, int) or isinstance(size, bool) or size < 2:
+        raise MobiusError(f"--validate: {package_dir}/config.json has no usable vocab_size")
+    return size
+
+
+def _prompt_text(lengths) -> str:
+    return f"{len(lengths)} prompts of {', '.join(map(str, lengths))} random tokens"
+
+
+def validate_causal_lm(package_dir: Path, source: Path, record: dict, reference: bool):
+    """Prefill the sample batch, then greedy decode steps through both caches."""
+    from mobius.testing._parity import OnnxCausalLM, compare_causal_lm, left_padded_batch
+
+    onnx_model = OnnxCausalLM(package_dir / "model.onnx")
+    checked = f"{_prompt_text(SAMPLE_LENGTHS)} and {SAMPLE_DECODE_STEPS} greedy decode steps"
+    if not reference:
+        ids, mask, positions = left_padded_batch(list(SAMPLE_LENGTHS), _vocab_size(package_dir))
+        logits, cache = onnx_model(ids, mask, positions, onnx_model.empty_cache(len(ids)))
+        outputs = {"prefill logits": logits}
+        for step in range(SAMPLE_DECODE_STEPS):
+            ids = logits[:, -1].argmax(-1)[:, None].astype(np.int64)
+            positions, mask = positions[:, -1:] + 1, np.concatenate([mask, np.ones_like(ids)], 1)
+            logits, cache = onnx_model(ids, mask, positions, cache)
+            outputs[f"decode {step + 1} logits"] = logits
+        return smoke_report("causal-lm", checked, outputs)
+    torch_model = load_reference("AutoModelForCausalLM", source)
+    result = compare_causal_lm(torch_model, onnx_model, SAMPLE_LENGTHS, SAMPLE_DECODE_STEPS)
+    report = ValidationReport("causal-lm", f"transformers {type(torch_model).__name__}", checked)
+    report.diffs = {
+        "prefill logits": result.prefill_diff,
+        "decode logits": max(result.decode_diffs),
+    }
+    report.tokens_agree = result.onnx_tokens == result.torch_tokens
+    return report
+
+
+def validate_seq2seq(package_dir: Path, source: Path, record: dict, reference: bool):
+    """Encode the sample batch, prefill two decoder tokens, then greedy steps through both caches."""
+    from mobius.testing._encoder_parity import right_padded_batch
+    from mobius.testing._seq2seq_parity import OnnxSeq2Seq, compare_seq2seq
+
+    onnx_model = OnnxSeq2Seq(package_dir)
+    checked = (
+        f"{_prompt_text(SAMPLE_LENGTHS)}, 2 decoder tokens and {SAMPLE_DECODE_STEPS} greedy steps"
+    )
+    if not reference:
+        ids, mask, _ = right_padded_batch(list(SAMPLE_LENGTHS), _vocab_size(package_dir), 0)
+        hidden, cross = onnx_model.encode(ids, mask)
+        decoder_ids = np.ones((len(ids), 2), np.int64)
+        logits, _ = onnx_model.decode(decoder_ids, mask, cross, onnx_model.empty_cache(len(ids)))
+        return smoke_report("seq2seq", checked, {"encoder": hidden, "logits": logits})
+    torch_model = load_reference("AutoModelForSeq2SeqLM", source)
+    result = compare_seq2seq(
+        torch_model, onnx_model, SAMPLE_LENGTHS, SAMPLE_DECODE_STEPS, seed=0, generate=False
+    )
+    report = ValidationReport("seq2seq", f"transformers {type(torch_model).__name__}", checked)
+    report.diffs = {
+        "encoder last_hidden_state": result.encoder_diff,
+        "prefill logits": result.prefill_diff,
+        "decode logits": max(result.decode_diffs),
+    }
+    report.tokens_agree = result.onnx_tokens == result.torch_tokens
+    return report
+
+
+def validate_feature_extraction(package_dir: Path, source: Path, record: dict, reference: bool):
+    """Every output of the encoder on the sample batch (the second row padded at the end)."""
+    import onnxruntime as ort
+
+    from mobius.testing._encoder_parity import HEAD_CLASSES, compare_encoder, right_padded_batch
+
+    session = ort.InferenceSession(
+        str(package_dir / "model.onnx"), providers=["CPUExecutionProvider"]
+    )
+    checked = _prompt_text(SAMPLE_LENGTHS)
+    head = _built_head(session, _vocab_size(package_dir))
+    if not reference:
+        ids, mask, types = right_padded_batch(list(SAMPLE_LENGTHS), _vocab_size(package_dir), 0)
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        names = {i.name for i in session.get_inputs()}
+        outputs = session.run(None, {k: v for k, v in feeds.items() if k in names})
+        named = dict(zip([o.name for o in session.get_outputs()], outputs, strict=True))
+        return smoke_report("feature-extraction", checked, named)
+    if head == "sentence-embedding" and (source / "modules.json").is_file():
+        return _against_sentence_transformers(session, source)
+    torch_model = load_reference(HEAD_CLASSES[head], source)
+    options = record.get("options") or {}
+    # The build's own defaults where the options left them to it (no sentence-transformers modules).
+    pooling = (options.get("pooling") or "mean", bool(options.get("normalize")))
+    diffs = compare_encoder(torch_model, session, head, SAMPLE_LENGTHS, 0, pooling)
+    report = ValidationReport(
+        "feature-extraction", f"transformers {type(torch_model).__name__}", checked
+    )
+    report.diffs = diffs
+    return report
+
+
+#: The sample texts of a sentence-transformers source (its tokenizer makes the ids).
+SAMPLE_TEXTS = ("The quick brown fox jumps over the lazy dog.", "Hello, world!")
+
+
+def _against_sentence_transformers(session, source: Path) -> ValidationReport:
+    """A sentence-transformers source's embeddings as the library itself pools and normalises them."""
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        raise MobiusError(
+            f"--validate: {source} is a sentence-transformers model: its reference needs "
+            "sentence-transformers (pip install sentence-transformers)"
+        ) from None
+    import torch
+
+    model = SentenceTransformer(str(source), device="cpu", trust_remote_code=False)
+    features = model.tokenize(list(SAMPLE_TEXTS))
+    with torch.no_grad():
+        expected = model(dict(features))
+    names = {i.name for i in session.get_inputs()}
+    feeds = {k: v.numpy().astype(np.int64) for k, v in features.items() if k in names}
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds), strict=True))
+    real = feeds["attention_mask"].astype(bool)
+    hidden = expected["token_embeddings"].float().numpy()
+    report = ValidationReport(
+        "feature-extraction", "sentence-transformers", f"{len(SAMPLE_TEXTS)} sample sentences"
+    )
+    report.diffs = {
+        "last_hidden_state": float(np.abs(got["last_hidden_state"] - hidden)[real].max()),
+        "sentence_embedding": float(
+            np.abs(got["sentence_embedding"] - expected["sentence_embedding"].float().numpy()).max()
+        ),
+    }
+    return report
+
+
+def _built_head(session, vocab_size: int) -> str:
+    """The head the encoder graph was built with, from its outputs and their shapes."""
+    outputs = {o.name: o for o in session.get_outputs()}
+    if "sentence_embedding" in outputs:
+        return "sentence-embedding"
+    logits = outputs.get("logits")
+    if logits is None:
+        return "none"
+    if len(logits.shape) == 2:
+        return "sequence-classification"
+    # [batch, sequence, vocab or labels]: a masked LM's last axis is the vocabulary
+    return "masked-lm" if logits.shape[-1] == vocab_size else "token-classification"

@@ -1,0 +1,229 @@
+"""``mobius build --validate``: a built package against its source model on a fixed sample input.
+
+The reference is the source as its own library reads it (transformers'
+``from_pretrained`` with ``trust_remote_code=False``, in float32), never mobius's
+reading of the config: a config field the build misreads shows up as a difference.
+Each task names its validator when it registers (:attr:`mobius.plugins.TaskInfo.validate`):
+``validate(package_dir, source, record, reference) -> ValidationReport``, where
+``record`` is the package's ``mobius.json`` and ``reference`` says whether torch
+and transformers are importable. Without them a validator runs a smoke inference
+of the graphs on the same sample input (every output finite) and says so.
+
+Tolerances: the max abs difference of the compared outputs must not exceed
+``atol``. Its default depends on the build: :data:`DEFAULT_ATOL` for float builds
+(an f16 or bf16 graph is compared with the float32 reference, so its rounding
+counts); a quantized build is reported without a default tolerance (its error is
+the quantization's): give ``--atol`` to gate it. Greedy tokens must agree for a
+float32 build; at lower precision a near tie may flip, so disagreement is reported.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mobius.errors import MobiusError
+
+#: The default ``--atol`` of a float build, by its dtype.
+DEFAULT_ATOL = {"f32": 1e-3, "f16": 0.25, "bf16": 2.0}
+
+#: Ops that store weights below float precision: a build holding them is quantized.
+QUANTIZED_OPS = frozenset(
+    {"MatMulNBits", "GatherBlockQuantized", "DequantizeLinear", "MatMulInteger", "QLinearMatMul"}
+)
+
+#: The sample batch of text tasks: two prompts of these lengths (the second padded).
+SAMPLE_LENGTHS = (7, 4)
+#: Greedy decode steps after the prefill, for generative tasks.
+SAMPLE_DECODE_STEPS = 4
+
+
+@dataclass
+class ValidationReport:
+    """What ``--validate`` compared and measured.
+
+    ``reference`` names what the graphs were compared with (None: a smoke run,
+    nothing to compare with); ``diffs`` holds the max abs difference per compared
+    output; ``tokens_agree`` whether the greedy tokens of both agree (None where
+    the task has no tokens).
+    """
+
+    task: str
+    reference: str | None
+    checked: str
+    diffs: dict[str, float] = field(default_factory=dict)
+    tokens_agree: bool | None = None
+    atol: float | None = None
+    tokens_required: bool = True
+    note: str = ""
+
+    @property
+    def max_abs_diff(self) -> float | None:
+        return max(self.diffs.values()) if self.diffs else None
+
+    def failures(self) -> list[str]:
+        """Why the package fails validation; empty when it passes."""
+        found = [f"{name} is not finite" for name, d in self.diffs.items() if not math.isfinite(d)]
+        if self.reference is None:  # a smoke run has nothing to compare with
+            return found
+        worst = self.max_abs_diff
+        if self.atol is not None and worst is not None and worst > self.atol:
+            found.append(f"max abs diff {worst:.3g} > atol {self.atol:g}")
+        if self.tokens_agree is False and self.tokens_required:
+            found.append("greedy tokens differ from the reference")
+        return found
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures()
+
+    def summary(self) -> str:
+        """A few lines for the terminal."""
+        if self.reference is None:
+            verdict = "outputs finite" if self.passed else "FAILED: " + "; ".join(self.failures())
+            lines = [f"validate: smoke inference on {self.checked}: {verdict}"]
+        else:
+            diffs = ", ".join(f"{name} {d:.3g}" for name, d in self.diffs.items())
+            lines = [
+                f"validate: against {self.reference} on {self.checked}",
+                f"  max abs diff: {diffs}",
+            ]
+            if self.tokens_agree is not None:
+                lines.append(f"  greedy tokens: {'same' if self.tokens_agree else 'DIFFERENT'}")
+            tolerance = (
+                f"atol {self.atol:g}" if self.atol is not None else "no tolerance (quantized)"
+            )
+            verdict = "passed" if self.passed else "FAILED: " + "; ".join(self.failures())
+            lines.append(f"  {verdict} ({tolerance})")
+        if self.note:
+            lines.append(f"  note: {self.note}")
+        return "\n".join(lines)
+
+    def as_record(self) -> dict[str, Any]:
+        """The report as ``mobius.json`` keeps it."""
+        return {
+            "reference": self.reference,
+            "checked": self.checked,
+            "diffs": self.diffs,
+            "tokens_agree": self.tokens_agree,
+            "atol": self.atol,
+            "passed": self.passed,
+            "note": self.note,
+        }
+
+
+def reference_missing(*modules: str) -> str | None:
+    """The first of ``modules`` (default torch, transformers) that cannot be imported, else None."""
+    import importlib.util
+
+    for name in modules or ("torch", "transformers"):
+        if importlib.util.find_spec(name) is None:
+            return name
+    return None
+
+
+def is_quantized(package_dir: Path) -> bool:
+    """Whether any graph of the package holds quantized weights (:data:`QUANTIZED_OPS`)."""
+    import onnx
+
+    for path in sorted(Path(package_dir).rglob("*.onnx")):
+        model = onnx.load(str(path), load_external_data=False)
+        if any(node.op_type in QUANTIZED_OPS for node in model.graph.node):
+            return True
+    return False
+
+
+def default_atol(package_dir: Path, record: dict) -> float | None:
+    """:data:`DEFAULT_ATOL` of the build's dtype, or None for a quantized build."""
+    if is_quantized(package_dir):
+        return None
+    dtype = (record.get("options") or {}).get("dtype")
+    return DEFAULT_ATOL.get(dtype, DEFAULT_ATOL["f32"])
+
+
+def validate_package(
+    package_dir: str | os.PathLike,
+    source: str | os.PathLike,
+    *,
+    atol: float | None = None,
+    registry=None,
+) -> ValidationReport:
+    """Validate the package in ``package_dir`` against ``source``, the local checkpoint it was built from.
+
+    The report is also written into the package's ``mobius.json`` (``validation``).
+    Raises :class:`~mobius.errors.MobiusError` when the package has no record, its
+    task has no validator, or the reference cannot load the source.
+    """
+    from mobius._record import RECORD_FILE, read_record
+    from mobius._registry import registry as default_registry
+
+    package_dir, source = Path(package_dir), Path(source)
+    record = read_record(package_dir)
+    task = record.get("task")
+    info = (registry or default_registry).tasks().get(task) if isinstance(task, str) else None
+    if info is None or info.validate is None:
+        raise MobiusError(f"--validate: no validator for {task!r} packages")
+    from mobius.plugins import load
+
+    report = load(info.validate)(package_dir, source, record, reference_missing() is None)
+    report.task = task
+    if report.reference is None and not report.note:
+        report.note = "validation against the source needs torch and transformers (pip install torch transformers)"
+    report.atol = atol if atol is not None else default_atol(package_dir, record)
+    if (record.get("options") or {}).get("dtype") != "f32":
+        report.tokens_required = False
+    _write_validation(package_dir / RECORD_FILE, report)
+    return report
+
+
+def _write_validation(path: Path, report: ValidationReport) -> None:
+    """Add the report to ``mobius.json``, replacing the file whole (never half-written)."""
+    from mobius._record import dumps
+
+    record = json.loads(path.read_text(encoding="utf-8"))
+    record["validation"] = report.as_record()
+    staging = path.with_name(path.name + ".partial")
+    staging.write_text(dumps(record) + "\n", encoding="utf-8")
+    os.replace(staging, path)
+
+
+# -- shared by validators -------------------------------------------------------------
+
+
+def load_reference(auto_class: str, source: Path, **keywords: Any):
+    """The source as transformers reads it: ``auto_class.from_pretrained`` in float32, eval.
+
+    A GGUF file goes through transformers' own GGUF reader (``gguf_file``).
+    """
+    import torch
+    import transformers
+
+    model_class = getattr(transformers, auto_class)
+    arguments = dict(dtype=torch.float32, trust_remote_code=False, **keywords)
+    if source.is_file():
+        arguments["gguf_file"] = source.name
+        source = source.parent
+    try:
+        model = model_class.from_pretrained(str(source), attn_implementation="eager", **arguments)
+    except Exception as exc:  # the reference's own refusal: say whose and why, in one line
+        raise MobiusError(
+            f"--validate: transformers' {auto_class} cannot load {source}: "
+            f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        ) from None
+    return model.eval()
+
+
+def smoke_report(task: str, checked: str, outputs: dict[str, np.ndarray]) -> ValidationReport:
+    """A smoke run's report: no reference; fails when an output is not finite."""
+    bad = [
+        name for name, value in outputs.items() if not np.isfinite(value.astype(np.float32)).all()
+    ]
+    report = ValidationReport(task, None, checked)
+    report.diffs = {name: math.inf for name in bad}
+    return report
