@@ -91,7 +91,18 @@ def build(
     if not options.load_weights:
         _parameters_as_inputs(package)
     _add_genai_config(package, options, registry)
+    if options.opset is not None:
+        convert_opset(package, options.opset)
     return package
+
+
+def convert_opset(package: ModelPackage, opset: int) -> None:
+    """Raise every graph of ``package`` to ONNX ``opset`` (onnxscript's version converter)."""
+    from onnxscript.version_converter import ConvertVersionPass
+
+    for model in package.models.values():
+        if model.opset_imports.get("") != opset:
+            ConvertVersionPass(opset)(model)
 
 
 def _parameters_as_inputs(package: ModelPackage) -> None:

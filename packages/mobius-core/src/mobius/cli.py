@@ -13,6 +13,7 @@ from mobius.errors import MobiusError
 from mobius.options import (
     DTYPE_NAMES,
     EXECUTION_PROVIDERS,
+    OPSETS,
     POOLING_MODES,
     QUANT_METHODS,
     QUANT_MIXES,
@@ -36,7 +37,7 @@ EPILOG = """examples:
 _CORE_BUILD_DESTS = {
     "model", "output", "dtype", "ep", "runtime", "no_weights", "quant", "no_quant_lm_head",
     "quant_embeddings", "requantize", "block_size", "symmetric", "accuracy_level", "revision", "head",
-    "quant_method", "quant_mix", "validate", "atol",
+    "quant_method", "quant_mix", "validate", "atol", "opset",
     "pooling", "normalize", "overwrite", "allow_pickle", "quiet", "verbose", "run", "command",
 }  # fmt: skip
 
@@ -51,6 +52,7 @@ def build_options(args: argparse.Namespace):
         ep=args.ep,
         load_weights=not args.no_weights,
         runtime=args.runtime,
+        opset=args.opset,
         revision=args.revision,
         allow_pickle=args.allow_pickle,
         head=args.head,
@@ -310,6 +312,15 @@ def make_parser(plugins: bool = True) -> argparse.ArgumentParser:
         "'onnx' writes the graph alone, for any ONNX runtime. 'auto' (default) writes "
         "genai_config.json whenever the model qualifies and says why when it does not: the "
         "file costs nothing to a plain ONNX Runtime user",
+    )
+    build.add_argument(
+        "--opset",
+        type=int,
+        choices=list(OPSETS),
+        default=None,
+        help=f"the ONNX opset of the graphs (default {OPSETS[0]}): a later one for a runtime "
+        "that wants it. Earlier ones cannot hold the Attention, RotaryEmbedding and "
+        "RMSNormalization ops the graphs use",
     )
     build.add_argument(
         "--no-weights",

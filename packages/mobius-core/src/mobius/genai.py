@@ -64,7 +64,7 @@ def source_json(directory: Path | None, name: str) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def _companion_json(package, name: str) -> dict:
+def companion_json(package, name: str) -> dict:
     """A JSON companion of ``package``: the one made in memory (a GGUF file's), else the source's."""
     text = getattr(package, "text_files", {}).get(name)
     if text is None:
@@ -140,8 +140,10 @@ def _cache_updated_in_place(model: ir.Model) -> bool:
     )
 
 
-def _token_ids(config: Any, generation: dict, source: dict) -> dict[str, Any]:
-    """bos/eos/pad: generation_config.json first (chat models list their turn end there)."""
+def token_ids(config: Any, generation: dict, source: dict) -> dict[str, Any]:
+    """bos/eos/pad of the ``model`` section: ``generation`` (the source's
+    ``generation_config.json``) first, as chat models list their turn end there, then
+    ``source`` (its ``config.json``), then ``config`` (the mobius config)."""
 
     def pick(name: str):
         for where in (generation, source):
@@ -205,8 +207,8 @@ def decoder_genai_config(package, model, config, filename, tokens_input, genai_t
     if extra:
         raise GenAIUnsupportedError(f"the generator does not feed the graph's inputs {extra}")
 
-    source = _companion_json(package, "config.json")
-    generation = _companion_json(package, "generation_config.json")
+    source = companion_json(package, "config.json")
+    generation = companion_json(package, "generation_config.json")
     context_length = getattr(config, "max_position_embeddings", None) or 2048
 
     graph_inputs = {tokens_input: tokens_input, "attention_mask": "attention_mask"}
@@ -215,24 +217,12 @@ def decoder_genai_config(package, model, config, filename, tokens_input, genai_t
     graph_inputs["past_key_names"] = "past_key_values.%d.key"
     graph_inputs["past_value_names"] = "past_key_values.%d.value"
 
-    # generation_config.json may hold nulls (``"top_k": null``); the generator wants values.
-    search = {
-        key: default if generation.get(key) is None else generation[key]
-        for key, default in SEARCH_DEFAULTS.items()
-    }
-    search.update(
-        early_stopping=True,
-        max_length=context_length,
-        min_length=0,
-        past_present_share_buffer=_cache_updated_in_place(model),
-    )
-    providers = [{"cuda": {}}] if ep == "cuda" else []
     return {
         "model": {
-            **_token_ids(config, generation, source),
+            **token_ids(config, generation, source),
             "context_length": context_length,
             "decoder": {
-                "session_options": {"log_id": "onnxruntime-genai", "provider_options": providers},
+                "session_options": session_options(ep),
                 "filename": filename,
                 "head_size": head_size,
                 "hidden_size": getattr(config, "hidden_size", None) or source.get("hidden_size"),
@@ -249,8 +239,36 @@ def decoder_genai_config(package, model, config, filename, tokens_input, genai_t
             "type": genai_type,
             "vocab_size": getattr(config, "vocab_size", None) or source.get("vocab_size"),
         },
-        "search": dict(sorted(search.items())),
+        "search": search_config(
+            generation, max_length=context_length, share_buffer=_cache_updated_in_place(model)
+        ),
     }
+
+
+def session_options(ep: str) -> dict:
+    """A graph's ``session_options``: CUDA when ``ep`` is ``"cuda"``, else the CPU."""
+    providers = [{"cuda": {}}] if ep == "cuda" else []
+    return {"log_id": "onnxruntime-genai", "provider_options": providers}
+
+
+def search_config(generation: dict, *, max_length: int, share_buffer: bool) -> dict:
+    """The ``search`` section: ``generation`` (``generation_config.json``) over the generator's defaults.
+
+    ``share_buffer`` is ``past_present_share_buffer``: whether the decoder updates its
+    cache in place (one ``max_length`` buffer as both past and present).
+    """
+    # generation_config.json may hold nulls (``"top_k": null``); the generator wants values.
+    search = {
+        key: default if generation.get(key) is None else generation[key]
+        for key, default in SEARCH_DEFAULTS.items()
+    }
+    search.update(
+        early_stopping=True,
+        max_length=max_length,
+        min_length=0,
+        past_present_share_buffer=share_buffer,
+    )
+    return dict(sorted(search.items()))
 
 
 def write_genai_config(config: dict, directory: str | os.PathLike) -> Path:

@@ -38,6 +38,11 @@ def canonical_dtype(name: str) -> str:
 
 
 EXECUTION_PROVIDERS = ("default", "cpu", "cuda")
+#: The ONNX opsets a build can target: the graphs are made at the first and converted
+#: upwards. Opset 24 changes no meaning the graphs use (new types, Attention's optional
+#: nonpad_kv_seqlen); opset 25's Attention computes otherwise in ONNX Runtime 1.32 with
+#: no version adapter (a tiny Llama's logits came out 3.3 apart), so it is not offered.
+OPSETS = (23, 24)
 RUNTIMES = ("auto", "onnx", "ort-genai")
 ENCODER_HEADS = (
     "none",
@@ -131,6 +136,7 @@ class BuildOptions:
     - ``head``, ``pooling``, ``normalize``: the outputs of an encoder build (the
       feature-extraction contract) or a classifier; ``"auto"`` follows the checkpoint.
     - ``quant``: :class:`QuantOptions`.
+    - ``opset``: the ONNX opset of the graphs (:data:`OPSETS`); None is the first.
     - ``plugin``: options registered by domain packages, by their ``dest``.
     """
 
@@ -145,6 +151,7 @@ class BuildOptions:
     pooling: str | None = None
     normalize: bool | None = None
     quant: QuantOptions = field(default_factory=QuantOptions)
+    opset: int | None = None
     plugin: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -206,6 +213,12 @@ class BuildOptions:
         if self.quant.requantize and self.quant.method not in ("int4", "int8"):
             raise MobiusError(
                 "--requantize rounds a file's blocks again for --quant int4 or int8 only"
+            )
+        if self.opset is not None and self.opset not in OPSETS:
+            raise MobiusError(
+                f"opset {self.opset} is not one mobius writes: choose {', '.join(map(str, OPSETS))} "
+                "(the graphs use Attention, RotaryEmbedding and RMSNormalization, which ONNX "
+                "defines from opset 23)"
             )
         if self.pooling is not None and self.pooling not in POOLING_MODES:
             raise MobiusError(
