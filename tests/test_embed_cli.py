@@ -20,7 +20,8 @@ from mobius.testing import build_with_cli, make_random_encoder, tiny_tokenizer
 TEXTS = ["w1 w2 w3", "w4", "w5 w6 w7 w8 w9"]
 
 
-def _bert(tmp_path: Path, head: str) -> tuple[object, Path]:
+def _bert(tmp_path: Path, head: str, num_labels: int = 3) -> tuple[object, Path]:
+    labels = ("negative", "neutral", "positive") if num_labels == 3 else ("score",)
     config = BertConfig(
         vocab_size=40,
         hidden_size=32,
@@ -28,13 +29,21 @@ def _bert(tmp_path: Path, head: str) -> tuple[object, Path]:
         num_attention_heads=4,
         intermediate_size=48,
         max_position_embeddings=32,
-        num_labels=3,
-        id2label={0: "negative", 1: "neutral", 2: "positive"},
+        num_labels=num_labels,
+        id2label=dict(enumerate(labels)),
     )
     model = make_random_encoder(config, head)
     model.save_pretrained(tmp_path / "hf")
     tokenizer = tiny_tokenizer(30, {"[CLS]": 30, "[SEP]": 31})
     tokenizer.padding_side = "right"
+    if num_labels == 1:  # a reranker's tokenizer: BERT's pair template and segment ids
+        from tokenizers.processors import TemplateProcessing
+
+        tokenizer.backend_tokenizer.post_processor = TemplateProcessing(
+            single="[CLS] $A [SEP]",
+            pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+            special_tokens=[("[CLS]", 30), ("[SEP]", 31)],
+        )
     tokenizer.save_pretrained(tmp_path / "hf")
     return model, build_with_cli(tmp_path / "hf", tmp_path / "onnx", "--head", head)
 
@@ -68,6 +77,30 @@ def test_embed_prints_a_classifiers_labels(tmp_path, capsys):
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["label"] for r in rows] == labels and [r["text"] for r in rows] == TEXTS
     assert all(0 < r["score"] <= 1 for r in rows)
+
+
+def test_a_reranker_scores_each_text_against_the_query(tmp_path, capsys):
+    import torch
+    from transformers import AutoTokenizer
+
+    model, out = _bert(tmp_path, "sequence-classification", num_labels=1)
+    query = "w2 w8"
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    batch = tokenizer(
+        [query] * 3, TEXTS, padding=True, return_token_type_ids=True, return_tensors="pt"
+    )
+    assert (batch["token_type_ids"] == 1).any()  # the pairs are real pairs: two segments
+    with torch.no_grad():
+        expected = model(**batch).logits[:, 0].numpy()
+    capsys.readouterr()
+    assert main(["embed", str(out), *TEXTS, "--query", query]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["text"] for r in rows] == TEXTS and {r["label"] for r in rows} == {"score"}
+    np.testing.assert_allclose([r["score"] for r in rows], expected, rtol=0, atol=1e-5)
+    # --query on a package that embeds is refused
+    _, embedder = _bert(tmp_path / "plain", "none")
+    assert main(["embed", str(embedder), "w1", "--query", query]) == 1
+    assert "--query pairs texts for a reranker" in capsys.readouterr().err
 
 
 def test_embed_refuses_what_is_not_an_encoder_package(tmp_path, capsys):

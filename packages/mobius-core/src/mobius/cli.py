@@ -156,7 +156,7 @@ def _classify(args: argparse.Namespace) -> int:
 def _embed(args: argparse.Namespace) -> int:
     from mobius.embedding import run_cli
 
-    return run_cli(args.output, args.texts, args.save_to, threads=args.threads)
+    return run_cli(args.output, args.texts, args.save_to, threads=args.threads, query=args.query)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -567,13 +567,15 @@ def make_parser(plugins: bool = True) -> argparse.ArgumentParser:
             "tokenizer. A package built with a sentence-embedding head (a sentence-transformers\n"
             "source's default) gives its embedding, pooled and normalised as built; a package\n"
             "without one gives the mean of last_hidden_state over the real tokens. A sequence\n"
-            "classifier (or reranker) gives each text's label and score instead.\n\n"
+            "classifier gives each text's label and score instead; a reranker (one logit)\n"
+            "scores each TEXT against --query, as its (query, text) pair.\n\n"
             "Output: one JSON line per text on stdout, or --output FILE (.npy or .json).\n"
             "Needs ONNX Runtime: pip install mobius-core[run]"
         ),
         epilog="""examples:
   mobius embed minilm-out/ "The capital of France is Paris." "Hi"
   mobius embed minilm-out/ "first text" "second text" --output vectors.npy
+  mobius embed reranker-out/ "Paris is in France." "Bananas are yellow." --query "Where is Paris?"
 """,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[common],
@@ -586,6 +588,12 @@ def make_parser(plugins: bool = True) -> argparse.ArgumentParser:
         default=None,
         metavar="FILE",
         help="write the embeddings to FILE (.npy: float32 [texts, hidden]; else JSON)",
+    )
+    embed.add_argument(
+        "--query",
+        default=None,
+        metavar="TEXT",
+        help="rerankers and pair classifiers: score each TEXT paired with this query",
     )
     embed.add_argument(
         "--threads", type=int, default=None, metavar="N", help="ONNX Runtime intra-op threads"

@@ -7,7 +7,8 @@ and gives ``last_hidden_state``, plus what its head was built with:
 - ``sentence_embedding`` (``--head sentence-embedding``, a sentence-transformers
   source's default): pooled and normalised as the build chose; returned as it is;
 - ``logits`` [batch, labels] (a sequence classifier or reranker): a label per text,
-  from ``config.json``'s ``id2label``;
+  from ``config.json``'s ``id2label``; a reranker (one logit) scores each text
+  against a query, the pair tokenized as ``(query, text)`` as cross-encoders are trained;
 - neither: the mean of ``last_hidden_state`` over the real tokens.
 
 Example::
@@ -87,7 +88,12 @@ class Embedder:
             raise MobiusError("no text to embed")
         try:
             batch = self.tokenizer(
-                list(texts), list(pairs) if pairs else None, padding=True, truncation=True
+                list(texts),
+                list(pairs) if pairs else None,
+                padding=True,
+                truncation=True,
+                # a pair's second segment: even a tokenizer that leaves them out by default
+                return_token_type_ids="token_type_ids" in self.inputs,
             )
         except ValueError as exc:  # a tokenizer without a padding token, texts it refuses
             raise PackageError(
@@ -139,18 +145,30 @@ def embed(package_dir: str | os.PathLike, texts: str | Sequence[str], **options)
     return Embedder(package_dir, **options).embed([texts] if isinstance(texts, str) else texts)
 
 
-def run_cli(package_dir, texts: list[str], output: str | None, threads=None) -> int:
-    """``mobius embed``: embeddings (or labels) as JSON lines on stdout, or to ``.npy``/``.json``."""
+def run_cli(
+    package_dir, texts: list[str], output: str | None, threads=None, query: str | None = None
+) -> int:
+    """``mobius embed``: embeddings (or labels) as JSON lines on stdout, or to ``.npy``/``.json``.
+
+    ``query``: a classifier (a reranker) scores each ``(query, text)`` pair.
+    """
     try:
-        return _run_cli(package_dir, texts, output, threads)
+        return _run_cli(package_dir, texts, output, threads, query)
     except OSError as exc:  # an unwritable --output
         raise MobiusError(f"cannot write {output}: {exc.strerror or exc}") from None
 
 
-def _run_cli(package_dir, texts: list[str], output: str | None, threads) -> int:
+def _run_cli(package_dir, texts: list[str], output: str | None, threads, query) -> int:
     embedder = Embedder(package_dir, threads=threads)
+    if query is not None and not embedder.is_classifier:
+        raise MobiusError(
+            f"--query pairs texts for a reranker or classifier; {package_dir} embeds texts"
+        )
     if embedder.is_classifier:
-        rows = embedder.classify(texts)
+        if query is None:
+            rows = embedder.classify(texts)
+        else:  # (query, text) pairs, in the order cross-encoders read them
+            rows = embedder.classify([query] * len(texts), texts)
         if output:
             Path(output).write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
             print(f"wrote {output}")
