@@ -241,6 +241,13 @@ def test_bad_packages_are_clear_errors(tiny_package, tmp_path, capsys):
     assert main(["generate", str(bare), "hi"]) == 1
     assert "no tokenizer files" in capsys.readouterr().err
 
+    # An audio file given to a text package: said as such, for every format speech runners read.
+    for audio in ("speech.wav", "talk.MP3", "a.flac", "b.ogg"):
+        assert main(["generate", str(tiny_package[0].package_dir), audio]) == 1
+        assert f"not a speech-to-text package: it cannot transcribe {audio}" in (
+            capsys.readouterr().err
+        )
+
 
 def test_non_causal_lm_package_is_refused(tmp_path):
     """A feature-extraction graph (input_ids -> last_hidden_state, no cache) is not a causal LM."""

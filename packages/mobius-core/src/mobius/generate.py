@@ -70,6 +70,10 @@ ORT_FLOAT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt")
 
 
+#: What ``mobius generate`` takes for an audio file, not a text prompt.
+AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3")
+
+
 class PackageError(MobiusError):
     """The directory is not a runnable causal-LM package (missing, corrupt or another task)."""
 
@@ -815,7 +819,7 @@ def stream_to_stdout(generator: _Generator, prompt: str, options: dict) -> int:
 def run_text_cli(package_dir: str | os.PathLike, prompt: str, options: dict) -> int:
     """Core's ``mobius generate`` runner: causal-LM and seq2seq packages (see :func:`open_generator`)."""
     _refuse_plugin_options(package_dir, options)
-    if prompt.lower().endswith(".wav"):
+    if prompt.lower().endswith(AUDIO_SUFFIXES):
         raise MobiusError(
             f"{package_dir} is not a speech-to-text package: it cannot transcribe {prompt}"
         )
