@@ -7,6 +7,8 @@ Every parameter is perturbed; the guidance-distilled (dev) and plain (schnell) l
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from pipeline_cases import PROMPT, make_flux_pipeline
@@ -24,7 +26,10 @@ def test_flux_image_matches_diffusers(tmp_path, guidance_embeds):
     from mobius_diffusion.pipeline import open_pipeline, pack_latents
 
     pipe = make_flux_pipeline(tmp_path / "hf", guidance_embeds)
-    out = build_with_cli(tmp_path / "hf", tmp_path / "onnx")
+    # --validate: each component against its own library's reading (T5's encoder alone)
+    out = build_with_cli(tmp_path / "hf", tmp_path / "onnx", "--validate")
+    validation = json.loads((out / "mobius.json").read_text())["validation"]
+    assert validation["passed"] and "T5EncoderModel" in validation["reference"]
     for graph in ("transformer/model", "text_encoder/model", "text_encoder_2/model"):
         assert (out / f"{graph}.onnx").is_file(), graph
     assert (out / "tokenizer_2" / "tokenizer.json").is_file()

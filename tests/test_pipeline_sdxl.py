@@ -44,12 +44,15 @@ def sdxl(tmp_path_factory):
     """(diffusers pipeline, built package directory)."""
     root = tmp_path_factory.mktemp("sdxl")
     pipe = make_sdxl_pipeline(root / "hf")
-    out = build_with_cli(root / "hf", root / "onnx")
+    # --validate: each component against its own library's reading (CLIP with projection too)
+    out = build_with_cli(root / "hf", root / "onnx", "--validate")
     return pipe, out
 
 
 def test_package_layout(sdxl):
     _, out = sdxl
+    validation = json.loads((out / "mobius.json").read_text())["validation"]
+    assert validation["passed"] and "CLIPTextModelWithProjection" in validation["reference"]
     for graph in ("unet/model", "vae/decoder/model", "text_encoder/model", "text_encoder_2/model"):
         assert (out / f"{graph}.onnx").is_file(), graph
     index = json.loads((out / "model_index.json").read_text())

@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 import pytest
 
+import mobius
 import mobius.validate
 from mobius.cli import main
 from mobius.validate import validate_package
@@ -61,6 +62,8 @@ def test_a_changed_weight_fails_validation(llama, tmp_path):
     norm.CopyFrom(onnx.numpy_helper.from_array(values.astype(np.float32), norm.name))
     onnx.save(model, str(broken / "model.onnx"))
     report = validate_package(broken, source)
+    # built without --dtype: the graphs compute in the checkpoint's float32, so tokens count
+    assert report.tokens_required and report.atol == mobius.validate.DEFAULT_ATOL["f32"]
     assert not report.passed
     assert any("max abs diff" in reason for reason in report.failures())
     assert json.loads((broken / "mobius.json").read_text())["validation"]["passed"] is False
@@ -89,6 +92,17 @@ def test_without_torch_a_smoke_inference_runs(llama, monkeypatch):
     assert report.reference is None and report.passed
     assert "needs torch and transformers" in report.note
     assert "smoke inference on 2 prompts" in report.summary()
+
+
+def test_a_reference_that_refuses_the_sample_is_one_line(llama, monkeypatch):
+    source, out = llama
+
+    def refuse(*args):
+        raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+
+    monkeypatch.setattr("mobius.testing._parity.compare_causal_lm", refuse)
+    with pytest.raises(mobius.MobiusError, match="could not compare .*ValueError: You must"):
+        validate_package(out, source)
 
 
 def test_seq2seq_validates(tmp_path):

@@ -1,5 +1,9 @@
 """A tiny Whisper: config, its real feature extractor over a one-second window, a tiny tokenizer.
 
+``WHISPER_30S`` is the same model over the released checkpoints' 30 s window, with
+every timestamp token of that window (``<|0.00|>`` .. ``<|30.00|>``, ids 60 to 1560),
+for long-form transcription.
+
 The special tokens sit at the end of a 64-token vocabulary in Whisper's order:
 ``<|endoftext|>``, ``<|startoftranscript|>``, languages, ``<|translate|>``,
 ``<|transcribe|>``, ``<|startoflm|>``, ``<|startofprev|>``, ``<|nospeech|>``,
@@ -43,6 +47,12 @@ WHISPER = dict(
     # At transformers' 0.02 the tiny decoder repeats one token whatever it hears; at 0.4
     # the greedy streams vary and differ between the two clips.
     init_std=0.4,
+)
+
+
+# 1500 encoder positions: 3000 feature frames, 30 s; 1501 timestamp tokens after <|notimestamps|>.
+WHISPER_30S = dict(
+    WHISPER, vocab_size=60 + 1501, max_source_positions=1500, max_target_positions=64
 )
 
 

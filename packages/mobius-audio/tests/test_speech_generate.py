@@ -20,6 +20,7 @@ from test_speech_to_text_parity import SPEECH2TEXT
 from test_whisper_end_to_end import reference_audio, write_wav
 from transformers import AutoConfig, Speech2TextFeatureExtractor
 
+from mobius.cli import main
 from mobius.testing import build_with_cli, make_random_seq2seq, tiny_tokenizer
 from mobius_audio.generate import SpeechToTextGenerator, extract_inputs
 
@@ -47,7 +48,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_generate_transcribes_a_wav(tmp_path, case):
+def test_generate_transcribes_a_wav(tmp_path, capsys, case):
     import torch
 
     model_type, overrides, make_extractor, special, generation = CASES[case]
@@ -90,3 +91,12 @@ def test_generate_transcribes_a_wav(tmp_path, case):
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert run.stdout.rstrip("\n") == tokenizer.decode(expected, skip_special_tokens=True)
+
+    # Language, task and timestamps are Whisper's: a one-line refusal, naming the flags.
+    capsys.readouterr()
+    assert main(["generate", str(out), str(wav_path), "--timestamps", "--task", "translate"]) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        f"mobius: error: --task, --timestamps apply to Whisper packages; {out} is a "
+        "speech-to-text package without language, task or timestamp tokens\n"
+    )

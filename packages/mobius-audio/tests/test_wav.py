@@ -1,4 +1,4 @@
-"""Reading WAV files for ``mobius generate``: PCM widths, channels, resampling (no torch)."""
+"""Reading PCM WAV with the standard library (mobius without soundfile): widths, channels, linear resampling."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mobius.errors import MobiusError
-from mobius_audio.generate import read_wav, resample
+from mobius_audio.audio_file import read_wav, resample_linear
 
 
 def _write(path, frames: bytes, width: int, channels: int = 1, rate: int = 16000) -> None:
@@ -44,10 +44,10 @@ def test_channels_are_averaged(tmp_path):
 def test_resample_keeps_duration_and_shape_of_a_tone():
     t = np.arange(44100) / 44100
     tone = np.sin(2 * np.pi * 100 * t).astype(np.float32)
-    out = resample(tone, 44100, 16000)
+    out = resample_linear(tone, 44100, 16000)
     assert out.shape == (16000,)
     np.testing.assert_allclose(out, np.sin(2 * np.pi * 100 * np.arange(16000) / 16000), atol=1e-3)
-    assert resample(tone, 16000, 16000) is tone
+    assert resample_linear(tone, 16000, 16000) is tone
 
 
 def test_not_a_wav_is_a_clear_error(tmp_path):

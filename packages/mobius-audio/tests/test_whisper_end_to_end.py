@@ -21,7 +21,8 @@ from _whisper_tiny import SPECIAL, WHISPER, feature_extractor, set_generation_co
 from transformers import AutoConfig
 
 from mobius.testing import build_with_cli, make_random_seq2seq, tiny_tokenizer
-from mobius_audio.generate import SpeechToTextGenerator, extract_features, resample
+from mobius_audio.generate import extract_features
+from mobius_audio.whisper_generate import WhisperGenerator
 
 MAX_NEW_TOKENS = 12
 
@@ -47,13 +48,18 @@ def write_wav(path, seed: int = 0) -> None:
 
 
 def reference_audio(path, rate: int) -> np.ndarray:
-    """The WAV's samples read independently of mobius (16-bit mono), at ``rate``."""
+    """The WAV's samples read independently of mobius (16-bit mono), at ``rate`` as librosa's
+    default resampler (soxr, high quality) makes them."""
+    import soxr
+
     with wave.open(str(path), "rb") as wav:
         source_rate, channels = wav.getframerate(), wav.getnchannels()
         assert wav.getsampwidth() == 2
         samples = np.frombuffer(wav.readframes(wav.getnframes()), "<i2")
     audio = (samples.astype(np.float64) / 32768).reshape(-1, channels).mean(axis=1)
-    return resample(audio.astype(np.float32), source_rate, rate)
+    if source_rate == rate:
+        return audio.astype(np.float32)
+    return soxr.resample(audio.astype(np.float32), source_rate, rate, quality="HQ")
 
 
 # Ids past <|notimestamps|> (59) are timestamps to transformers' generate, which splits
@@ -102,7 +108,7 @@ def test_generate_transcribes_a_wav(tmp_path, generation):
     assert len(set(expected)) > 1, "a degenerate reference: the test would prove little"
 
     out = build_with_cli(tmp_path / "hf", tmp_path / "onnx")
-    generator = SpeechToTextGenerator(out)
+    generator = WhisperGenerator(out)
     tokens = list(
         generator.transcribe_ids(audio, extractor.sampling_rate, max_new_tokens=MAX_NEW_TOKENS)
     )

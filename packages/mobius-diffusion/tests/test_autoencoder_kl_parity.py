@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mobius_diffusion.testing import check_diffusion_parity
+from mobius_diffusion.testing import DIFFUSERS_CALLS, check_diffusion_parity
 
 BASE = dict(
     in_channels=3,
@@ -32,10 +32,7 @@ CASES = {
 }
 
 
-def vae_reference(model, graph, inputs):
-    if graph == "encoder/model":
-        return {"latent_parameters": model.encode(inputs["sample"]).latent_dist.parameters}
-    return {"sample": model.decode(inputs["latent_sample"]).sample}
+vae_reference = DIFFUSERS_CALLS["AutoencoderKL"]
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mobius_diffusion.testing import check_diffusion_parity
+from mobius_diffusion.testing import DIFFUSERS_CALLS, check_diffusion_parity
 
 BASE = dict(
     num_attention_heads=2,
@@ -60,18 +60,7 @@ def rotary_tables(config, frames, height, width):
     return cos.float().numpy(), sin.float().numpy()
 
 
-def reference(model, graph, inputs):
-    rotary = None
-    if "image_rotary_cos" in inputs:
-        rotary = (inputs["image_rotary_cos"], inputs["image_rotary_sin"])
-    out = model(
-        hidden_states=inputs["hidden_states"],
-        encoder_hidden_states=inputs["encoder_hidden_states"],
-        timestep=inputs["timestep"],
-        ofs=inputs.get("ofs"),
-        image_rotary_emb=rotary,
-    ).sample
-    return {"out_hidden_states": out}
+reference = DIFFUSERS_CALLS["CogVideoXTransformer3DModel"]
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

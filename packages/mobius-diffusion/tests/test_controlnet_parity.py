@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mobius_diffusion.testing import check_diffusion_parity
+from mobius_diffusion.testing import DIFFUSERS_CALLS, check_diffusion_parity
 
 SD15 = dict(
     in_channels=4,
@@ -44,21 +44,7 @@ CASES = {
 }
 
 
-def controlnet_reference(model, graph, inputs):
-    added = {k: inputs[k] for k in ("text_embeds", "time_ids") if k in inputs}
-    down, mid = model(
-        inputs["sample"],
-        inputs["timestep"],
-        inputs["encoder_hidden_states"],
-        inputs["controlnet_cond"],
-        conditioning_scale=float(inputs["conditioning_scale"]),
-        added_cond_kwargs=added or None,
-        return_dict=False,
-    )
-    return {
-        **{f"down_block_res_samples.{i}": d for i, d in enumerate(down)},
-        "mid_block_res_sample": mid,
-    }
+controlnet_reference = DIFFUSERS_CALLS["ControlNetModel"]
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

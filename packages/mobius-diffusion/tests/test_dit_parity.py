@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mobius_diffusion.testing import check_diffusion_parity
+from mobius_diffusion.testing import DIFFUSERS_CALLS, check_diffusion_parity
 
 BASE = dict(
     num_attention_heads=2,
@@ -28,8 +28,7 @@ CASES = {
 }
 
 
-def transformer_output(model, graph, inputs):
-    return {"out_hidden_states": model(**inputs).sample}
+transformer_output = DIFFUSERS_CALLS["DiTTransformer2DModel"]
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

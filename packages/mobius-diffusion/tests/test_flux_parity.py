@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mobius_diffusion.testing import check_diffusion_parity
+from mobius_diffusion.testing import DIFFUSERS_CALLS, check_diffusion_parity
 
 BASE = dict(
     patch_size=1,
@@ -40,8 +40,7 @@ def flux_inputs(guidance: bool) -> dict[str, np.ndarray]:
     return feed
 
 
-def transformer_output(model, graph, inputs):
-    return {"out_hidden_states": model(**inputs).sample}
+transformer_output = DIFFUSERS_CALLS["FluxTransformer2DModel"]
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

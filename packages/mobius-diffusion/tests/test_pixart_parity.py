@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mobius_diffusion.testing import check_diffusion_parity
+from mobius_diffusion.testing import DIFFUSERS_CALLS, check_diffusion_parity
 
 BASE = dict(
     num_attention_heads=2,
@@ -26,9 +26,7 @@ CASES = {
 }
 
 
-def transformer_output(model, graph, inputs):
-    extra = {k: inputs.pop(k) for k in ("resolution", "aspect_ratio") if k in inputs}
-    return {"out_hidden_states": model(**inputs, added_cond_kwargs=extra or None).sample}
+transformer_output = DIFFUSERS_CALLS["PixArtTransformer2DModel"]
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

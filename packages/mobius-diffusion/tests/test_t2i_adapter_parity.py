@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mobius_diffusion.testing import check_diffusion_parity
+from mobius_diffusion.testing import DIFFUSERS_CALLS, check_diffusion_parity
 
 CASES = {
     "full-adapter": dict(
@@ -25,8 +25,7 @@ CASES = {
 }
 
 
-def adapter_features(model, graph, inputs):
-    return {f"features.{i}": f for i, f in enumerate(model(inputs["condition"]))}
+adapter_features = DIFFUSERS_CALLS["T2IAdapter"]
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mobius_diffusion.testing import check_diffusion_parity
+from mobius_diffusion.testing import DIFFUSERS_CALLS, check_diffusion_parity
 
 SD15 = dict(
     in_channels=4,
@@ -56,15 +56,7 @@ CASES = {
 LATENT = {"sd2": (9, 11), "options": (12, 10)}
 
 
-def unet_reference(model, graph, inputs):
-    added = {k: inputs[k] for k in ("text_embeds", "time_ids") if k in inputs}
-    out = model(
-        inputs["sample"],
-        inputs["timestep"],
-        inputs["encoder_hidden_states"],
-        added_cond_kwargs=added or None,
-    )
-    return {"out_sample": out.sample}
+unet_reference = DIFFUSERS_CALLS["UNet2DConditionModel"]
 
 
 def unet_inputs(case: str, timestep: np.ndarray) -> dict[str, np.ndarray]:

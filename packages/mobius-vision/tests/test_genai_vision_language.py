@@ -1,11 +1,13 @@
 """onnxruntime-genai runs a split vision–language package mobius writes, with its genai_config.json.
 
-A tiny random Mistral 3 and a Qwen2.5-VL are built with ``--ep cpu`` (``--runtime auto`` writes the
-generator config for the families the generator has a class for); the generator's
-greedy tokens for a text prompt equal transformers' ``generate``. For Qwen2.5-VL the
-build also writes the generator's ``processor_config.json``: a random image through
-the generator's own processor gives transformers' pixels, prompt and, step by step,
-logits. Mistral 3 gets none (the generator resizes Pixtral images differently).
+Tiny random Mistral 3, Qwen2.5-VL and Qwen2-VL models are built with ``--ep cpu``
+(``--runtime auto`` writes the generator config for the families the generator runs;
+Qwen2-VL runs as its ``qwen2_5_vl`` class); the generator's greedy tokens for a text
+prompt equal transformers' ``generate``. For the Qwen families the build also writes
+the generator's ``processor_config.json``: a random image through the generator's own
+processor gives transformers' pixels, prompt and, step by step, logits. Mistral 3 gets
+none (the generator resizes Pixtral images differently). Gemma 3, Qwen3-VL and the
+families the generator has no class for get no generator config, with the reason.
 """
 
 from __future__ import annotations
@@ -43,29 +45,6 @@ def test_genai_runs_a_mistral3_package(tmp_path, capsys):
         "pixel_values": "pixel_values",
         "image_sizes": "image_sizes",
     }
-    prompt = [1, 6, 7, 9, 10, 12, 8]
-    expected = torch_greedy(torch_model, prompt, 12, eos="suppress")
-    assert genai_greedy(og.Model(str(out)), prompt, 12) == expected
-
-
-def test_genai_runs_a_qwen2_5_vl_package(tmp_path):
-    """Qwen2.5-VL's decoder takes M-RoPE's [3, batch, sequence] positions; the generator makes them."""
-    from vl_parity_cases.qwen2_5_vl import CASES as QWEN
-
-    _, make_config, _processor, *_ = QWEN["qwen2_5_vl-all-windows-gelu-tied"]
-    config = make_config()
-    for part in (config, config.text_config):  # the defaults are the real vocabulary's ids
-        part.bos_token_id, part.eos_token_id, part.pad_token_id = 1, 2, 0
-    torch_model = make_random_vl_model(config)
-    torch_model.save_pretrained(tmp_path / "hf")
-    out = build_with_cli(tmp_path / "hf", tmp_path / "onnx", "--ep", "cpu")
-    genai = json.loads((out / "genai_config.json").read_text())["model"]
-    assert genai["type"] == "qwen2_5_vl"
-    assert genai["vision"]["inputs"] == {
-        "pixel_values": "pixel_values",
-        "image_grid_thw": "image_grid_thw",
-    }
-    assert (genai["vision"]["patch_size"], genai["vision"]["spatial_merge_size"]) == (4, 2)
     prompt = [1, 6, 7, 9, 10, 12, 8]
     expected = torch_greedy(torch_model, prompt, 12, eos="suppress")
     assert genai_greedy(og.Model(str(out)), prompt, 12) == expected
@@ -115,7 +94,59 @@ def _genai_steps(model, inputs, prompt_length: int, new_tokens: int):
     return [int(t) for t in generator.get_sequence(0)][prompt_length:], logits
 
 
-def test_genai_runs_an_image_prompt_through_a_qwen2_5_vl_package(tmp_path):
+QWEN_CASES = {  # the case, its images-only processor class
+    "qwen2_5_vl-all-windows-gelu-tied": "vl_parity_cases.qwen2_5_vl:ImageQwen2_5_VLProcessor",
+    "qwen2_vl-two-sizes": "vl_parity_cases.qwen2_vl:ImageQwen2VLProcessor",
+}
+
+
+@pytest.fixture(scope="module", params=sorted(QWEN_CASES))
+def qwen_package(request, tmp_path_factory):
+    """(transformers model, transformers processor, built package) of a Qwen-VL family.
+
+    The source holds the PIL image processor and a byte-level BPE tokenizer the
+    generator's processor can read, so the build writes its processor_config.json.
+    """
+    import importlib
+
+    from vl_parity_cases.qwen2_vl import SPECIAL_TOKENS
+
+    case = request.param
+    family = case.split("-")[0]
+    _, make_config, make_processor, *_ = importlib.import_module(f"vl_parity_cases.{family}").CASES[
+        case
+    ]
+    module, name = QWEN_CASES[case].split(":")
+    processor_class = getattr(importlib.import_module(module), name)
+    tmp = tmp_path_factory.mktemp(family)
+    config = make_config()
+    for part in (config, config.text_config):  # the defaults are the real vocabulary's ids
+        part.bos_token_id, part.eos_token_id, part.pad_token_id = 1, 2, 0
+    torch_model = make_random_vl_model(config)
+    torch_model.save_pretrained(tmp / "hf")
+    image_processor = make_processor(config).image_processor  # the PIL one
+    image_processor.save_pretrained(tmp / "hf")
+    tokenizer = _bpe_tokenizer(config.text_config.vocab_size, SPECIAL_TOKENS, tmp / "hf")
+    processor = processor_class(image_processor=image_processor, tokenizer=tokenizer)
+    return torch_model, processor, build_with_cli(tmp / "hf", tmp / "onnx", "--ep", "cpu")
+
+
+def test_genai_runs_a_qwen_vl_package(qwen_package):
+    """The decoder takes M-RoPE's [3, batch, sequence] positions; the generator makes them."""
+    torch_model, _, out = qwen_package
+    genai = json.loads((out / "genai_config.json").read_text())["model"]
+    assert genai["type"] == "qwen2_5_vl"
+    assert genai["vision"]["inputs"] == {
+        "pixel_values": "pixel_values",
+        "image_grid_thw": "image_grid_thw",
+    }
+    assert (genai["vision"]["patch_size"], genai["vision"]["spatial_merge_size"]) == (4, 2)
+    prompt = [1, 6, 7, 9, 10, 12, 8]
+    expected = torch_greedy(torch_model, prompt, 12, eos="suppress")
+    assert genai_greedy(og.Model(str(out)), prompt, 12) == expected
+
+
+def test_genai_runs_an_image_prompt_through_a_qwen_vl_package(qwen_package, tmp_path):
     """The written processor_config.json makes the generator's pixels, prompt and logits transformers'.
 
     37x45 is enlarged to 40x48 and 50x70 shrunk to 40x56 (both resampled, bicubic) by
@@ -123,21 +154,9 @@ def test_genai_runs_an_image_prompt_through_a_qwen2_5_vl_package(tmp_path):
     """
     import torch
     from PIL import Image
-    from vl_parity_cases.qwen2_5_vl import CASES as QWEN
-    from vl_parity_cases.qwen2_5_vl import ImageQwen2_5_VLProcessor
-    from vl_parity_cases.qwen2_vl import SPECIAL_TOKENS, START, VIDEO
+    from vl_parity_cases.qwen2_vl import START, VIDEO
 
-    _, make_config, make_processor, *_ = QWEN["qwen2_5_vl-all-windows-gelu-tied"]
-    config = make_config()
-    for part in (config, config.text_config):  # the defaults are the real vocabulary's ids
-        part.bos_token_id, part.eos_token_id, part.pad_token_id = 1, 2, 0
-    torch_model = make_random_vl_model(config)
-    torch_model.save_pretrained(tmp_path / "hf")
-    image_processor = make_processor(config).image_processor  # the PIL one
-    image_processor.save_pretrained(tmp_path / "hf")
-    tokenizer = _bpe_tokenizer(config.text_config.vocab_size, SPECIAL_TOKENS, tmp_path / "hf")
-    processor = ImageQwen2_5_VLProcessor(image_processor=image_processor, tokenizer=tokenizer)
-    out = build_with_cli(tmp_path / "hf", tmp_path / "onnx", "--ep", "cpu")
+    torch_model, processor, out = qwen_package
     genai = json.loads((out / "genai_config.json").read_text())["model"]
     assert (genai["vision_start_token_id"], genai["video_token_id"]) == (START, VIDEO)
     assert (out / "processor_config.json").is_file()
@@ -254,28 +273,40 @@ def test_genai_resizes_pixtral_images_unlike_transformers(tmp_path):
     assert inputs["image_sizes"].as_numpy().tolist() == [[32, 40]]
 
 
-def test_no_genai_config_for_families_the_generator_lacks(tmp_path, capsys):
-    from vl_parity_cases.llava import CASES as LLAVA
+@pytest.mark.parametrize(
+    "family, case, why",
+    [
+        ("llava", "llava-llama", "no vision–language class for 'llava'"),
+        ("gemma3", "gemma3", "cannot run 'gemma3' packages: its decoder takes token_type_ids"),
+        (
+            "qwen3_vl",
+            "qwen3_vl-deepstack-two-sizes",
+            "cannot run 'qwen3_vl' packages: its DeepStack features",
+        ),
+    ],
+)
+def test_no_genai_config_for_families_the_generator_cannot_run(family, case, why, tmp_path, capsys):
+    import importlib
 
-    _, make_config, _processor = LLAVA["llava-llama"]
+    _, make_config, *_ = importlib.import_module(f"vl_parity_cases.{family}").CASES[case]
     make_random_vl_model(make_config()).save_pretrained(tmp_path / "hf")
     out = build_with_cli(tmp_path / "hf", tmp_path / "onnx")
     assert not (out / "genai_config.json").exists()
-    assert "no vision–language class for 'llava'" in capsys.readouterr().err
+    assert why in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("form", ["split", "single"])
-def test_generate_refuses_a_vision_language_package(tmp_path, form, capsys):
+def test_core_text_runner_refuses_a_vision_language_package(tmp_path, form):
+    """Core's causal-LM runner alone meets a VL package with a contract error, not a crash.
+
+    (``mobius generate`` hands VL packages to mobius-vision's runner: test_vl_generate.py.)
+    """
     from vl_parity_cases.llava import CASES as LLAVA
 
-    from mobius.cli import main
     from mobius.generate import PackageError, open_generator
 
     _, make_config, _processor = LLAVA["llava-llama"]
     make_random_vl_model(make_config()).save_pretrained(tmp_path / "hf")
     out = build_with_cli(tmp_path / "hf", tmp_path / "onnx", "--form", form)
-    capsys.readouterr()
-    assert main(["generate", str(out), "a cat"]) != 0
-    assert "is a vision–language package" in capsys.readouterr().err
     with pytest.raises(PackageError):
-        open_generator(out)  # core's text runner alone: a contract error, not a crash
+        open_generator(out)

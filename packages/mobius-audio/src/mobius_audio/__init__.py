@@ -4,6 +4,12 @@ Importing the package registers its architectures with ``mobius.registry``;
 the ``mobius.plugins`` entry point does the same without an import. Each model
 file in ``mobius_audio.models`` declares the HF ``model_type`` keys it builds in
 a ``MODEL_TYPES`` table, next to the classes themselves.
+
+``mobius_audio.transcribe(package_dir, audio, ...)`` runs a built speech-to-text
+package (:func:`mobius_audio.generate.transcribe`; imported on first use);
+``mobius_audio.transcribe_ctc(package_dir, audio)`` and
+``mobius_audio.classify_audio(package_dir, audio, top=5)`` run audio encoders with a
+CTC or classification head (:mod:`mobius_audio.encoders`).
 """
 
 from __future__ import annotations
@@ -32,6 +38,19 @@ def register(registry) -> None:
     table = registrations("mobius_audio", model_types)  # the index: no model file imported
     register_model_types(registry, PACKAGE, table, LOAD_ERRORS, "mobius_audio:verified.json")
     register_slice(registry)
+
+
+def __getattr__(name: str):
+    # transcribe is imported on first use: registering the package stays light.
+    if name == "transcribe":
+        from mobius_audio.generate import transcribe
+
+        return transcribe
+    if name in ("transcribe_ctc", "classify_audio"):  # audio encoders with a head
+        from mobius_audio import encoders
+
+        return getattr(encoders, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _register_default() -> None:

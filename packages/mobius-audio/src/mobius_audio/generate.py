@@ -1,26 +1,26 @@
-"""Transcribe a WAV file with a speech-to-text package (:mod:`mobius_audio.tasks`).
+"""Transcribe audio with a speech-to-text package (:mod:`mobius_audio.tasks`).
 
-The WAV is read with the standard library's ``wave`` (8/16/24/32-bit PCM, channels
-averaged to mono) and, when its rate differs from the feature extractor's, resampled
-by linear interpolation. The package's own feature extractor
-(``preprocessor_config.json``, e.g. ``WhisperFeatureExtractor``) makes the log-mel
-features on its numpy path; the encoder runs once and the decoder steps greedily
-(or samples) from the prompt transformers' Whisper ``generate`` would start from:
-``decoder_start_token_id``, the language (from the generation config, else detected
-as the likeliest language token), the task and ``<|notimestamps|>``. ``suppress_tokens``
-are never generated and ``begin_suppress_tokens`` not as the first new token. The
-tokens come from core's :func:`mobius.generate.decode_loop`.
+The audio file (WAV, FLAC, OGG, MP3: :mod:`mobius_audio.audio_file`) is decoded to
+float32 mono at the feature extractor's rate. The package's own feature extractor
+(``preprocessor_config.json``) makes the source on its numpy path; the encoder runs
+once and the decoder steps greedily (or samples) through core's
+:func:`mobius.generate.decode_loop`, from the decoder start token (Speech2Text,
+Moonshine: with ``forced_bos_token_id`` next where set). ``suppress_tokens`` are never
+generated and ``begin_suppress_tokens`` not as the first new token.
 
-:func:`run_cli` is mobius-audio's ``mobius generate`` runner, for the packages
-:func:`is_speech_package` accepts.
+A Whisper package runs in :class:`mobius_audio.whisper_generate.WhisperGenerator`:
+long-form audio, timestamps, language detection, ``language`` and ``task``, as
+transformers' Whisper ``generate`` does them. :func:`open_speech_generator` picks
+the class; :func:`transcribe` is the Python API; :func:`run_cli` is mobius-audio's
+``mobius generate`` runner, for the packages :func:`is_speech_package` accepts.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import time
-import wave
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -38,43 +38,7 @@ from mobius.generate import (
     stream_to_stdout,
     suppress_tokens,
 )
-
-_PCM = {1: np.uint8, 2: np.int16, 4: np.int32}
-
-
-def read_wav(path: str | os.PathLike) -> tuple[np.ndarray, int]:
-    """``(samples, rate)``: a PCM WAV file as float32 mono in [-1, 1]."""
-    try:
-        with wave.open(str(path), "rb") as wav:
-            rate, width, channels = wav.getframerate(), wav.getsampwidth(), wav.getnchannels()
-            frames = wav.readframes(wav.getnframes())
-    except (OSError, EOFError, wave.Error) as exc:
-        raise MobiusError(f"cannot read {path} as a PCM WAV file: {exc}") from None
-    raw = np.frombuffer(frames, np.uint8)
-    if width == 3:  # 24-bit: widen each little-endian sample to int32
-        raw = raw.reshape(-1, 3)
-        samples = (raw[:, 0].astype(np.int32) | raw[:, 1].astype(np.int32) << 8) | (
-            raw[:, 2].astype(np.int8).astype(np.int32) << 16
-        )
-        scale = float(1 << 23)
-    elif width in _PCM:
-        samples = np.frombuffer(frames, _PCM[width]).astype(np.float64)
-        if width == 1:  # unsigned, centred on 128
-            samples = samples - 128.0
-        scale = float(1 << (8 * width - 1))
-    else:
-        raise MobiusError(f"{path}: {8 * width}-bit samples are not PCM that mobius reads")
-    audio = (np.asarray(samples, np.float64) / scale).reshape(-1, channels).mean(axis=1)
-    return audio.astype(np.float32), rate
-
-
-def resample(audio: np.ndarray, rate: int, target: int) -> np.ndarray:
-    """``audio`` at ``target`` Hz by linear interpolation (no anti-alias filter: a simple resampler)."""
-    if rate == target or audio.size == 0:
-        return audio
-    count = int(round(audio.size * target / rate))
-    times = np.arange(count) * (rate / target)
-    return np.interp(times, np.arange(audio.size), audio).astype(np.float32)
+from mobius_audio.audio_file import FORMATS, decode_audio, read_audio, resample
 
 
 def extract_features(feature_extractor, waves, sampling_rate: int) -> np.ndarray:
@@ -87,18 +51,25 @@ def extract_features(feature_extractor, waves, sampling_rate: int) -> np.ndarray
 
 
 def extract_inputs(
-    feature_extractor, waves, sampling_rate: int, name: str = "input_features", mask: bool = False
+    feature_extractor,
+    waves,
+    sampling_rate: int,
+    name: str = "input_features",
+    mask: bool = False,
+    **options,
 ) -> dict[str, np.ndarray]:
     """The encoder's feeds of ``waves``: ``name`` (float32) and, with ``mask``, ``attention_mask``.
 
     With ``mask`` a batch is padded to its longest clip (1 real, 0 padding, int64);
     without it the extractor pads as it likes (Whisper: to its 30 s window).
+    ``options`` go to the extractor (``truncation=False, padding="longest"``).
     """
     module = importlib.import_module(type(feature_extractor).__module__)
     probe = getattr(module, "is_torch_available", None)
     if probe is not None:
         module.is_torch_available = lambda: False
-    options = dict(padding=True, return_attention_mask=True) if mask else {}
+    if mask:
+        options.update(padding=True, return_attention_mask=True)
     try:
         out = feature_extractor(waves, sampling_rate=sampling_rate, return_tensors="np", **options)
     finally:
@@ -108,16 +79,6 @@ def extract_inputs(
     if mask:
         feeds["attention_mask"] = np.asarray(out["attention_mask"], np.int64)
     return feeds
-
-
-def _language_token(language: str, lang_to_id: dict) -> str:
-    """``"<|de|>"`` for ``"<|de|>"``, ``"de"`` or ``"german"``, as transformers' Whisper reads them."""
-    from transformers.models.whisper.tokenization_whisper import TO_LANGUAGE_CODE
-
-    language = language.lower()
-    if language in lang_to_id:
-        return language
-    return f"<|{TO_LANGUAGE_CODE.get(language, language)}|>"
 
 
 # The audio sources of the speech-to-text contract: features (Whisper, Speech2Text), samples (Moonshine).
@@ -136,7 +97,7 @@ def is_speech_package(package: str | os.PathLike) -> bool:
 
 
 class SpeechToTextGenerator(Seq2SeqGenerator):
-    """A speech-to-text package (``encoder/`` over ``input_features``, ``decoder/``) in ONNX Runtime.
+    """A speech-to-text package (``encoder/`` over audio, ``decoder/``) in ONNX Runtime.
 
     The seq2seq generator's package and contract checks, with audio for the source:
     Whisper's log-mel features and no encoder mask, or (Speech2Text, Moonshine) the
@@ -148,6 +109,8 @@ class SpeechToTextGenerator(Seq2SeqGenerator):
     encoder_inputs = frozenset({"input_features"})
     decoder_source_inputs = frozenset()
     contract = "speech-to-text"
+    #: What :meth:`stream` passes to :meth:`transcribe_ids` (:meth:`set_options`).
+    transcribe_options: dict = {}
 
     _feature_extractor = None
 
@@ -163,9 +126,22 @@ class SpeechToTextGenerator(Seq2SeqGenerator):
         if self._features_type is None:
             raise PackageError("ONNX Runtime's Python API feeds float32 and float16 features only")
 
+    def set_options(self, *, language=None, task=None, timestamps=None) -> None:
+        """Refused unless all None: language, task and timestamps belong to Whisper packages."""
+        given = {"--language": language, "--task": task, "--timestamps": timestamps}
+        flags = [flag for flag, value in given.items() if value is not None]
+        if flags:
+            verb = "apply" if len(flags) > 1 else "applies"
+            raise MobiusError(
+                f"{', '.join(flags)} {verb} to Whisper packages; {self.package_dir} is a "
+                "speech-to-text package without language, task or timestamp tokens"
+            )
+
     def generate_ids(self, prompt_ids, **options):
         """Refused: a speech-to-text package's source is audio (see :meth:`transcribe_ids`)."""
-        raise MobiusError(f"{self.package_dir} transcribes audio: give it a WAV file")
+        raise MobiusError(
+            f"{self.package_dir} transcribes audio: give it an audio file ({FORMATS})"
+        )
 
     @property
     def feature_extractor(self):
@@ -183,10 +159,15 @@ class SpeechToTextGenerator(Seq2SeqGenerator):
             )
         return self._feature_extractor
 
+    @property
+    def sampling_rate(self) -> int:
+        """The rate the feature extractor takes, in Hz."""
+        return int(self.feature_extractor.sampling_rate)
+
     def features(self, audio: np.ndarray, rate: int) -> dict[str, np.ndarray]:
         """The encoder's feeds of mono ``audio`` at ``rate`` Hz: the source (and its mask)."""
         extractor = self.feature_extractor
-        target = int(extractor.sampling_rate)
+        target = self.sampling_rate
         audio = resample(np.asarray(audio, np.float32), int(rate), target)
         limit = getattr(extractor, "n_samples", None)
         if limit and audio.size > limit:
@@ -199,50 +180,11 @@ class SpeechToTextGenerator(Seq2SeqGenerator):
         return feeds
 
     def prompt_ids(self, cross) -> list[int]:
-        """The decoder's first tokens, as transformers' Whisper ``generate`` makes them.
-
-        Start token, then ``forced_decoder_ids`` (when neither ``language`` nor
-        ``task`` is set); the language from ``language`` through ``lang_to_id``, else
-        detected (the likeliest language token after the start token) when
-        ``lang_to_id`` is there; the task; ``no_timestamps_token_id``. ``cross`` is
-        the decoder's source feeds (:meth:`decoder_step`).
-        """
-        config = self.generation_config
+        """The decoder's first tokens: its start token (``forced_bos_token_id`` is forced after it)."""
         start = self._setting("decoder_start_token_id")
         if start is None:
             raise PackageError("config.json has no decoder_start_token_id: cannot start decoding")
-        tokens: list[int | None] = [int(start)]
-        language, task = config.get("language"), config.get("task")
-        if language is None and task is None:
-            forced = self._setting("forced_decoder_ids") or []
-            tokens += [token for _, token in sorted(forced)]
-        lang_to_id, task_to_id = config.get("lang_to_id") or {}, config.get("task_to_id") or {}
-        if language is not None:
-            key = _language_token(language, lang_to_id)
-            if key not in lang_to_id:
-                raise MobiusError(f"language {language!r} is not in the generation config")
-            language_id = lang_to_id[key]
-        elif lang_to_id and (len(tokens) < 2 or tokens[1] is None):
-            logits = self.decoder_step(cross)([int(start)])
-            ids = list(lang_to_id.values())
-            language_id = ids[int(np.argmax(logits[ids]))]
-        else:
-            language_id = None
-        if language_id is not None:
-            tokens[1:2] = [language_id]
-        task_ids = list(task_to_id.values())
-        if task is not None:
-            tokens = [t for t in tokens if t not in task_ids] + [task_to_id[task]]
-        elif language is not None and task_to_id and not any(t in task_ids for t in tokens):
-            tokens.append(task_to_id["transcribe"])
-        no_timestamps = config.get("no_timestamps_token_id")
-        if (
-            no_timestamps is not None
-            and not config.get("return_timestamps")
-            and tokens[-1] != no_timestamps
-        ):
-            tokens.append(no_timestamps)
-        return [int(t) for t in tokens if t is not None]
+        return [int(start)]
 
     def transcribe_ids(
         self,
@@ -287,23 +229,27 @@ class SpeechToTextGenerator(Seq2SeqGenerator):
             **sampling,
         )
 
+    def is_text(self, token: int) -> bool:
+        """Whether ``token`` belongs in the text (Whisper leaves its timestamps out)."""
+        return True
+
+    def _read(self, path: str, system) -> tuple[np.ndarray, int]:
+        """The audio file at ``path`` at the extractor's rate; a system message is refused."""
+        if system is not None:
+            raise MobiusError("a speech-to-text package takes no system message")
+        return read_audio(path, self.sampling_rate), self.sampling_rate
+
     def stream(self, prompt: str, *, chat_template: bool = True, system=None, **options):
-        """Yield the text of the WAV file at ``prompt`` as it is transcribed.
+        """Yield the text of the audio file at ``prompt`` as it is transcribed.
 
         ``options`` are those of :meth:`transcribe_ids`; a system message has no
         place in transcription.
         """
-        if system is not None:
-            raise MobiusError("a speech-to-text package takes no system message")
-        if not Path(prompt).is_file():
-            raise MobiusError(
-                f"{self.package_dir} transcribes audio: give a WAV file, not {prompt!r}"
-            )
-        audio, rate = read_wav(prompt)
+        audio, rate = self._read(prompt, system)
         tokenizer = self.tokenizer
         text = TextStream(lambda new: tokenizer.decode(new, skip_special_tokens=True))
-        for token in self.transcribe_ids(audio, rate, **options):
-            piece = text.push(token)
+        for token in self.transcribe_ids(audio, rate, **self.transcribe_options, **options):
+            piece = text.push(token) if self.is_text(token) else ""
             if piece:
                 yield piece
         rest = text.flush()
@@ -311,7 +257,81 @@ class SpeechToTextGenerator(Seq2SeqGenerator):
             yield rest
 
 
+def open_speech_generator(package_dir: str | os.PathLike, **options) -> SpeechToTextGenerator:
+    """The generator for a speech-to-text package: a Whisper one (``model_type`` ``whisper``,
+    decoded as transformers' Whisper ``generate`` decodes) or the plain one."""
+    config_path = Path(package_dir) / "config.json"
+    model_type = None
+    if config_path.is_file():
+        try:
+            model_type = json.loads(config_path.read_text(encoding="utf-8")).get("model_type")
+        except (OSError, ValueError, AttributeError):
+            model_type = None  # the generator's own checks name the broken file
+    if model_type == "whisper":
+        from mobius_audio.whisper_generate import WhisperGenerator
+
+        return WhisperGenerator(package_dir, **options)
+    return SpeechToTextGenerator(package_dir, **options)
+
+
+def transcribe(
+    package_dir: str | os.PathLike,
+    audio,
+    *,
+    sampling_rate: int | None = None,
+    language: str | None = None,
+    task: str | None = None,
+    timestamps: bool = False,
+    max_new_tokens: int = 128,
+    threads: int | None = None,
+    **sampling,
+):
+    """The transcription of ``audio`` by the speech-to-text package at ``package_dir``.
+
+    ``audio`` is a file (WAV, FLAC, OGG, MP3) or mono samples at ``sampling_rate``
+    Hz. Whisper packages also take ``language`` (``"de"``, ``"german"``,
+    ``"<|de|>"``; default: the generation config's, else detected), ``task``
+    (``"transcribe"`` or ``"translate"``; default: the generation config's) and
+    ``timestamps``: then the result is a list of
+    :class:`~mobius_audio.longform.Segment` (``start``, ``end`` in seconds,
+    ``text``, ``tokens``) instead of the text. ``max_new_tokens`` counts per 30 s
+    window; ``sampling`` is :func:`mobius.generate.decode_loop`'s (``do_sample``,
+    ``temperature``, ``top_k``, ``top_p``, ``seed``).
+
+    Example::
+
+        import mobius_audio
+
+        print(mobius_audio.transcribe("whisper-out/", "talk.mp3", language="en"))
+        for segment in mobius_audio.transcribe("whisper-out/", "talk.mp3", timestamps=True):
+            print(segment.line())
+    """
+    generator = open_speech_generator(package_dir, threads=threads)
+    if isinstance(audio, (str, os.PathLike)):
+        samples, rate = decode_audio(audio)
+    elif sampling_rate is None:
+        raise MobiusError("give the samples' rate: transcribe(package, samples, sampling_rate=...)")
+    else:
+        samples, rate = np.asarray(audio, np.float32), int(sampling_rate)
+        if samples.ndim != 1:
+            raise MobiusError(f"give mono samples (one dimension), not an array of {samples.shape}")
+    # False means "as the generation config says" to the decoder; only True asks for segments.
+    generator.set_options(language=language, task=task, timestamps=timestamps or None)
+    options = dict(generator.transcribe_options, max_new_tokens=max_new_tokens, **sampling)
+    if timestamps:
+        return list(generator.transcribe_segments(samples, rate, **options))
+    tokenizer = generator.tokenizer
+    tokens = [t for t in generator.transcribe_ids(samples, rate, **options) if generator.is_text(t)]
+    return tokenizer.decode(tokens, skip_special_tokens=True)
+
+
 def run_cli(package_dir: str | os.PathLike, prompt: str, options: dict) -> int:
-    """mobius-audio's ``mobius generate`` runner: transcribe the WAV file at ``prompt``."""
-    generator = SpeechToTextGenerator(package_dir, threads=options.get("threads"))
+    """mobius-audio's ``mobius generate`` runner: transcribe the audio file at ``prompt``."""
+    generator = open_speech_generator(package_dir, threads=options.get("threads"))
+    generator.set_options(
+        language=options.get("language"),
+        task=options.get("speech_task"),
+        timestamps=options.get("timestamps"),
+    )
+    generator.progress = True
     return stream_to_stdout(generator, prompt, options)

@@ -35,6 +35,9 @@ Registered with core's registry by :mod:`mobius_audio.plugin`
     :class:`~mobius.tasks.Seq2SeqTask`'s decoder; Whisper's decoder has no
     such input (every encoder position is real).
 
+onnxruntime-genai's generator runs Whisper packages with a 30 s window
+(:mod:`mobius_audio.genai` writes their ``genai_config.json``).
+
 The prompt tokens (``<|startoftranscript|>``, language, task, ``<|notimestamps|>``),
 timestamps and suppressed tokens are the generation loop's business, as in
 transformers. The module provides ``encode(op, source) -> (hidden, [(k, v)])``,
@@ -85,6 +88,13 @@ class SpeechToTextTask(Seq2SeqTask):
     """Encoder over audio and a cached decoder; see the module docstring."""
 
     name = "speech-to-text"
+    genai = True
+
+    def genai_config(self, package) -> dict:
+        """``genai_config.json`` for a family onnxruntime-genai's generator has a class for (Whisper)."""
+        from mobius_audio.genai import speech_to_text_genai_config
+
+        return speech_to_text_genai_config(package, ep=self.ep)
 
     def build(self, module, config, dtype: ir.DataType) -> dict[str, ir.Model]:
         self._module = module  # the hooks below read what it declares

@@ -153,6 +153,11 @@ class Registry:
                 f"unknown task {name!r} (known: {known}); the domain package that defines it "
                 "may not be installed or may have failed to load (mobius list)"
             ) from None
+        if info.task is None:
+            raise MobiusError(
+                f"{name} packages are assembled from other tasks' graphs by their source; "
+                "no task builds one"
+            )
         return info.task_class()(ep)
 
     def tasks(self) -> dict[str, TaskInfo]:

@@ -97,7 +97,7 @@ def validate_feature_extraction(package_dir: Path, source: Path, record: dict, r
     """Every output of the encoder on the sample batch (the second row padded at the end)."""
     import onnxruntime as ort
 
-    from mobius.testing._encoder_parity import HEAD_CLASSES, compare_encoder, right_padded_batch
+    from mobius.testing._encoder_parity import compare_encoder, right_padded_batch
 
     session = ort.InferenceSession(
         str(package_dir / "model.onnx"), providers=["CPUExecutionProvider"]
@@ -113,7 +113,7 @@ def validate_feature_extraction(package_dir: Path, source: Path, record: dict, r
         return smoke_report("feature-extraction", checked, named)
     if head == "sentence-embedding" and (source / "modules.json").is_file():
         return _against_sentence_transformers(session, source)
-    torch_model = load_reference(HEAD_CLASSES[head], source)
+    torch_model = load_reference(_reference_class(source, head), source)
     options = record.get("options") or {}
     # The build's own defaults where the options left them to it (no sentence-transformers modules).
     pooling = (options.get("pooling") or "mean", bool(options.get("normalize")))
@@ -159,6 +159,35 @@ def _against_sentence_transformers(session, source: Path) -> ValidationReport:
         ),
     }
     return report
+
+
+def _reference_class(source: Path, head: str) -> str:
+    """The transformers class the checkpoint names (``architectures``) where it has the built
+    head's outputs, else the head's auto class.
+
+    A checkpoint's own class may add outputs its auto class lacks (CLIP's
+    ``text_embeds``) or be the encoder alone (``T5EncoderModel``, where ``AutoModel``
+    is the whole encoder-decoder).
+    """
+    import transformers
+    from transformers import AutoConfig
+
+    from mobius.testing._encoder_parity import HEAD_CLASSES
+
+    config = AutoConfig.from_pretrained(str(source), trust_remote_code=False)
+    named = [a for a in (getattr(config, "architectures", None) or []) if isinstance(a, str)]
+    own = named[0] if named and hasattr(transformers, named[0]) else None
+    if own is not None and (head == "none" or own.endswith(_HEAD_SUFFIXES.get(head, "\0"))):
+        return own
+    return HEAD_CLASSES[head]
+
+
+# The class-name endings of each head (a bare encoder takes its checkpoint's class whatever it is).
+_HEAD_SUFFIXES = {
+    "masked-lm": "ForMaskedLM",
+    "sequence-classification": "ForSequenceClassification",
+    "token-classification": "ForTokenClassification",
+}
 
 
 def _built_head(session, vocab_size: int) -> str:

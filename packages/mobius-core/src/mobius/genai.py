@@ -175,8 +175,9 @@ def genai_config(package, *, ep: str = "cpu") -> dict:
     ``ep`` picks the generator's execution provider (``"cuda"`` asks for CUDA,
     anything else runs on CPU).
 
-    Domain packages whose tasks the generator runs (vision–language) build their
-    config on :func:`decoder_genai_config`.
+    Domain packages whose tasks the generator runs build their config on
+    :func:`decoder_genai_config` (vision–language) or on the section helpers
+    :func:`token_ids`, :func:`search_config` and :func:`session_options` (speech-to-text).
 
     Raises :class:`GenAIUnsupportedError` for a package onnxruntime-genai cannot run:
     not a causal LM, or a layer without a key/value cache (state-space layers).

@@ -43,11 +43,13 @@ class TaskInfo:
     ``heads`` lists the values of ``--head`` the task accepts besides ``auto``
     (``"none"`` first): they become the choices of ``mobius build --head``.
     ``validate`` is the task's ``mobius build --validate`` check (callable or lazy
-    ``"module:function"``, see :mod:`mobius.validate`).
+    ``"module:function"``, see :mod:`mobius.validate`). ``task`` is None for a
+    task no class builds: its packages are assembled by a source from other tasks'
+    graphs (a diffusers pipeline), and it is registered for its validator alone.
     """
 
     name: str
-    task: Any  # a ModelTask subclass, or lazy "module:Class"
+    task: Any  # a ModelTask subclass, lazy "module:Class", or None (see above)
     package: str
     heads: tuple[str, ...] = ()
     validate: Any = None

@@ -139,12 +139,33 @@ def is_quantized(package_dir: Path) -> bool:
     return False
 
 
+#: The record's dtype names (numpy's) of the float types a build computes in.
+_COMPUTE_TYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+
+
+def compute_dtype(record: dict) -> str:
+    """The float type the graphs compute in (``f32``, ``f16``, ``bf16``), from their outputs.
+
+    ``--dtype`` left unset keeps the checkpoint's own type, so the graphs say it, not
+    the options. The narrowest float output wins (a package of several graphs).
+    """
+    found = {
+        _COMPUTE_TYPES[value.get("dtype")]
+        for graph in (record.get("graphs") or {}).values()
+        for value in graph.get("outputs", [])
+        if value.get("dtype") in _COMPUTE_TYPES
+    }
+    for dtype in ("bf16", "f16"):
+        if dtype in found:
+            return dtype
+    return "f32"
+
+
 def default_atol(package_dir: Path, record: dict) -> float | None:
-    """:data:`DEFAULT_ATOL` of the build's dtype, or None for a quantized build."""
+    """:data:`DEFAULT_ATOL` of the graphs' float type, or None for a quantized build."""
     if is_quantized(package_dir):
         return None
-    dtype = (record.get("options") or {}).get("dtype")
-    return DEFAULT_ATOL.get(dtype, DEFAULT_ATOL["f32"])
+    return DEFAULT_ATOL[compute_dtype(record)]
 
 
 def validate_package(
@@ -171,13 +192,20 @@ def validate_package(
         raise MobiusError(f"--validate: no validator for {task!r} packages")
     from mobius.plugins import load
 
-    report = load(info.validate)(package_dir, source, record, reference_missing() is None)
+    try:
+        report = load(info.validate)(package_dir, source, record, reference_missing() is None)
+    except MobiusError:
+        raise
+    except Exception as exc:  # a reference that refuses the sample, a kit's assertion
+        raise MobiusError(
+            f"--validate: the {task} check could not compare {package_dir} with {source}: "
+            f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        ) from None
     report.task = task
     if report.reference is None and not report.note:
         report.note = "validation against the source needs torch and transformers (pip install torch transformers)"
     report.atol = atol if atol is not None else default_atol(package_dir, record)
-    if (record.get("options") or {}).get("dtype") != "f32":
-        report.tokens_required = False
+    report.tokens_required = compute_dtype(record) == "f32"
     _write_validation(package_dir / RECORD_FILE, report)
     return report
 

@@ -42,7 +42,14 @@ RUNNER_HELP = (
 def register_slice(registry) -> None:
     """Register what mobius-diffusion owns besides its model types (safe to call twice)."""
     for name, task in TASKS.items():
-        registry.register_task(TaskInfo(name, f"mobius_diffusion.tasks:{task}", PACKAGE))
+        validate = "mobius_diffusion.validate:validate_component"  # one for every component
+        registry.register_task(
+            TaskInfo(name, f"mobius_diffusion.tasks:{task}", PACKAGE, validate=validate)
+        )
+    # A whole pipeline's package: its source assembles it from the components' tasks.
+    registry.register_task(
+        TaskInfo("pipeline", None, PACKAGE, validate="mobius_diffusion.validate:validate_pipeline")
+    )
     for name, recognise in (
         ("diffusers-pipeline", "mobius_diffusion.pipeline_source:recognise_pipeline"),
         ("diffusers-component", "mobius_diffusion.source:recognise_component"),

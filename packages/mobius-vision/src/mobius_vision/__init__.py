@@ -4,6 +4,16 @@ Importing the package registers its architectures with ``mobius.registry``;
 the ``mobius.plugins`` entry point does the same without an import. Each model
 file in ``mobius_vision.models`` declares the HF ``model_type`` keys it builds in
 a ``MODEL_TYPES`` table, next to the classes themselves.
+
+:func:`generate_vl` runs a built vision–language package on a prompt and images
+(``mobius generate PKG PROMPT --image FILE`` on the command line)::
+
+    from mobius_vision import generate_vl
+
+    text = generate_vl("llava-out/", "What is in this picture?", images=["cat.png"])
+
+:func:`classify` (:mod:`mobius_vision.classifier`) classifies images with an image
+classifier or a zero-shot (CLIP, SigLIP) package (``mobius classify`` on the command line).
 """
 
 from __future__ import annotations
@@ -32,6 +42,19 @@ def register(registry) -> None:
     table = registrations("mobius_vision", model_types)  # the index: no model file imported
     register_model_types(registry, PACKAGE, table, LOAD_ERRORS, "mobius_vision:verified.json")
     register_slice(registry)
+
+
+def __getattr__(name: str):
+    # The runners' API, imported on first use: importing mobius_vision stays light.
+    if name == "classify":
+        from mobius_vision.classifier import classify
+
+        return classify
+    if name in ("generate_vl", "VisionLanguageGenerator"):  # mobius_vision.runner
+        from mobius_vision import runner
+
+        return getattr(runner, name)
+    raise AttributeError(f"module 'mobius_vision' has no attribute {name!r}")
 
 
 def _register_default() -> None:

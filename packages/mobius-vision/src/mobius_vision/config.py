@@ -145,13 +145,14 @@ class VisionLanguageConfig:
 
         Raises :class:`~mobius.genai.GenAIUnsupportedError` where the generator's image
         preprocessing would not compute what transformers' image processor computes: a
-        family overrides this where it does (Qwen2.5-VL).
+        family overrides this where it does (Qwen2-VL, and so Qwen2.5-VL).
         """
         from mobius.genai import GenAIUnsupportedError
 
         raise GenAIUnsupportedError(
             f"onnxruntime-genai's image preprocessing for {self.model_type!r} does not "
-            "compute what transformers' image processor computes (only qwen2_5_vl's does)"
+            "compute what transformers' image processor computes "
+            "(only Qwen2-VL's and Qwen2.5-VL's do)"
         )
 
 

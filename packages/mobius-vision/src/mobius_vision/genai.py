@@ -1,7 +1,8 @@
 """onnxruntime-genai for vision–language packages: ``genai_config.json`` of a split build.
 
 A vision–language package qualifies in its split form, for the families the
-generator has a class for (:data:`GENAI_VISION_LANGUAGE_TYPES`): the decoder takes
+generator runs (:data:`GENAI_VISION_LANGUAGE_TYPES`; :data:`GENAI_UNRUNNABLE` says why
+others it has a class for are refused): the decoder takes
 ``inputs_embeds`` (core's :func:`mobius.genai.decoder_genai_config` describes it),
 and ``embedding`` and ``vision`` sections name the other two graphs. A family adds
 what only its generator class reads (:meth:`~mobius_vision.config.VisionLanguageConfig.genai_model_fields`).
@@ -21,11 +22,33 @@ from mobius.genai import GenAIUnsupportedError, decoder_genai_config, source_jso
 
 PROCESSOR_FILENAME = "processor_config.json"
 
-# Vision–language model types the generator has a class for, whose decoders take only the
-# causal-LM inputs (Gemma 3's also takes token_type_ids, which the generator 0.18 does not feed:
-# the first step fails with "Missing Input: token_type_ids", and decoder.inputs refuses the name);
-# Qwen2.5-VL's position_ids are M-RoPE's [3, batch, sequence], which the generator computes.
-GENAI_VISION_LANGUAGE_TYPES = frozenset({"mistral3", "qwen2_5_vl"})
+# The generator's (0.18) vision–language class for each family it runs, by mobius model_type.
+# Qwen2-VL runs as qwen2_5_vl: that class's M-RoPE positions for images are Qwen2-VL's too
+# (the two differ only for video), and the three graphs take the same inputs. Qwen's
+# position_ids are M-RoPE's [3, batch, sequence], which the generator computes.
+GENAI_VISION_LANGUAGE_TYPES = {
+    "mistral3": "mistral3",
+    "qwen2_5_vl": "qwen2_5_vl",
+    "qwen2_vl": "qwen2_5_vl",
+}
+
+# Families the generator has a class for (gemma3, qwen3_vl) but cannot run as mobius builds
+# them, and why; the build's note says it. The generator refuses any I/O name its config
+# sections do not list ("Unknown value" when genai_config.json is read).
+GENAI_UNRUNNABLE = {
+    "gemma3": (
+        "its decoder takes token_type_ids (bidirectional attention over each image), which "
+        "the generator does not feed: decoder.inputs has no such entry and the first step "
+        "fails with 'Missing Input: token_type_ids'"
+    ),
+    "qwen3_vl": (
+        "its DeepStack features pass from the vision graph to the embedding graph "
+        "(deepstack_features) and on to the decoder (deepstack_embeds), names the generator's "
+        "vision.outputs, embedding.inputs/outputs and decoder.inputs entries do not take; "
+        "without them the embedding graph fails with 'Missing Input: deepstack_features'"
+    ),
+}
+GENAI_UNRUNNABLE["qwen3_vl_moe"] = GENAI_UNRUNNABLE["qwen3_vl"]
 
 
 def vision_language_genai_config(package, *, ep: str = "cpu") -> dict:
@@ -33,22 +56,28 @@ def vision_language_genai_config(package, *, ep: str = "cpu") -> dict:
 
     ``ep`` picks the generator's execution provider (``"cuda"`` asks for CUDA,
     anything else runs on CPU). Raises :class:`~mobius.genai.GenAIUnsupportedError`
-    for a package the generator cannot run: the single form, or a family it has no
-    class for.
+    for a package the generator cannot run: the single form, a family it has no
+    class for, or one whose graphs it cannot feed (:data:`GENAI_UNRUNNABLE`).
     """
     config = package.config
     if set(package.models) != {"vision/model", "embedding/model", "decoder/model"}:
         raise GenAIUnsupportedError(
             "onnxruntime-genai loads vision–language models in the split form (--form split)"
         )
-    if config.model_type not in GENAI_VISION_LANGUAGE_TYPES:
+    if config.model_type in GENAI_UNRUNNABLE:
+        raise GenAIUnsupportedError(
+            f"onnxruntime-genai cannot run {config.model_type!r} packages: "
+            f"{GENAI_UNRUNNABLE[config.model_type]}"
+        )
+    genai_type = GENAI_VISION_LANGUAGE_TYPES.get(config.model_type)
+    if genai_type is None:
         raise GenAIUnsupportedError(
             f"onnxruntime-genai has no vision–language class for {config.model_type!r} "
-            f"(it has: {', '.join(sorted(GENAI_VISION_LANGUAGE_TYPES))})"
+            f"(it runs: {', '.join(sorted(GENAI_VISION_LANGUAGE_TYPES))})"
         )
     decoder = package.models["decoder/model"]
     result = decoder_genai_config(
-        package, decoder, config.text, "decoder/model.onnx", "inputs_embeds", config.model_type, ep
+        package, decoder, config.text, "decoder/model.onnx", "inputs_embeds", genai_type, ep
     )
     vision_inputs = [value.name for value in package.models["vision/model"].graph.inputs]
     vision = {

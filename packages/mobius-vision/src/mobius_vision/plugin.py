@@ -9,6 +9,37 @@ from __future__ import annotations
 PACKAGE = "mobius-vision"
 
 _TASKS = "mobius_vision.tasks"
+#: Each task's ``mobius build --validate`` check (:mod:`mobius_vision.validate`).
+_VALIDATORS = {
+    "image-classification": "validate_image_classification",
+    "zero-shot-image-classification": "validate_zero_shot",
+    "vision-language": "validate_vision_language",
+    "cross-attention-vision-language": "validate_cross_attention_vl",
+}
+
+RUNNER_HELP = (
+    "A vision-language package (LLaVA, Gemma 3, PaliGemma, InternVL...: split or single\n"
+    "form) takes --image FILE, once per image, and runs the family's own image processing\n"
+    "without torch (resize, rescale, normalise, tiles). With a chat template the prompt\n"
+    "becomes a user message of the images then the text; without one (or with\n"
+    "--no-chat-template) the prompt is used as is and must hold one placeholder per image\n"
+    "(<image>...), or holds none and gets them in front (mobius-vision)."
+)
+RUNNER_EXAMPLES = (
+    'mobius generate llava-out/ "What is in this picture?" --image cat.png',
+    'mobius generate llava-out/ "USER: <image> and <image>: what differs? ASSISTANT:" '
+    "--no-chat-template --image a.png --image b.png",
+)
+
+CLASSIFY_HELP = (
+    "An image classifier (ViT, ConvNeXt...: built with its image-classification head)\n"
+    "scores each image file over config.json's labels; a zero-shot package (CLIP,\n"
+    'SigLIP) over the --labels given, as "This is a photo of {label}.". The package\'s\n'
+    "preprocessor_config.json makes the pixels as transformers' image processors do;\n"
+    "scores are those of transformers' pipelines (CLIP: softmax over the labels;\n"
+    "SigLIP: a sigmoid each). One line per image: label score pairs, best first,\n"
+    "separated by ';' (mobius-vision)."
+)
 
 
 def register_slice(registry) -> None:
@@ -16,7 +47,9 @@ def register_slice(registry) -> None:
 
     Its tasks (``image-classification`` with its ``--head`` values, zero-shot image
     classification and the two vision–language contracts), the ``--form`` build option and
-    the ``mobius generate`` answer for vision–language packages (:mod:`mobius_vision.runner`).
+    the ``mobius generate`` runner for vision–language packages with its ``--image`` option
+    (:mod:`mobius_vision.runner`), and the ``mobius classify`` runner of image classifiers
+    and zero-shot packages (:mod:`mobius_vision.classifier`).
     """
     from mobius.plugins import CliOption, RunnerInfo, TaskInfo
     from mobius_vision.config import VISION_HEADS, VISION_LANGUAGE_FORMS
@@ -31,7 +64,10 @@ def register_slice(registry) -> None:
             (),
         ),
     ):
-        registry.register_task(TaskInfo(name, f"{_TASKS}.{target}", PACKAGE, heads))
+        validate = f"mobius_vision.validate:{_VALIDATORS[name]}"
+        registry.register_task(
+            TaskInfo(name, f"{_TASKS}.{target}", PACKAGE, heads, validate=validate)
+        )
     registry.register_option(
         CliOption(
             command="build",
@@ -48,11 +84,53 @@ def register_slice(registry) -> None:
             package=PACKAGE,
         )
     )
+    registry.register_option(
+        CliOption(
+            command="generate",
+            dest="images",
+            flags=("--image",),
+            kwargs=dict(
+                action="append",
+                default=None,
+                metavar="FILE",
+                help="an image for a vision-language package (PNG, JPEG...); repeat it for "
+                "several, in the order of the prompt's placeholders",
+            ),
+            group="vision-language packages",
+            package=PACKAGE,
+        )
+    )
+    # Asked first: a cross-attention package (Mllama) has vision/ too, but no embedding/.
+    registry.register_runner(
+        RunnerInfo(
+            "cross-attention-vision-language",
+            accepts="mobius_vision.processing.cross_attention_runner:is_cross_attention_package",
+            run="mobius_vision.processing.cross_attention_runner:run_cli",
+            package=PACKAGE,
+        )
+    )
     registry.register_runner(
         RunnerInfo(
             "vision-language",
             accepts="mobius_vision.runner:is_vision_language_package",
             run="mobius_vision.runner:run_cli",
             package=PACKAGE,
+            help=RUNNER_HELP,
+            examples=RUNNER_EXAMPLES,
+        )
+    )
+    # mobius classify: image classifiers and zero-shot dual encoders (mobius_vision.classifier)
+    registry.register_runner(
+        RunnerInfo(
+            "image-classifier",
+            accepts="mobius_vision.classifier:is_image_package",
+            run="mobius_vision.classifier:run_cli",
+            package=PACKAGE,
+            help=CLASSIFY_HELP,
+            examples=(
+                "mobius classify vit-out/ cat.png dog.jpg --top 3",
+                'mobius classify clip-out/ cat.png --labels "cat,dog,a red car"',
+            ),
+            command="classify",
         )
     )

@@ -17,7 +17,6 @@ from onnxscript import nn
 
 from mobius.components import GatedMLP, RMSNorm
 from mobius.errors import ConfigError
-from mobius_vision.models.qwen2_5_vl_genai import processor_config, rope_index_token_ids
 from mobius_vision.models.qwen2_vl import (
     PatchMerger,
     Qwen2VLConfig,
@@ -96,14 +95,6 @@ class Qwen2_5_VLVisionTower(Qwen2VLVisionTower):
 @dataclass
 class Qwen2_5_VLConfig(Qwen2VLConfig):
     vision_config_class = Qwen2_5_VLVisionConfig
-
-    def genai_model_fields(self, source: dict[str, Any]) -> dict[str, Any]:
-        """The token ids onnxruntime-genai's M-RoPE index looks for (:mod:`.qwen2_5_vl_genai`)."""
-        return rope_index_token_ids(source)
-
-    def genai_processor_config(self, preprocessor: dict[str, Any]) -> dict[str, Any]:
-        """The generator's image preprocessing, which equals transformers' (:mod:`.qwen2_5_vl_genai`)."""
-        return processor_config(self, preprocessor)
 
 
 class Qwen2_5_VLForConditionalGeneration(Qwen2VLForConditionalGeneration):

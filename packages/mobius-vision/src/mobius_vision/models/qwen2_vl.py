@@ -29,6 +29,7 @@ from mobius_text.models.qwen2_vl_text import Qwen2VLTextConfig, Qwen2VLTextForCa
 from mobius_vision.config import VisionLanguageConfig
 from mobius_vision.models._conv import Activation, Sequential
 from mobius_vision.models._vl import VisionLanguageModel
+from mobius_vision.models.qwen2_vl_genai import processor_config, rope_index_token_ids
 
 INT64 = ir.DataType.INT64
 
@@ -285,6 +286,14 @@ class Qwen2VLConfig(VisionLanguageConfig):
             text=cls.text_config_class.from_hf(cls.text_hf_config(hf_config)),
             image_token_id=int(hf_config.image_token_id),
         )
+
+    def genai_model_fields(self, source: dict[str, Any]) -> dict[str, Any]:
+        """The token ids onnxruntime-genai's M-RoPE index looks for (:mod:`.qwen2_vl_genai`)."""
+        return rope_index_token_ids(source)
+
+    def genai_processor_config(self, preprocessor: dict[str, Any]) -> dict[str, Any]:
+        """The generator's image preprocessing, which equals transformers' (:mod:`.qwen2_vl_genai`)."""
+        return processor_config(self, preprocessor)
 
 
 class Qwen2VLForConditionalGeneration(VisionLanguageModel):

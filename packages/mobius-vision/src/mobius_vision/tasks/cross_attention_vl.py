@@ -41,6 +41,7 @@ from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from mobius.errors import ConfigError
 from mobius.tasks import IR_VERSION, ModelTask, set_output, twin_module
+from mobius_vision.processing._settings import keep_processor_config
 from mobius_vision.tasks.vision_language import apply_form
 
 INT64 = ir.DataType.INT64
@@ -58,7 +59,9 @@ class CrossAttentionVisionLanguageTask(ModelTask):
     name = "cross-attention-vision-language"
 
     def configure(self, config, options, source):
-        """The config with the form the build asks (only ``split`` builds); encoder options refused."""
+        """The config with the form the build asks (only ``split`` builds); encoder options
+        refused; the source's HF processor settings kept (as :class:`VisionLanguageTask` does)."""
+        keep_processor_config(source)
         return apply_form(super().configure(config, options, source), options)
 
     def build(self, module, config, dtype: ir.DataType) -> dict[str, ir.Model]:

@@ -58,6 +58,7 @@ from mobius.tasks import (
     twin_module,
 )
 from mobius_vision.config import VISION_LANGUAGE_FORMS, VisionLanguageConfig
+from mobius_vision.processing._settings import keep_processor_config
 
 
 def apply_form(config, options):
@@ -107,7 +108,12 @@ class VisionLanguageTask(ModelTask):
     genai = True
 
     def configure(self, config, options, source):
-        """The config in the form the build asks (:func:`apply_form`); encoder options refused."""
+        """The config in the form the build asks (:func:`apply_form`); encoder options refused.
+
+        The package keeps the source's HF processor settings, which ``mobius generate``
+        reads (:func:`~mobius_vision.processing.keep_processor_config`).
+        """
+        keep_processor_config(source)
         return apply_form(super().configure(config, options, source), options)
 
     def genai_config(self, package) -> dict:

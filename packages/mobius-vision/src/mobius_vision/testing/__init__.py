@@ -23,7 +23,6 @@ from mobius_vision.testing._vision_parity import (
     random_pixels,
 )
 from mobius_vision.testing._vl_parity import (
-    OnnxVisionLanguage,
     check_vision_language_parity,
     make_random_vl_model,
     random_images,
@@ -34,6 +33,7 @@ from mobius_vision.testing._zero_shot_parity import (
     make_random_dual_encoder,
     naflex_inputs,
 )
+from mobius_vision.vl_model import OnnxVisionLanguage  # the runner's driver, re-exported
 
 __all__ = [
     "OnnxCrossAttentionVL",

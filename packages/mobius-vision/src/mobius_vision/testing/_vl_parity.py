@@ -22,6 +22,7 @@ from mobius.testing import (
     build_with_cli,
     perturb_parameters,
 )
+from mobius_vision.vl_model import OnnxVisionLanguage
 
 PROMPTS = ("USER: <image>\nw5 w7 w9 ASSISTANT:", "USER: w3 <image>\nw2 ASSISTANT: w4")
 
@@ -45,78 +46,9 @@ def make_random_vl_model(hf_config, seed: int = 0):
     return model.eval()
 
 
-def _empty(info) -> np.ndarray:
-    """An ONNX Runtime input's value with its symbolic dimensions at zero (no images)."""
-    dtype = np.int64 if info.type == "tensor(int64)" else np.float32
-    return np.zeros([0 if isinstance(d, str) or d is None else d for d in info.shape], dtype)
-
-
-class OnnxVisionLanguage:
-    """A built VL package (``--form single`` or ``split``) driven step by step."""
-
-    def __init__(self, package: Path) -> None:
-        import onnxruntime as ort
-
-        self.single = (package / "model.onnx").exists()
-        decoder = package / ("model.onnx" if self.single else "decoder/model.onnx")
-        self.decoder = OnnxCausalLM(decoder)
-        if not self.single:
-            load = lambda p: ort.InferenceSession(str(p), providers=["CPUExecutionProvider"])  # noqa: E731
-            self.vision = load(package / "vision/model.onnx")
-            self.embedding = load(package / "embedding/model.onnx")
-        inputs = self.decoder.session.get_inputs()
-        text = ("input_ids", "attention_mask", "position_ids", "token_type_ids")
-        self.vision_names = [  # pixel_values and any other vision input (image_sizes...)
-            i.name
-            for i in inputs
-            if i.name not in text and not i.name.startswith("past_key_values.")
-        ]
-        self.decoder_inputs = {i.name for i in inputs}
-
-    def empty_cache(self, batch: int) -> dict[str, np.ndarray]:
-        return self.decoder.empty_cache(batch)
-
-    def __call__(
-        self, input_ids, vision: dict[str, np.ndarray] | None, mask, positions, cache, types=None
-    ):
-        """Logits and the next cache; ``vision`` holds the processor's image inputs, or None.
-
-        ``types`` is the processor's ``token_type_ids``, for decoders that take them
-        (zeros on decode steps).
-        """
-        if self.single:
-            if vision is None:  # no images on a decode step: empty image inputs
-                vision = {n: self._no_images(n) for n in self.vision_names}
-            return self._run_decoder({"input_ids": input_ids, **vision}, mask, positions, cache)
-        if vision is not None:  # image_features and any other vision output, by name
-            names = [i.name for i in self.vision.get_inputs()]
-            values = self.vision.run(None, {n: vision[n] for n in names})
-            features = dict(zip([o.name for o in self.vision.get_outputs()], values, strict=True))
-        else:  # no images: every vision output empty
-            features = {
-                i.name: _empty(i) for i in self.embedding.get_inputs() if i.name != "input_ids"
-            }
-        values = self.embedding.run(None, {"input_ids": input_ids, **features})
-        names = [o.name for o in self.embedding.get_outputs()]
-        # inputs_embeds and any other embedding output the decoder takes (DeepStack's)
-        feeds = {n: v for n, v in zip(names, values, strict=True) if n in self.decoder_inputs}
-        if "token_type_ids" in self.decoder_inputs:
-            feeds["token_type_ids"] = np.zeros_like(input_ids) if types is None else types
-        return self._run_decoder(feeds, mask, positions, cache)
-
-    def _no_images(self, name: str) -> np.ndarray:
-        return _empty(next(i for i in self.decoder.session.get_inputs() if i.name == name))
-
-    def _run_decoder(self, feeds, mask, positions, cache):
-        session = self.decoder.session
-        feeds = dict(feeds, attention_mask=mask, position_ids=positions, **cache)
-        outputs = dict(zip(self.decoder.output_names, session.run(None, feeds), strict=True))
-        present = {
-            name.replace("present.", "past_key_values."): value
-            for name, value in outputs.items()
-            if name.startswith("present.")
-        }
-        return outputs["logits"], present
+def _decoder_session(path: Path):
+    """The decoder's session as core's kit opens a causal LM (two intra-op threads)."""
+    return OnnxCausalLM(path).session
 
 
 def compare_vision_language(
@@ -243,7 +175,7 @@ def check_vision_language_parity(
                     onnx.checker.check_model(str(path), full_check=True)
             result = compare_vision_language(
                 torch_model,
-                OnnxVisionLanguage(out),
+                OnnxVisionLanguage(out, decoder_session=_decoder_session),
                 inputs,
                 decode_steps,
                 first_position,

@@ -1,14 +1,15 @@
-"""Qwen2.5-VL in onnxruntime-genai: its M-RoPE token ids and its image preprocessing.
+"""Qwen2-VL and Qwen2.5-VL in onnxruntime-genai: their M-RoPE token ids and image preprocessing.
 
-:class:`~mobius_vision.models.qwen2_5_vl.Qwen2_5_VLConfig`'s generator hooks call
-these (see :mod:`mobius_vision.genai`).
+:class:`~mobius_vision.models.qwen2_vl.Qwen2VLConfig`'s generator hooks call these
+(see :mod:`mobius_vision.genai`); the generator runs both families with its
+``qwen2_5_vl`` class, which computes the same M-RoPE positions for images.
 
 The generator's multimodal processor (``Model.create_multimodal_processor``) runs an
 onnxruntime-extensions pipeline described by ``processor_config.json`` (the
 ``vision.config_filename`` of ``genai_config.json``): decode, resize, rescale,
 normalise and cut the image into the vision graph's patch rows. The file is written
-from the source's own ``preprocessor_config.json``, and only for Qwen2.5-VL, where
-the pipeline computes what transformers' PIL image processor computes:
+from the source's own ``preprocessor_config.json``, where the pipeline computes what
+transformers' PIL image processor (``Qwen2VLImageProcessorPil``, both families') computes:
 extensions' ``Resize`` with ``smart_resize`` is transformers' ``smart_resize``
 (round to multiples of ``patch_size * merge_size`` within ``[min_pixels,
 max_pixels]``), resampled with PIL's own bicubic code, and ``PatchImage`` orders
@@ -60,7 +61,7 @@ def rope_index_token_ids(source: dict[str, Any]) -> dict[str, int]:
 
 
 def processor_config(config, hf: dict[str, Any]) -> dict:
-    """The ``processor_config.json`` content for a split Qwen2.5-VL package.
+    """The ``processor_config.json`` content for a split Qwen2-VL or Qwen2.5-VL package.
 
     ``hf`` is the source's ``preprocessor_config.json`` (empty when it has none); its
     patch geometry must be the built vision graph's (``config.vision``). Raises

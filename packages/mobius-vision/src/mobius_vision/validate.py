@@ -1,0 +1,390 @@
+"""``mobius build --validate`` for mobius-vision's tasks (the contract: :mod:`mobius.validate`).
+
+Each validator runs the built graphs on a fixed sample and, with torch, the source as
+transformers reads it (``from_pretrained``, float32) on the same sample, through the
+parity kit's compare functions (:mod:`mobius_vision.testing`):
+
+- ``image-classification``: two random images' pixels at the config's image size;
+- ``zero-shot-image-classification``: three token sequences of random ids (padded at
+  the end, ended by the end token) against the same two images;
+- ``vision-language`` (either form) and ``cross-attention-vision-language``: one short
+  prompt with one random image (seeded) through the family's processor, the prefill
+  then greedy decode steps through both caches. The processor is mobius's torch-free
+  one (:mod:`mobius_vision.processing`, what ``mobius generate`` feeds), or, for a
+  family it lacks, transformers' own read from the source (its numpy path).
+
+Without torch the same samples go through the graphs alone (a smoke run).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+from mobius.errors import MobiusError
+from mobius.validate import SAMPLE_DECODE_STEPS, ValidationReport, load_reference, smoke_report
+
+#: The seed of every random sample (images, pixels, token ids).
+SEED = 0
+#: Images in the classification and zero-shot samples.
+SAMPLE_IMAGES = 2
+#: The zero-shot sample's texts: a batch size other than the images' (a transposed
+#: similarity cannot pass).
+SAMPLE_TEXT_LENGTHS = (7, 4, 5)
+#: The vision–language sample's text, after the family's image placeholder.
+SAMPLE_PROMPT = "Describe this picture in a few words."
+#: The sample image's size when the processor's settings name none.
+DEFAULT_IMAGE_SIZE = (48, 64)
+#: The largest image side, pixel or patch count read from a config (a stranger's file).
+_MAX_SIDE = 8192
+
+
+def _config(package_dir: Path):
+    """The package's ``config.json`` (the source's, as the build kept it) as the build reads
+    it: transformers' ``AutoConfig`` (its class's defaults for the fields it omits)."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(str(package_dir), trust_remote_code=False)
+    except Exception as exc:  # the reader's refusal, in one line
+        raise MobiusError(
+            f"--validate: transformers cannot read {package_dir}/config.json: "
+            f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        ) from None
+
+
+def _side(value, name: str, low: int = 1) -> int:
+    """``value``, checked to be an integer in ``[low, _MAX_SIDE]`` (it comes from a file)."""
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= _MAX_SIDE:
+        raise MobiusError(f"--validate: {name} is {value!r}, not a usable size")
+    return value
+
+
+def _count(section, name: str, default: int | None, low: int = 1) -> int:
+    """An integer field of a config (or its sub-config), checked (:func:`_side`)."""
+    return _side(getattr(section, name, default), f"config.json's {name}", low)
+
+
+def _image_geometry(section) -> SimpleNamespace:
+    """``image_size`` (an int or a [height, width] pair) and ``num_channels`` of a vision config."""
+    size = getattr(section, "image_size", 224)
+    pair = size if isinstance(size, (list, tuple)) and len(size) == 2 else [size, size]
+    sides = [_side(side, "config.json's image_size") for side in pair]
+    return SimpleNamespace(image_size=sides, num_channels=_count(section, "num_channels", 3))
+
+
+def _run(session, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every output of ``session`` by name, for the feeds it takes."""
+    names = {i.name for i in session.get_inputs()}
+    values = session.run(None, {k: v for k, v in feeds.items() if k in names})
+    return dict(zip([o.name for o in session.get_outputs()], values, strict=True))
+
+
+def _compared(compare, *args):
+    """``compare(*args)``, the kit's comparison of the package with the reference; a
+    refusal (a dead sample, an output it cannot pair: an assertion) or a model the sample
+    does not run through becomes a one-line error."""
+    try:
+        return compare(*args)
+    except MobiusError:
+        raise
+    except Exception as exc:  # --verbose shows where
+        raise MobiusError(
+            f"--validate: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        ) from exc
+
+
+def _reference_name(model) -> str:
+    return f"transformers {type(model).__name__}"
+
+
+# -- image classification -------------------------------------------------------------
+
+
+def validate_image_classification(package_dir: Path, source: Path, record: dict, reference: bool):
+    """The graph's outputs (features, pooled output, logits) on two random images."""
+    from mobius_vision.testing._vision_parity import compare_vision, random_pixels
+    from mobius_vision.vl_model import cpu_session
+
+    session = cpu_session(package_dir / "model.onnx")
+    config = _config(package_dir)
+    if hasattr(config, "num_patches") and not hasattr(config, "image_size"):
+        raise MobiusError(  # transformers takes its patches, the graph whole images
+            f"--validate: no validator yet for a lone {config.model_type} tower (NaFlex patches)"
+        )
+    geometry = _image_geometry(config)
+    pixels = random_pixels(geometry, SAMPLE_IMAGES, SEED)
+    height, width = geometry.image_size
+    checked = f"{SAMPLE_IMAGES} random images of {height}x{width} pixels"
+    if not reference:
+        return smoke_report(
+            "image-classification", checked, _run(session, {"pixel_values": pixels})
+        )
+    outputs = {o.name for o in session.get_outputs()}
+    torch_model = load_reference(_vision_class(source, outputs), source)
+    report = ValidationReport("image-classification", _reference_name(torch_model), checked)
+    report.diffs = _compared(compare_vision, torch_model, session, pixels)
+    return report
+
+
+def _vision_class(source: Path, outputs: set[str]) -> str:
+    """The transformers class the graph stands for: a classifier for ``logits``, the
+    checkpoint's ``*WithProjection`` class for ``image_embeds``, else the bare model."""
+    if "logits" in outputs:
+        return "AutoModelForImageClassification"
+    if "image_embeds" in outputs:
+        from mobius.genai import source_json
+
+        architectures = source_json(source, "config.json").get("architectures")
+        name = architectures[0] if isinstance(architectures, list) and architectures else None
+        # a name read from the checkpoint: only a transformers projection class is taken
+        if isinstance(name, str) and name.endswith("WithProjection") and _in_transformers(name):
+            return name
+    return "AutoModel"
+
+
+def _in_transformers(name: str) -> bool:
+    import transformers
+
+    return name.isidentifier() and isinstance(getattr(transformers, name, None), type)
+
+
+# -- zero-shot image classification ---------------------------------------------------
+
+
+def validate_zero_shot(package_dir: Path, source: Path, record: dict, reference: bool):
+    """Similarity logits and both embeddings of three texts and two random images."""
+    from mobius.testing import right_padded_batch
+    from mobius_vision.testing._vision_parity import random_pixels
+    from mobius_vision.testing._zero_shot_parity import compare_zero_shot
+    from mobius_vision.vl_model import cpu_session
+
+    config = _config(package_dir)
+    text, vision = (_section(config, name) for name in ("text_config", "vision_config"))
+    patch = None
+    if hasattr(vision, "num_patches") and not hasattr(vision, "image_size"):  # SigLIP 2
+        patch = _count(vision, "patch_size", None)  # NaFlex patches of a square grid
+        side = int(round(_count(vision, "num_patches", None) ** 0.5)) * patch
+        vision = SimpleNamespace(image_size=side, num_channels=getattr(vision, "num_channels", 3))
+    geometry = _image_geometry(vision)
+    ids, mask, _ = right_padded_batch(
+        list(SAMPLE_TEXT_LENGTHS),
+        _count(text, "vocab_size", None, low=2),
+        0,
+        SEED,
+        _token(text, "eos_token_id"),
+        _token(text, "pad_token_id"),
+    )
+    pixels = random_pixels(geometry, SAMPLE_IMAGES, SEED)
+    session = cpu_session(package_dir / "model.onnx")
+    height, width = geometry.image_size
+    checked = (
+        f"{len(SAMPLE_TEXT_LENGTHS)} texts of random tokens and {SAMPLE_IMAGES} random images "
+        f"of {height}x{width} pixels"
+    )
+    if not reference:
+        outputs = _run(session, {"input_ids": ids, "attention_mask": mask, "pixel_values": pixels})
+        return smoke_report("zero-shot-image-classification", checked, outputs)
+    torch_model = load_reference("AutoModel", source)
+    report = ValidationReport(
+        "zero-shot-image-classification", _reference_name(torch_model), checked
+    )
+    report.diffs = _compared(compare_zero_shot, torch_model, session, ids, mask, pixels, patch)
+    return report
+
+
+def _section(config, name: str):
+    section = getattr(config, name, None)
+    if section is None:
+        raise MobiusError(f"--validate: config.json has no {name}")
+    return section
+
+
+def _token(section, name: str) -> int | None:
+    """A token id of a config section, or None where it has none (or not one id)."""
+    value = getattr(section, name, None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+# -- vision-language ------------------------------------------------------------------
+
+
+@dataclass
+class VisionLanguageSample:
+    """The prompt and image through a processor: what the graphs and the reference get."""
+
+    inputs: dict[str, np.ndarray]
+    maker: str  # which processor made them
+    image_size: tuple[int, int]
+    first_position: int = 0
+    rope: tuple[np.ndarray, np.ndarray] | None = None  # M-RoPE positions and deltas
+
+    @property
+    def checked(self) -> str:
+        height, width = self.image_size
+        return (
+            f"1 prompt with 1 random {height}x{width} image ({self.maker}) and "
+            f"{SAMPLE_DECODE_STEPS} greedy decode steps"
+        )
+
+
+def vision_language_sample(package_dir: Path, source: Path) -> VisionLanguageSample:
+    """:data:`SAMPLE_PROMPT` and one random image, through mobius's processor of the
+    family, else transformers' processor of the source."""
+    from mobius_vision.processing import PROCESSORS, processor_for
+    from mobius_vision.testing._vl_parity import random_images
+
+    config = _config(package_dir)
+    model_type, vision = config.model_type, getattr(config, "vision_config", None)
+    if isinstance(model_type, str) and model_type in PROCESSORS:
+        processor = processor_for(package_dir, model_type)
+        size = _image_size(processor.image.size, vision)
+        text = processor.with_placeholders(SAMPLE_PROMPT, 1)
+        inputs = processor(text, random_images(1, size, SEED))
+        rope = processor.rope_positions(inputs)
+        maker = f"mobius's {model_type} processor"
+        return VisionLanguageSample(inputs, maker, size, processor.first_position, rope)
+    processor = _transformers_processor(source)
+    size = _image_size(getattr(getattr(processor, "image_processor", None), "size", None), vision)
+    token = getattr(processor, "image_token", None)
+    if not isinstance(token, str):
+        raise MobiusError(f"--validate: {type(processor).__name__} names no image token")
+    images = [random_images(1, size, SEED)]  # one list of images per prompt
+    raw = processor(text=[f"{token}\n{SAMPLE_PROMPT}"], images=images, return_tensors="np")
+    inputs = {k: v.astype(np.float32) if v.dtype == np.float64 else v for k, v in raw.items()}
+    return VisionLanguageSample(inputs, f"transformers {type(processor).__name__}", size)
+
+
+def _transformers_processor(source: Path):
+    """transformers' processor of the source directory, as its own loader reads it."""
+    from transformers import AutoProcessor
+
+    try:
+        return AutoProcessor.from_pretrained(str(source), trust_remote_code=False)
+    except Exception as exc:  # the loader's refusal, in one line
+        raise MobiusError(
+            f"--validate: no processor to make the sample image inputs: transformers' "
+            f"AutoProcessor cannot load {source}: {type(exc).__name__}: "
+            f"{' '.join(str(exc).split())[:300]}"
+        ) from None
+
+
+def _image_size(size, vision) -> tuple[int, int]:
+    """The sample image's size: the processor's ``size`` setting where it gives a height
+    and a width, else the vision tower's ``image_size``, else :data:`DEFAULT_IMAGE_SIZE`.
+
+    (A ``shortest_edge`` is no side for every family: Qwen-VL's counts pixels.)
+    """
+    get = size.get if hasattr(size, "get") else lambda name: getattr(size, name, None)
+    if get("height") is not None and get("width") is not None:
+        return _side(get("height"), "size.height"), _side(get("width"), "size.width")
+    if hasattr(vision, "image_size"):
+        return tuple(_image_geometry(vision).image_size)
+    return DEFAULT_IMAGE_SIZE
+
+
+def validate_vision_language(package_dir: Path, source: Path, record: dict, reference: bool):
+    """Prefill the sample prompt with its image, then greedy decode steps (either form)."""
+    from mobius_vision.testing._vl_parity import compare_vision_language
+    from mobius_vision.vl_model import OnnxVisionLanguage
+
+    onnx_model = OnnxVisionLanguage(package_dir)
+    sample = vision_language_sample(package_dir, source)
+    if onnx_model.position_rank == 3 and sample.rope is None:
+        raise MobiusError(f"--validate: {sample.maker} gives no M-RoPE positions for the sample")
+    if not reference:
+        outputs = _greedy_vision_language(onnx_model, sample)
+        return smoke_report("vision-language", sample.checked, outputs)
+    torch_model = load_reference("AutoModelForImageTextToText", source)
+    rope = None if sample.rope is None else (lambda model, inputs: sample.rope)
+    result = _compared(
+        compare_vision_language,
+        torch_model,
+        onnx_model,
+        sample.inputs,
+        SAMPLE_DECODE_STEPS,
+        sample.first_position,
+        rope,
+    )
+    return _decode_report("vision-language", torch_model, sample.checked, result)
+
+
+def _decode_report(task: str, torch_model, checked: str, result) -> ValidationReport:
+    """The report of a prefill-and-decode comparison (a :class:`~mobius.testing.CausalLMParity`)."""
+    report = ValidationReport(task, _reference_name(torch_model), checked)
+    report.diffs = {
+        "prefill logits": result.prefill_diff,
+        "decode logits": max(result.decode_diffs),
+    }
+    report.tokens_agree = result.onnx_tokens == result.torch_tokens
+    return report
+
+
+def _greedy_vision_language(onnx_model, sample: VisionLanguageSample) -> dict[str, np.ndarray]:
+    """The smoke run: prefill with the image, then greedy steps; every step's logits."""
+    inputs = sample.inputs
+    ids = inputs["input_ids"].astype(np.int64)
+    text = ("input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids")
+    vision = {k: v for k, v in inputs.items() if k not in text}
+    mask = inputs["attention_mask"].astype(np.int64)
+    positions = np.arange(ids.shape[1], dtype=np.int64)[None] + sample.first_position
+    rope, deltas = sample.rope if sample.rope is not None else (None, None)
+    cache = onnx_model.empty_cache(len(ids))
+    fed = positions if rope is None else np.asarray(rope, np.int64)
+    logits, cache = onnx_model(ids, vision, mask, fed, cache, inputs.get("token_type_ids"))
+    outputs = {"prefill logits": logits}
+    for step in range(SAMPLE_DECODE_STEPS):
+        ids = logits[:, -1].argmax(-1)[:, None].astype(np.int64)
+        positions, mask = positions[:, -1:] + 1, np.concatenate([mask, np.ones_like(ids)], 1)
+        fed = positions if deltas is None else np.stack([positions + deltas] * 3)
+        logits, cache = onnx_model(ids, None, mask, fed, cache)
+        outputs[f"decode {step + 1} logits"] = logits
+    return outputs
+
+
+# -- cross-attention vision-language (Mllama) -----------------------------------------
+
+
+def validate_cross_attention_vl(package_dir: Path, source: Path, record: dict, reference: bool):
+    """The vision graph's cross-attention cache once, then the prefill and greedy decode steps."""
+    from mobius_vision.testing._cross_vl_parity import (
+        OnnxCrossAttentionVL,
+        compare_cross_attention_vl,
+    )
+
+    onnx_model = OnnxCrossAttentionVL(package_dir)
+    sample = vision_language_sample(package_dir, source)
+    task = "cross-attention-vision-language"
+    if not reference:
+        return smoke_report(task, sample.checked, _greedy_cross_attention(onnx_model, sample))
+    torch_model = load_reference("AutoModelForImageTextToText", source)
+    result = _compared(
+        compare_cross_attention_vl, torch_model, onnx_model, sample.inputs, SAMPLE_DECODE_STEPS
+    )
+    return _decode_report(task, torch_model, sample.checked, result)
+
+
+def _greedy_cross_attention(onnx_model, sample: VisionLanguageSample) -> dict[str, np.ndarray]:
+    """The smoke run: the image's cache, the prefill, then greedy steps; every step's logits."""
+    inputs = sample.inputs
+    cross = onnx_model.cross_cache(inputs)
+    ids = inputs["input_ids"].astype(np.int64)
+    mask = inputs["attention_mask"].astype(np.int64)
+    cross_mask = inputs["cross_attention_mask"].astype(np.int64)
+    positions = np.arange(ids.shape[1], dtype=np.int64)[None]
+    cache = onnx_model.empty_cache(len(ids))
+    outputs = {}
+    for step in range(SAMPLE_DECODE_STEPS + 1):
+        text = dict(
+            input_ids=ids, attention_mask=mask, position_ids=positions,
+            cross_attention_mask=cross_mask,
+        )  # fmt: skip
+        logits, cache = onnx_model({**text, **cache, **cross})
+        outputs["prefill logits" if step == 0 else f"decode {step} logits"] = logits
+        ids = logits[:, -1].argmax(-1)[:, None].astype(np.int64)
+        positions, mask = positions[:, -1:] + 1, np.concatenate([mask, np.ones_like(ids)], 1)
+        cross_mask = cross_mask[:, -1:]  # a decode step repeats the last row, as generate does
+    return outputs

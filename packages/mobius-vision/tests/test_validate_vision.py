@@ -1,0 +1,217 @@
+"""``mobius build --validate`` on mobius-vision's tasks: tiny models pass, broken packages fail.
+
+One tiny random model per task (every parameter perturbed; the parity tests' cases):
+a ViT classifier, a CLIP dual encoder, a LLaVA in both forms and a Mllama, each built
+with ``--validate`` through the CLI against transformers' own ``from_pretrained``.
+A package whose weight was changed after the build fails; without torch a smoke
+inference of the same sample passes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from transformers import AutoConfig
+
+import mobius.validate
+from mobius.cli import main
+from mobius.errors import MobiusError
+from mobius.validate import validate_package
+from mobius_vision.testing import make_random_dual_encoder, make_random_vision_model
+from mobius_vision.testing._cross_vl_parity import open_gates
+from mobius_vision.testing._vl_parity import make_random_vl_model
+
+#: The bar of these float32 tiny models (the parity tests').
+ATOL = 1e-4
+
+
+def _build(source: Path, out: Path, *extra: str) -> Path:
+    assert main(["build", "--model", str(source), str(out), "-q", "--validate", *extra]) == 0
+    return out
+
+
+def _validation(out: Path) -> dict:
+    return json.loads((out / "mobius.json").read_text())["validation"]
+
+
+def _assert_passed(out: Path, reference: str, tokens: bool) -> None:
+    validation = _validation(out)
+    assert validation["passed"] is True, validation
+    assert validation["reference"] == reference
+    assert validation["diffs"] and max(validation["diffs"].values()) <= ATOL, validation
+    assert validation["tokens_agree"] is (True if tokens else None)
+
+
+def _broken_copy(out: Path, tmp_path: Path, graph: str, initializer: str) -> Path:
+    """A copy of the package with one weight scaled, as a misread config field would."""
+    broken = tmp_path / "broken"
+    shutil.copytree(out, broken)
+    path = broken / graph
+    model = onnx.load(str(path))
+    tensor = next(t for t in model.graph.initializer if initializer in t.name)
+    values = onnx.numpy_helper.to_array(tensor) * 1.5 + 0.1
+    tensor.CopyFrom(onnx.numpy_helper.from_array(values.astype(np.float32), tensor.name))
+    onnx.save(model, str(path), save_as_external_data=True, location=path.name + ".data")
+    return broken
+
+
+def _assert_fails(broken: Path, source: Path) -> None:
+    report = validate_package(broken, source)
+    assert not report.passed
+    assert any("max abs diff" in reason for reason in report.failures())
+    assert _validation(broken)["passed"] is False
+
+
+def _assert_smoke_passes(out: Path, source: Path, monkeypatch, tmp_path: Path) -> None:
+    """A smoke run on a copy of ``out`` (the module's package keeps its own report)."""
+    monkeypatch.setattr(mobius.validate, "reference_missing", lambda *names: "torch")
+    report = validate_package(shutil.copytree(out, tmp_path / "copy"), source)
+    assert report.reference is None and report.passed, report.summary()
+    assert "smoke inference" in report.summary()
+
+
+# -- image classification -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def vit(tmp_path_factory) -> tuple[Path, Path]:
+    from vision_parity_cases.vit import VIT
+
+    root = tmp_path_factory.mktemp("vit")
+    model = make_random_vision_model(AutoConfig.for_model("vit", **VIT), "image-classification")
+    model.save_pretrained(root / "hf")
+    return root / "hf", _build(root / "hf", root / "out")
+
+
+def test_image_classifier_validates(vit):
+    _assert_passed(vit[1], "transformers ViTForImageClassification", tokens=False)
+    assert set(_validation(vit[1])["diffs"]) == {"logits"}
+
+
+def test_image_classifier_with_a_changed_weight_fails(vit, tmp_path):
+    source, out = vit
+    _assert_fails(_broken_copy(out, tmp_path, "model.onnx", "classifier.weight"), source)
+
+
+def test_image_classifier_smoke_run(vit, monkeypatch, tmp_path):
+    _assert_smoke_passes(vit[1], vit[0], monkeypatch, tmp_path)
+
+
+def test_bare_vision_encoder_validates_against_automodel(tmp_path):
+    from vision_parity_cases.vit import VIT
+
+    model = make_random_vision_model(AutoConfig.for_model("vit", **VIT), "none")
+    model.save_pretrained(tmp_path / "hf")
+    out = _build(tmp_path / "hf", tmp_path / "out", "--head", "none")
+    _assert_passed(out, "transformers ViTModel", tokens=False)
+    assert set(_validation(out)["diffs"]) == {"last_hidden_state", "pooler_output"}
+
+
+# -- zero-shot image classification ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory) -> tuple[Path, Path]:
+    from test_zero_shot_parity import ZERO_SHOT_CASES
+
+    root = tmp_path_factory.mktemp("clip")
+    model_type, overrides, _ = ZERO_SHOT_CASES["clip"]
+    make_random_dual_encoder(AutoConfig.for_model(model_type, **overrides)).save_pretrained(
+        root / "hf"
+    )
+    return root / "hf", _build(root / "hf", root / "out")
+
+
+def test_zero_shot_validates(clip):
+    _assert_passed(clip[1], "transformers CLIPModel", tokens=False)
+    assert set(_validation(clip[1])["diffs"]) == {
+        "logits_per_image", "logits_per_text", "text_embeds", "image_embeds",
+    }  # fmt: skip
+
+
+def test_zero_shot_with_a_changed_weight_fails(clip, tmp_path):
+    source, out = clip
+    _assert_fails(_broken_copy(out, tmp_path, "model.onnx", "visual_projection.weight"), source)
+
+
+def test_zero_shot_smoke_run(clip, monkeypatch, tmp_path):
+    _assert_smoke_passes(clip[1], clip[0], monkeypatch, tmp_path)
+
+
+# -- vision-language, split and single forms ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def llava(tmp_path_factory) -> tuple[Path, dict[str, Path]]:
+    """A tiny LLaVA with its processor saved beside it, built in both forms."""
+    from vl_parity_cases.llava import TEXT_CONFIGS, llava_config, llava_processor
+
+    root = tmp_path_factory.mktemp("llava")
+    config = llava_config(TEXT_CONFIGS["llama"])()
+    make_random_vl_model(config).save_pretrained(root / "hf")
+    llava_processor(config).save_pretrained(root / "hf")
+    forms = {form: _build(root / "hf", root / form, "--form", form) for form in ("split", "single")}
+    return root / "hf", forms
+
+
+@pytest.mark.parametrize("form", ["split", "single"])
+def test_vision_language_validates(llava, form):
+    out = llava[1][form]
+    _assert_passed(out, "transformers LlavaForConditionalGeneration", tokens=True)
+    assert "mobius's llava processor" in _validation(out)["checked"]
+
+
+def test_vision_language_with_a_changed_projector_fails(llava, tmp_path):
+    source, forms = llava
+    broken = _broken_copy(forms["split"], tmp_path, "vision/model.onnx", "linear_2.weight")
+    _assert_fails(broken, source)
+
+
+@pytest.mark.parametrize("form", ["split", "single"])
+def test_vision_language_smoke_run(llava, form, monkeypatch, tmp_path):
+    _assert_smoke_passes(llava[1][form], llava[0], monkeypatch, tmp_path)
+
+
+# -- cross-attention vision-language (Mllama) -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mllama(tmp_path_factory) -> tuple[Path, Path]:
+    """A tiny Mllama, its tanh gates opened (so the image matters), with its processor."""
+    from test_mllama_parity import mllama_config, mllama_processor
+
+    root = tmp_path_factory.mktemp("mllama")
+    config = mllama_config()
+    model = make_random_vl_model(config)
+    open_gates(model)
+    model.save_pretrained(root / "hf")
+    mllama_processor(config).save_pretrained(root / "hf")
+    return root / "hf", _build(root / "hf", root / "out")
+
+
+def test_cross_attention_vl_validates(mllama):
+    _assert_passed(mllama[1], "transformers MllamaForConditionalGeneration", tokens=True)
+
+
+def test_cross_attention_vl_with_a_changed_vision_weight_fails(mllama, tmp_path):
+    source, out = mllama
+    broken = _broken_copy(out, tmp_path, "vision/model.onnx", "multi_modal_projector.weight")
+    _assert_fails(broken, source)
+
+
+def test_cross_attention_vl_smoke_run(mllama, monkeypatch, tmp_path):
+    _assert_smoke_passes(mllama[1], mllama[0], monkeypatch, tmp_path)
+
+
+def test_a_config_value_out_of_range_is_a_one_line_error(vit, tmp_path):
+    source, out = vit
+    copy = shutil.copytree(out, tmp_path / "copy")
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps(dict(config, image_size=10**9)))
+    with pytest.raises(MobiusError, match="config.json's image_size is 1000000000"):
+        validate_package(copy, source)
