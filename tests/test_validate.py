@@ -12,13 +12,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
-import onnx
 import pytest
 
 import mobius
 import mobius.validate
 from mobius.cli import main
+from mobius.testing import broken_copy
 from mobius.validate import validate_package
 from mobius_text.testing import write_tiny_llama
 
@@ -51,16 +50,7 @@ def test_causal_lm_validates_against_transformers(llama, capsys):
 
 def test_a_changed_weight_fails_validation(llama, tmp_path):
     source, out = llama
-    broken = tmp_path / "broken"
-    broken.mkdir()
-    for path in out.iterdir():
-        if path.is_file():
-            (broken / path.name).write_bytes(path.read_bytes())
-    model = onnx.load(str(broken / "model.onnx"))
-    norm = next(t for t in model.graph.initializer if t.name == "model.norm.weight")
-    values = onnx.numpy_helper.to_array(norm) * 1.5  # what a misread config field would do
-    norm.CopyFrom(onnx.numpy_helper.from_array(values.astype(np.float32), norm.name))
-    onnx.save(model, str(broken / "model.onnx"))
+    broken = broken_copy(out, tmp_path / "broken", "model.onnx", "model.norm.weight")
     report = validate_package(broken, source)
     # built without --dtype: the graphs compute in the checkpoint's float32, so tokens count
     assert report.tokens_required and report.atol == mobius.validate.DEFAULT_ATOL["f32"]

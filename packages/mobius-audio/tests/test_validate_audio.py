@@ -14,15 +14,17 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
-import onnx
 import pytest
 from transformers import AutoConfig, Wav2Vec2FeatureExtractor
 
-import mobius.validate
 from mobius.cli import main
 from mobius.errors import MobiusError
-from mobius.testing import make_random_seq2seq
+from mobius.testing import (
+    assert_smoke_passes,
+    assert_validation_fails,
+    broken_copy,
+    make_random_seq2seq,
+)
 from mobius.validate import validate_package
 from mobius_audio.testing import make_random_audio_model
 
@@ -47,33 +49,6 @@ def _assert_passed(out: Path, reference: str, diffs: set[str], tokens: bool) -> 
     assert max(validation["diffs"].values()) <= ATOL, validation
     assert validation["tokens_agree"] is (True if tokens else None)
     assert "2 synthetic clips" in validation["checked"]
-
-
-def _broken_copy(out: Path, tmp_path: Path, graph: str, initializer: str) -> Path:
-    """A copy of the package with one weight scaled and shifted, as a misread field would."""
-    broken = shutil.copytree(out, tmp_path / "broken")
-    path = broken / graph
-    model = onnx.load(str(path))
-    tensor = next(t for t in model.graph.initializer if initializer in t.name)
-    values = onnx.numpy_helper.to_array(tensor) * 1.5 + 0.1
-    tensor.CopyFrom(onnx.numpy_helper.from_array(values.astype(np.float32), tensor.name))
-    onnx.save(model, str(path), save_as_external_data=True, location=path.name + ".data")
-    return broken
-
-
-def _assert_fails(broken: Path, source: Path) -> None:
-    report = validate_package(broken, source)
-    assert not report.passed
-    assert any("max abs diff" in reason for reason in report.failures())
-    assert _validation(broken)["passed"] is False
-
-
-def _assert_smoke_passes(out: Path, source: Path, monkeypatch, tmp_path: Path) -> None:
-    """A smoke run on a copy of ``out`` (the module's package keeps its own report)."""
-    monkeypatch.setattr(mobius.validate, "reference_missing", lambda *names: "torch")
-    report = validate_package(shutil.copytree(out, tmp_path / "copy"), source)
-    assert report.reference is None and report.passed, report.summary()
-    assert "smoke inference on 2 synthetic clips" in report.summary()
 
 
 # -- speech-to-text -------------------------------------------------------------------
@@ -102,12 +77,15 @@ def test_whisper_validates(whisper):
 
 def test_whisper_with_a_changed_weight_fails(whisper, tmp_path):
     source, out = whisper
-    broken = _broken_copy(out, tmp_path, "encoder/model.onnx", "encoder.layer_norm.weight")
-    _assert_fails(broken, source)
+    broken = broken_copy(
+        out, tmp_path / "broken", "encoder/model.onnx", "encoder.layer_norm.weight"
+    )
+    assert_validation_fails(broken, source)
 
 
 def test_whisper_smoke_run(whisper, monkeypatch, tmp_path):
-    _assert_smoke_passes(whisper[1], whisper[0], monkeypatch, tmp_path)
+    summary = assert_smoke_passes(whisper[1], whisper[0], monkeypatch, tmp_path / "copy")
+    assert "smoke inference on 2 synthetic clips" in summary
 
 
 def test_masked_speech_to_text_validates(tmp_path):
@@ -153,8 +131,10 @@ def test_audio_encoder_validates(wav2vec2):
 
 def test_audio_encoder_with_a_changed_weight_fails(wav2vec2, tmp_path):
     source, out = wav2vec2
-    _assert_fails(_broken_copy(out, tmp_path, "model.onnx", "lm_head.weight"), source)
+    assert_validation_fails(
+        broken_copy(out, tmp_path / "broken", "model.onnx", "lm_head.weight"), source
+    )
 
 
 def test_audio_encoder_smoke_run(wav2vec2, monkeypatch, tmp_path):
-    _assert_smoke_passes(wav2vec2[1], wav2vec2[0], monkeypatch, tmp_path)
+    assert_smoke_passes(wav2vec2[1], wav2vec2[0], monkeypatch, tmp_path / "copy")

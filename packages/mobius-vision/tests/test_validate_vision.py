@@ -13,14 +13,12 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
-import onnx
 import pytest
 from transformers import AutoConfig
 
-import mobius.validate
 from mobius.cli import main
 from mobius.errors import MobiusError
+from mobius.testing import assert_smoke_passes, assert_validation_fails, broken_copy
 from mobius.validate import validate_package
 from mobius_vision.testing import make_random_dual_encoder, make_random_vision_model
 from mobius_vision.testing._cross_vl_parity import open_gates
@@ -47,34 +45,6 @@ def _assert_passed(out: Path, reference: str, tokens: bool) -> None:
     assert validation["tokens_agree"] is (True if tokens else None)
 
 
-def _broken_copy(out: Path, tmp_path: Path, graph: str, initializer: str) -> Path:
-    """A copy of the package with one weight scaled, as a misread config field would."""
-    broken = tmp_path / "broken"
-    shutil.copytree(out, broken)
-    path = broken / graph
-    model = onnx.load(str(path))
-    tensor = next(t for t in model.graph.initializer if initializer in t.name)
-    values = onnx.numpy_helper.to_array(tensor) * 1.5 + 0.1
-    tensor.CopyFrom(onnx.numpy_helper.from_array(values.astype(np.float32), tensor.name))
-    onnx.save(model, str(path), save_as_external_data=True, location=path.name + ".data")
-    return broken
-
-
-def _assert_fails(broken: Path, source: Path) -> None:
-    report = validate_package(broken, source)
-    assert not report.passed
-    assert any("max abs diff" in reason for reason in report.failures())
-    assert _validation(broken)["passed"] is False
-
-
-def _assert_smoke_passes(out: Path, source: Path, monkeypatch, tmp_path: Path) -> None:
-    """A smoke run on a copy of ``out`` (the module's package keeps its own report)."""
-    monkeypatch.setattr(mobius.validate, "reference_missing", lambda *names: "torch")
-    report = validate_package(shutil.copytree(out, tmp_path / "copy"), source)
-    assert report.reference is None and report.passed, report.summary()
-    assert "smoke inference" in report.summary()
-
-
 # -- image classification -------------------------------------------------------------
 
 
@@ -95,11 +65,13 @@ def test_image_classifier_validates(vit):
 
 def test_image_classifier_with_a_changed_weight_fails(vit, tmp_path):
     source, out = vit
-    _assert_fails(_broken_copy(out, tmp_path, "model.onnx", "classifier.weight"), source)
+    assert_validation_fails(
+        broken_copy(out, tmp_path / "broken", "model.onnx", "classifier.weight"), source
+    )
 
 
 def test_image_classifier_smoke_run(vit, monkeypatch, tmp_path):
-    _assert_smoke_passes(vit[1], vit[0], monkeypatch, tmp_path)
+    assert_smoke_passes(vit[1], vit[0], monkeypatch, tmp_path / "copy")
 
 
 def test_bare_vision_encoder_validates_against_automodel(tmp_path):
@@ -136,11 +108,13 @@ def test_zero_shot_validates(clip):
 
 def test_zero_shot_with_a_changed_weight_fails(clip, tmp_path):
     source, out = clip
-    _assert_fails(_broken_copy(out, tmp_path, "model.onnx", "visual_projection.weight"), source)
+    assert_validation_fails(
+        broken_copy(out, tmp_path / "broken", "model.onnx", "visual_projection.weight"), source
+    )
 
 
 def test_zero_shot_smoke_run(clip, monkeypatch, tmp_path):
-    _assert_smoke_passes(clip[1], clip[0], monkeypatch, tmp_path)
+    assert_smoke_passes(clip[1], clip[0], monkeypatch, tmp_path / "copy")
 
 
 # -- vision-language, split and single forms ------------------------------------------
@@ -168,13 +142,15 @@ def test_vision_language_validates(llava, form):
 
 def test_vision_language_with_a_changed_projector_fails(llava, tmp_path):
     source, forms = llava
-    broken = _broken_copy(forms["split"], tmp_path, "vision/model.onnx", "linear_2.weight")
-    _assert_fails(broken, source)
+    broken = broken_copy(
+        forms["split"], tmp_path / "broken", "vision/model.onnx", "linear_2.weight"
+    )
+    assert_validation_fails(broken, source)
 
 
 @pytest.mark.parametrize("form", ["split", "single"])
 def test_vision_language_smoke_run(llava, form, monkeypatch, tmp_path):
-    _assert_smoke_passes(llava[1][form], llava[0], monkeypatch, tmp_path)
+    assert_smoke_passes(llava[1][form], llava[0], monkeypatch, tmp_path / "copy")
 
 
 # -- cross-attention vision-language (Mllama) -----------------------------------------
@@ -200,12 +176,14 @@ def test_cross_attention_vl_validates(mllama):
 
 def test_cross_attention_vl_with_a_changed_vision_weight_fails(mllama, tmp_path):
     source, out = mllama
-    broken = _broken_copy(out, tmp_path, "vision/model.onnx", "multi_modal_projector.weight")
-    _assert_fails(broken, source)
+    broken = broken_copy(
+        out, tmp_path / "broken", "vision/model.onnx", "multi_modal_projector.weight"
+    )
+    assert_validation_fails(broken, source)
 
 
 def test_cross_attention_vl_smoke_run(mllama, monkeypatch, tmp_path):
-    _assert_smoke_passes(mllama[1], mllama[0], monkeypatch, tmp_path)
+    assert_smoke_passes(mllama[1], mllama[0], monkeypatch, tmp_path / "copy")
 
 
 def test_a_config_value_out_of_range_is_a_one_line_error(vit, tmp_path):

@@ -32,7 +32,6 @@ from mobius.generate import (
     GenerationStats,
     PackageError,
     Seq2SeqGenerator,
-    TextStream,
     begin_suppress_tokens,
     force_token,
     stream_to_stdout,
@@ -246,15 +245,8 @@ class SpeechToTextGenerator(Seq2SeqGenerator):
         place in transcription.
         """
         audio, rate = self._read(prompt, system)
-        tokenizer = self.tokenizer
-        text = TextStream(lambda new: tokenizer.decode(new, skip_special_tokens=True))
-        for token in self.transcribe_ids(audio, rate, **self.transcribe_options, **options):
-            piece = text.push(token) if self.is_text(token) else ""
-            if piece:
-                yield piece
-        rest = text.flush()
-        if rest:
-            yield rest
+        tokens = self.transcribe_ids(audio, rate, **self.transcribe_options, **options)
+        yield from self.text_pieces(token for token in tokens if self.is_text(token))
 
 
 def open_speech_generator(package_dir: str | os.PathLike, **options) -> SpeechToTextGenerator:

@@ -520,9 +520,13 @@ class _Generator:
         out of the text; a piece never ends inside a multi-byte character.
         """
         ids = self.encode_prompt(prompt, chat_template=chat_template, system=system)
+        yield from self.text_pieces(self.generate_ids(ids, **options))
+
+    def text_pieces(self, tokens: Iterable[int]) -> Iterator[str]:
+        """The text of ``tokens`` as they come, special tokens left out: what every runner streams."""
         tokenizer = self.tokenizer
         text = TextStream(lambda new: tokenizer.decode(new, skip_special_tokens=True))
-        for token in self.generate_ids(ids, **options):
+        for token in tokens:
             piece = text.push(token)
             if piece:
                 yield piece

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from mobius.errors import MobiusError
-from mobius.generate import GenerationStats, PackageError, TextStream, _Generator, stream_to_stdout
+from mobius.generate import GenerationStats, PackageError, _Generator, stream_to_stdout
 
 
 def is_vision_language_package(package_dir: str | os.PathLike) -> bool:
@@ -266,15 +266,7 @@ class VisionLanguageGenerator(_Generator):
         those of :meth:`generate_from_inputs`. Special tokens are left out of the text.
         """
         inputs = self.prepare(prompt, images, chat_template=chat_template, system=system)
-        tokenizer = self.tokenizer
-        text = TextStream(lambda new: tokenizer.decode(new, skip_special_tokens=True))
-        for token in self.generate_from_inputs(inputs, **options):
-            piece = text.push(token)
-            if piece:
-                yield piece
-        rest = text.flush()
-        if rest:
-            yield rest
+        yield from self.text_pieces(self.generate_from_inputs(inputs, **options))
 
 
 class _WithImages:

@@ -32,8 +32,12 @@ from mobius.testing._seq2seq_parity import (
     make_random_seq2seq,
 )
 from mobius.testing._tokenizer import tiny_tokenizer
+from mobius.testing._validation import assert_smoke_passes, assert_validation_fails, broken_copy
 
 __all__ = [
+    "assert_smoke_passes",
+    "assert_validation_fails",
+    "broken_copy",
     "run_kept_blocks",
     "record_parity",
     "tiny_tokenizer",
