@@ -47,6 +47,7 @@ FAMILIES = {
     "video_llava": ("video_llava-llama", PROMPT),
     "paligemma": ("paligemma-gemma", "w5 w7 w9 w11"),  # the processor puts the image first
     "gemma3": ("gemma3", "<start_of_image> w3 w8 w2"),
+    "gemma3n": ("gemma3n", "USER: <image_soft_token> w3 w8 w2"),  # needs timm (its tower)
     "llava_next": ("llava_next-llama-wide-tall", PROMPT),
     "llava_onevision": ("llava_onevision-qwen2-siglip-wide-tall", PROMPT),
     "llava_next_video": ("llava_next_video-llama-wide-tall-images", PROMPT),
@@ -54,6 +55,12 @@ FAMILIES = {
     "cohere2_vision": ("cohere2_vision", PROMPT),
     "internvl": ("internvl-qwen2-tiles", PROMPT),
     "deepseek_vl": ("deepseek_vl-llama", PROMPT),
+    "llama4": ("llama4-moe-chunked-nope", "USER: <|image|>\nw15 w17 w19 ASSISTANT:"),
+    "blip-2": (
+        "blip-2-opt-cross-every-other-layer",
+        "Question: w5 w7 w9 Answer:",
+    ),  # no placeholder
+    "instructblip": ("instructblip-opt", "Question: w5 w7 w9 Answer:"),
 }
 # A wide, a tall, a square and a small image: different tile grids and crops.
 SIZES = ((37, 45), (45, 20), (20, 45), (16, 16))
@@ -67,6 +74,8 @@ def save_processor(processor, directory) -> None:
     to run without a video processor, cannot ``save_pretrained``: the settings are those
     of the transformers class's ``__init__``.)"""
     processor.tokenizer.save_pretrained(directory)
+    if hasattr(processor, "qformer_tokenizer"):  # InstructBLIP's, in a folder of its own
+        processor.qformer_tokenizer.save_pretrained(directory / "qformer_tokenizer")
     base = next(c for c in type(processor).__mro__ if c.__module__.startswith("transformers."))
     skip = {"self", "image_processor", "tokenizer", "video_processor", "chat_template", "kwargs"}
     settings = {"image_processor": processor.image_processor.to_dict()}

@@ -54,6 +54,9 @@ class ModelInfo:
     #: A GGUF file's tensors by stored type: ``tensors``, ``bytes`` and ``build``,
     #: what a default build does with them.
     tensor_types: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: What a build makes, from the source recogniser that knows the directory's kind
+    #: (:attr:`mobius.plugins.SourceInfo.describe`): graphs, parts an option selects.
+    notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field."""
@@ -166,7 +169,9 @@ def model_info(model: str, *, revision: str | None = None, registry=None) -> Mod
 
     registry = registry or default_registry
     path = resolve_config(model, revision=revision)
-    source = open_source(path, BuildOptions(load_weights=False), registry)
+    description = _description(path, registry)
+    options = BuildOptions(load_weights=False, plugin=description.plugin)
+    source = open_source(path, options, registry)
     if not isinstance(source, ModelSource):
         raise MobiusError(
             f"{path} holds several models: mobius info describes one; give one of its "
@@ -222,7 +227,20 @@ def model_info(model: str, *, revision: str | None = None, registry=None) -> Mod
         sizes=sizes,
         options=options,
         tensor_types=_tensor_types(source.tensor_types),
+        notes=list(description.notes),
     )
+
+
+def _description(path, registry):
+    """The first registered source's description of ``path`` (empty when none knows it)."""
+    from mobius.plugins import SourceDescription, load
+
+    for info in registry.sources():
+        if info.describe is not None:
+            description = load(info.describe)(path, registry)
+            if description is not None:
+                return description
+    return SourceDescription()
 
 
 def _tensor_types(types: dict[str, dict[str, int]]) -> dict[str, dict[str, Any]]:
@@ -269,6 +287,7 @@ def format_info(info: ModelInfo) -> str:
         ("model type", info.model_type),
         ("registered by", f"{info.package} ({info.module})"),
         ("task", info.task),
+        *(("builds" if i == 0 else "", note) for i, note in enumerate(info.notes)),
         ("verified", verified),
         ("checkpoint dtype", info.checkpoint_dtype or "not stated"),
         ("parameters", _count(info.parameters)),

@@ -53,15 +53,33 @@ def validate_causal_lm(package_dir: Path, source: Path, record: dict, reference:
             logits, cache = onnx_model(ids, mask, positions, cache)
             outputs[f"decode {step + 1} logits"] = logits
         return smoke_report("causal-lm", checked, outputs)
-    torch_model = load_reference("AutoModelForCausalLM", source)
+    torch_model = _causal_lm_reference(source)
     result = compare_causal_lm(torch_model, onnx_model, SAMPLE_LENGTHS, SAMPLE_DECODE_STEPS)
-    report = ValidationReport("causal-lm", f"transformers {type(torch_model).__name__}", checked)
+    wrapper = getattr(torch_model, "wrapper", None)  # a multimodal wrapper run on text
+    name = type(torch_model).__name__ if wrapper is None else f"{type(wrapper).__name__} (text)"
+    report = ValidationReport("causal-lm", f"transformers {name}", checked)
     report.diffs = {
         "prefill logits": result.prefill_diff,
         "decode logits": max(result.decode_diffs),
     }
     report.tokens_agree = result.onnx_tokens == result.torch_tokens
     return report
+
+
+def _causal_lm_reference(source: Path):
+    """The source's causal LM; a multimodal wrapper's (a ``--part text`` build, whose
+    checkpoint ``AutoModelForCausalLM`` refuses) run on its text alone."""
+    from mobius.genai import source_json
+
+    if source.is_dir() and isinstance(source_json(source, "config.json").get("text_config"), dict):
+        from mobius.testing._parity import text_forward
+
+        try:
+            wrapper = load_reference("AutoModelForCausalLM", source)
+        except MobiusError:
+            wrapper = load_reference("AutoModelForImageTextToText", source)
+        return text_forward(wrapper)
+    return load_reference("AutoModelForCausalLM", source)
 
 
 def validate_seq2seq(package_dir: Path, source: Path, record: dict, reference: bool):

@@ -9,7 +9,8 @@ mobius and hands it to core's :data:`mobius.registry` when it registers:
 - **source recognisers**: ``registry.register_source(SourceInfo(...))``: a function
   ``recognise(path, options, registry) -> Source | None`` that claims what core's
   own reader does not know (a diffusers pipeline directory, a lone adapter file, a
-  sentence-transformers directory, a GGUF file);
+  sentence-transformers directory, a GGUF file), and optionally describes it to
+  ``mobius info`` (``describe(path, registry) -> SourceDescription | None``);
 - **CLI options**: ``registry.register_option(CliOption(...))``, added to
   ``mobius build --help`` or ``mobius generate --help``; a build option's value
   reaches the build in :attr:`mobius.BuildOptions.plugin` under its ``dest``;
@@ -78,9 +79,28 @@ class SourceInfo:
     #: root weights) and names the files of a second download its source needs
     #: (a pipeline's component folders), or None when the snapshot is not its kind.
     hub_files: Any = None
+    #: For ``mobius info``: ``describe(path, registry) -> SourceDescription | None``
+    #: (callable or lazy string) says what a build of the model directory ``path`` makes,
+    #: or None when ``path`` is not its kind.
+    describe: Any = None
 
     def function(self):
         return load(self.recognise)
+
+
+@dataclass(frozen=True)
+class SourceDescription:
+    """What a source recogniser tells ``mobius info`` about a model directory.
+
+    ``notes`` are lines saying what a build makes (the graphs, the parts a build
+    option selects). ``plugin`` holds build-option values (by ``dest``) under which
+    ``mobius info`` describes the model, where the default build cannot be made but
+    a part of it can (``{"part": "text"}``: the text decoder of a wrapper nobody
+    builds whole); the notes then say so.
+    """
+
+    notes: tuple[str, ...] = ()
+    plugin: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

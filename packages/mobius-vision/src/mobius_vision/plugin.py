@@ -8,6 +8,9 @@ from __future__ import annotations
 
 PACKAGE = "mobius-vision"
 
+#: The values of ``mobius build --part`` (:mod:`mobius_vision.text_part`).
+PARTS = ("all", "text")
+
 _TASKS = "mobius_vision.tasks"
 #: Each task's ``mobius build --validate`` check (:mod:`mobius_vision.validate`).
 _VALIDATORS = {
@@ -31,6 +34,12 @@ RUNNER_EXAMPLES = (
     "--no-chat-template --image a.png --image b.png",
 )
 
+IMAGE_TO_TEXT_HELP = (
+    "An image-to-text package (TrOCR, Donut, Pix2Struct: an encoder–decoder) reads one\n"
+    "--image and prints its text; the decoder starts from decoder_start_token_id, then the\n"
+    "PROMPT's tokens (\"\" for none; Donut's task prompt is the start itself), and decodes\n"
+    "greedily unless sampling is asked (mobius-vision)."
+)
 CLASSIFY_HELP = (
     "An image classifier (ViT, ConvNeXt...: built with its image-classification head)\n"
     "scores each image file over config.json's labels; a zero-shot package (CLIP,\n"
@@ -46,12 +55,15 @@ def register_slice(registry) -> None:
     """Register what mobius-vision owns besides its model types (safe to call twice).
 
     Its tasks (``image-classification`` with its ``--head`` values, zero-shot image
-    classification and the two vision–language contracts), the ``--form`` build option and
-    the ``mobius generate`` runner for vision–language packages with its ``--image`` option
-    (:mod:`mobius_vision.runner`), and the ``mobius classify`` runner of image classifiers
-    and zero-shot packages (:mod:`mobius_vision.classifier`).
+    classification, the two vision–language contracts and ``image-to-text``), the
+    ``--form`` and ``--part`` build options (``--part text``: a wrapper's text decoder
+    alone, with its source recogniser, :mod:`mobius_vision.text_part`), the ``mobius
+    generate`` runners for vision–language packages with their ``--image`` option
+    (:mod:`mobius_vision.runner`) and image-to-text packages
+    (:mod:`mobius_vision.image_to_text_runner`), and the ``mobius classify`` runner of
+    image classifiers and zero-shot packages (:mod:`mobius_vision.classifier`).
     """
-    from mobius.plugins import CliOption, RunnerInfo, TaskInfo
+    from mobius.plugins import CliOption, RunnerInfo, SourceInfo, TaskInfo
     from mobius_vision.config import VISION_HEADS, VISION_LANGUAGE_FORMS
 
     for name, target, heads in (
@@ -68,6 +80,11 @@ def register_slice(registry) -> None:
         registry.register_task(
             TaskInfo(name, f"{_TASKS}.{target}", PACKAGE, heads, validate=validate)
         )
+    # An encoder–decoder over an image (TrOCR, Pix2Struct): core's seq2seq contract, no
+    # validator yet.
+    registry.register_task(
+        TaskInfo("image-to-text", f"{_TASKS}.image_to_text:ImageToTextTask", PACKAGE)
+    )
     registry.register_option(
         CliOption(
             command="build",
@@ -86,6 +103,34 @@ def register_slice(registry) -> None:
     )
     registry.register_option(
         CliOption(
+            command="build",
+            dest="part",
+            flags=("--part",),
+            kwargs=dict(
+                choices=list(PARTS),
+                default="all",
+                help="multimodal wrapper checkpoints (a config.json with text_config): 'all' "
+                "(default) builds the model whole; 'text' builds its text decoder alone, an "
+                "ordinary causal-LM package, leaving the vision and audio towers out on purpose "
+                "(one note lists them). Example: mobius build --model google/gemma-3-4b-it "
+                "gemma3-text/ --part text",
+            ),
+            tasks=("vision-language", "cross-attention-vision-language"),
+            package=PACKAGE,
+        )
+    )
+    # Asked before core's reader: --part text, and wrapper types no package builds whole.
+    registry.register_source(
+        SourceInfo(
+            "multimodal-wrapper-text-part",
+            "mobius_vision.text_part:recognise",
+            PACKAGE,
+            help="a multimodal wrapper checkpoint with --part text: its text decoder alone",
+            describe="mobius_vision.text_part:describe",
+        )
+    )
+    registry.register_option(
+        CliOption(
             command="generate",
             dest="images",
             flags=("--image",),
@@ -98,6 +143,22 @@ def register_slice(registry) -> None:
             ),
             group="vision-language packages",
             package=PACKAGE,
+        )
+    )
+    # An encoder–decoder over images (TrOCR, Pix2Struct): encoder/ and decoder/, which
+    # core's seq2seq runner would otherwise take for a text source.
+    registry.register_runner(
+        RunnerInfo(
+            "image-to-text",
+            accepts="mobius_vision.image_to_text_runner:is_image_to_text_package",
+            run="mobius_vision.image_to_text_runner:run_cli",
+            package=PACKAGE,
+            help=IMAGE_TO_TEXT_HELP,
+            examples=(
+                'mobius generate trocr-out/ "" --image line.png',
+                'mobius generate donut-out/ "<s_cord-v2>" --image receipt.png',
+                'mobius generate pix2struct-out/ "" --image photo.png',
+            ),
         )
     )
     # Asked first: a cross-attention package (Mllama) has vision/ too, but no embedding/.

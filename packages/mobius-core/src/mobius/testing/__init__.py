@@ -23,6 +23,7 @@ from mobius.testing._parity import (
     left_padded_batch,
     make_random_model,
     perturb_parameters,
+    text_forward,
 )
 from mobius.testing._parity_log import record_parity
 from mobius.testing._seq2seq_parity import (
@@ -35,6 +36,7 @@ from mobius.testing._tokenizer import tiny_tokenizer
 from mobius.testing._validation import assert_smoke_passes, assert_validation_fails, broken_copy
 
 __all__ = [
+    "text_forward",
     "assert_smoke_passes",
     "assert_validation_fails",
     "broken_copy",

@@ -144,6 +144,31 @@ class CausalLMParity:
         )
 
 
+def text_forward(wrapper):
+    """A multimodal wrapper model run on token ids alone, with its text config: what
+    :func:`compare_causal_lm` reads (``config.vocab_size``, the cache's layout)."""
+    import torch
+
+    class TextForward(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.wrapper = wrapper
+            self.config = wrapper.config.get_text_config()
+
+        def forward(
+            self, input_ids, attention_mask=None, position_ids=None, cache=None, use_cache=True
+        ):
+            return self.wrapper(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                cache=cache,
+                use_cache=use_cache,
+            )
+
+    return TextForward()
+
+
 def compare_causal_lm(
     torch_model,
     onnx_model: OnnxCausalLM,

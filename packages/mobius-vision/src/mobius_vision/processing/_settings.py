@@ -51,6 +51,7 @@ def keep_processor_config(source) -> None:
     text_files = getattr(source, "text_files", None)
     if directory is None or text_files is None:
         return
+    keep_sub_tokenizers(Path(directory), text_files)
     path = Path(directory) / "processor_config.json"
     try:
         settings = read_json_object(path)
@@ -59,6 +60,32 @@ def keep_processor_config(source) -> None:
         return
     if settings:
         text_files[HF_PROCESSOR_FILE] = json.dumps(settings, indent=2, sort_keys=True) + "\n"
+
+
+#: Tokenizers an HF processor saves in a folder of their own (InstructBLIP's Q-Former's).
+SUB_TOKENIZERS = ("qformer_tokenizer",)
+#: The text files of a saved tokenizer.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.txt",
+)
+
+
+def keep_sub_tokenizers(directory: Path, text_files: dict[str, str]) -> None:
+    """Add the files of the processor's own-folder tokenizers (:data:`SUB_TOKENIZERS`) to
+    ``text_files``, under the same folder; fixed names only, an unreadable file skipped."""
+    for folder in SUB_TOKENIZERS:
+        for name in TOKENIZER_FILES:
+            path = directory / folder / name
+            if not path.is_file():
+                continue
+            try:
+                text_files[f"{folder}/{name}"] = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                logger.warning("the package will not keep %s/%s: %s", folder, name, exc)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Qwen2-VL, Qwen2.5-VL and Qwen3-VL(-MoE) images: flattened patches and M-RoPE positions.
+"""Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Qwen3.5 images: flattened patches and M-RoPE positions.
 
 What ``Qwen2VLImageProcessor`` (its PIL backend) and the Qwen-VL processors do, without
 torch. Each image is resized to multiples of ``patch_size * merge_size`` whose area lies
@@ -116,8 +116,8 @@ def mrope_positions(
 
 
 class QwenVLProcessor(ImageTextProcessor):
-    """Qwen2VLProcessor, Qwen2_5_VLProcessor and Qwen3VLProcessor over images: they differ
-    in nothing an image goes through."""
+    """Qwen2VLProcessor, Qwen2_5_VLProcessor and Qwen3VLProcessor (Qwen3.5's too) over images:
+    they differ in nothing an image goes through."""
 
     image_defaults = dict(
         resample=BICUBIC,
@@ -127,6 +127,9 @@ class QwenVLProcessor(ImageTextProcessor):
     #: Qwen2VLImageProcessor's defaults.
     default_patch_size, default_merge_size, default_temporal_patch_size = 14, 2, 2
     default_min_pixels, default_max_pixels = 56 * 56, 28 * 28 * 1280
+    #: The placeholder and the markers around it, where the tokenizer names none.
+    default_image_token = "<|image_pad|>"
+    default_vision_start, default_vision_end = "<|vision_start|>", "<|vision_end|>"
 
     @classmethod
     def from_package(cls, package_dir: str | Path, tokenizer=None):
@@ -138,7 +141,7 @@ class QwenVLProcessor(ImageTextProcessor):
 
     @property
     def image_token(self) -> str:
-        return self.token_text("image_token", "<|image_pad|>")
+        return self.token_text("image_token", self.default_image_token)
 
     @property
     def image_token_id(self) -> int:
@@ -150,8 +153,8 @@ class QwenVLProcessor(ImageTextProcessor):
         Qwen's chat template writes them, when it holds no placeholder."""
         if count == 0 or self.image_token in prompt:
             return prompt
-        start = self.token_text("vision_start_token", "<|vision_start|>")
-        end = self.token_text("vision_end_token", "<|vision_end|>")
+        start = self.token_text("vision_start_token", self.default_vision_start)
+        end = self.token_text("vision_end_token", self.default_vision_end)
         return f"{start}{self.image_token}{end}" * count + prompt
 
     def _image_int(self, name: str, default: int, high: int = 1 << 12) -> int:
@@ -186,12 +189,15 @@ class QwenVLProcessor(ImageTextProcessor):
             raise MobiusError(f"preprocessor min_pixels {bounds[0]} exceeds max_pixels {bounds[1]}")
         return bounds[0], bounds[1]
 
+    def resized_size(self, height: int, width: int) -> tuple[int, int]:
+        """The ``(height, width)`` an image of this size is resized to."""
+        return smart_resize(height, width, self.patch_size * self.merge_size, *self.pixel_bounds)
+
     def patches(self, image: np.ndarray) -> tuple[np.ndarray, list[int]]:
         """One ``[3, h, w]`` uint8 image as flattened patches, and its ``[t, rows, columns]``."""
         patch, merge = self.patch_size, self.merge_size
         if self.image.do_resize:
-            size = smart_resize(*image.shape[-2:], patch * merge, *self.pixel_bounds)
-            image = resize(image, size, self.image.resample)
+            image = resize(image, self.resized_size(*image.shape[-2:]), self.image.resample)
         height, width = image.shape[-2:]
         if height % (patch * merge) or width % (patch * merge):
             raise MobiusError(

@@ -7,7 +7,9 @@
 - ``vision-language`` (:mod:`.vision_language`): image features merged into a
   text decoder's embeddings, split into three graphs or as one (``--form``);
 - ``cross-attention-vision-language`` (:mod:`.cross_attention_vl`): a decoder
-  that cross-attends to the image's cache (Mllama).
+  that cross-attends to the image's cache (Mllama);
+- ``image-to-text`` (:mod:`.image_to_text`): an encoder–decoder whose source is an
+  image (TrOCR, Donut): core's seq2seq contract over pixels.
 
 :mod:`mobius_vision.plugin` registers them by name, lazily: nothing here is
 imported until a build asks for one.

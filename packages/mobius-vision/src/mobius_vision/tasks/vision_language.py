@@ -3,7 +3,10 @@
 ``--form split`` (the default) writes three graphs:
 
 - ``vision/model.onnx``: ``pixel_values`` float [num_images, channels, height, width]
-  (the module may declare more vision inputs) -> ``image_features``
+  (the module may declare more vision inputs, after ``pixel_values``: InstructBLIP's
+  ``qformer_input_ids``/``qformer_attention_mask`` int64 [num_images, qformer_sequence],
+  the instruction its Q-Former reads; the single form gets them empty on decode steps)
+  -> ``image_features``
   [num_image_tokens, hidden], every image's tokens in order, already projected to
   the text decoder's width;
 - ``embedding/model.onnx``: ``input_ids`` int64 [batch, sequence] and

@@ -8,12 +8,18 @@ compared in ONNX Runtime against PyTorch at fp32.
 - vision encoders (``image-classification``): :func:`check_vision_parity`;
 - dual encoders (``zero-shot-image-classification``): :func:`check_zero_shot_parity`;
 - vision–language models, split and single forms: :func:`check_vision_language_parity`;
-- cross-attention vision–language models (Mllama): :func:`check_cross_attention_vl_parity`.
+- cross-attention vision–language models (Mllama): :func:`check_cross_attention_vl_parity`;
+- image-to-text encoder–decoders (TrOCR): :func:`check_image_to_text_parity`.
 """
 
 from mobius_vision.testing._cross_vl_parity import (
     OnnxCrossAttentionVL,
     check_cross_attention_vl_parity,
+)
+from mobius_vision.testing._image_to_text_parity import (
+    OnnxImageToText,
+    check_image_to_text_parity,
+    make_random_image_to_text,
 )
 from mobius_vision.testing._vision_parity import (
     VisionParity,
@@ -37,15 +43,18 @@ from mobius_vision.vl_model import OnnxVisionLanguage  # the runner's driver, re
 
 __all__ = [
     "OnnxCrossAttentionVL",
+    "OnnxImageToText",
     "OnnxVisionLanguage",
     "VisionParity",
     "ZeroShotParity",
     "check_cross_attention_vl_parity",
+    "check_image_to_text_parity",
     "check_vision_language_parity",
     "check_vision_parity",
     "check_zero_shot_parity",
     "compare_vision",
     "make_random_dual_encoder",
+    "make_random_image_to_text",
     "make_random_vision_model",
     "make_random_vl_model",
     "naflex_inputs",

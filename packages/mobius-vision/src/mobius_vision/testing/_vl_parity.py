@@ -58,6 +58,7 @@ def compare_vision_language(
     decode_steps: int = 8,
     first_position: int = 0,
     rope_positions=None,
+    decode_model=None,
 ) -> CausalLMParity:
     """Prefill with the processor's ``inputs``, then greedy decode steps through both caches.
 
@@ -65,6 +66,10 @@ def compare_vision_language(
     gives families with 3-D rotary positions (Qwen2-VL's M-RoPE) the prefill positions
     their model computes; decode steps then feed the text position plus ``deltas`` on all
     three streams, as their ``generate`` does.
+
+    ``decode_model(torch_model) -> module`` runs the decode steps on the PyTorch side where
+    the family's forward needs the images on every call and its ``generate`` decodes with
+    an inner model (BLIP-2's ``language_model``).
     """
     import torch
     from transformers import DynamicCache
@@ -99,8 +104,9 @@ def compare_vision_language(
             feeds.update({k: torch.from_numpy(v) for k, v in vision.items()})
             if takes_types and types is not None:
                 feeds["token_type_ids"] = torch.from_numpy(types)
+        stepper = torch_model if step == 0 or decode_model is None else decode_model(torch_model)
         with torch.no_grad():
-            torch_logits = torch_model(**feeds).logits.float().numpy()
+            torch_logits = stepper(**feeds).logits.float().numpy()
         onnx_logits, onnx_cache = onnx_model(
             input_ids,
             vision if step == 0 else None,
@@ -139,6 +145,7 @@ def check_vision_language_parity(
     first_position: int = 0,
     image_counts: tuple[int, ...] | None = None,
     rope_positions=None,
+    decode_model=None,
 ) -> list[CausalLMParity]:
     """Build a perturbed tiny VL model with the CLI per form and ep, and check it against PyTorch.
 
@@ -147,7 +154,8 @@ def check_vision_language_parity(
     passed as one list per prompt, for processors that want them so). Positions count
     from ``first_position``, as the family's ``generate`` counts them. ``image_counts``
     gives each prompt that many images instead (its prompt holds as many placeholders),
-    ``image_sizes`` one size per image. ``rope_positions``: see :func:`compare_vision_language`.
+    ``image_sizes`` one size per image. ``rope_positions``, ``decode_model``: see
+    :func:`compare_vision_language`.
     """
     workdir = Path(workdir)
     torch_model = make_random_vl_model(hf_config, seed)
@@ -180,6 +188,7 @@ def check_vision_language_parity(
                 decode_steps,
                 first_position,
                 rope_positions,
+                decode_model,
             )
             result.ep = f"{ep} --form {form}"
             result.assert_close(atol)
