@@ -86,9 +86,11 @@ class Gemma3nTextConfig(ArchitectureConfig):
         }
 
 
-def _f32(value: float) -> ir.Value:
-    """A float32 scalar, rounded as PyTorch rounds its float32 buffers."""
-    return ir.tensor(np.array(value, dtype=np.float32))
+def _scaled(op, x, value: float):
+    """``x * value``: the float32 scalar PyTorch keeps as a buffer, cast to ``x``'s type as
+    ``model.to(dtype)`` casts its buffers (an f16 build multiplies in f16)."""
+    scale = op.Constant(value=ir.tensor(np.array(value, dtype=np.float32)))
+    return op.Mul(x, op.CastLike(scale, x))
 
 
 def rms_normalize(op, x, eps: float):
@@ -212,7 +214,7 @@ class Gemma3nAltUp(nn.Module):
         return op.Mul(x, self.correct_output_scale)
 
     def modalities(self, op, x):  # [batch, seq, hidden] -> [batch, seq, n]
-        routed = op.Mul(self.router_norm(op, x), op.Constant(value=_f32(self.hidden**-1.0)))
+        routed = _scaled(op, self.router_norm(op, x), self.hidden**-1.0)
         return op.Tanh(self.modality_router(op, routed))
 
     def active_stream(self, op, streams):
@@ -315,7 +317,7 @@ class PerLayerEmbedding(Embedding):
     def forward(self, op, ids):
         in_table = op.And(op.GreaterOrEqual(ids, 0), op.Less(ids, self.vocab))
         x = super().forward(op, op.Where(in_table, ids, op.Constant(value_int=0)))
-        x = op.Mul(x, op.Constant(value=_f32(self.dim**0.5)))
+        x = _scaled(op, x, self.dim**0.5)
         return op.Reshape(x, op.Constant(value_ints=[0, 0, self.layers, self.dim]))
 
 
@@ -356,13 +358,11 @@ class Gemma3nTextModel(nn.Module):
     def per_layer_inputs(self, op, input_ids, x):
         """``[batch, seq, layers, per_layer]``: table rows plus a projection of the embeddings."""
         c = self.config
-        projected = op.Mul(
-            self.per_layer_model_projection(op, x), op.Constant(value=_f32(c.hidden_size**-0.5))
-        )
+        projected = _scaled(op, self.per_layer_model_projection(op, x), c.hidden_size**-0.5)
         projected = op.Reshape(projected, op.Constant(value_ints=[0, 0, c.num_hidden_layers, -1]))
         projected = self.per_layer_projection_norm(op, projected)
         table = self.embed_tokens_per_layer(op, input_ids)
-        return op.Mul(op.Add(projected, table), op.Constant(value=_f32(2.0**-0.5)))
+        return _scaled(op, op.Add(projected, table), 2.0**-0.5)
 
     def forward(self, op, input_ids, attention_mask, position_ids, past_key_values):
         c = self.config
