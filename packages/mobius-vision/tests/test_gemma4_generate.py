@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
-from test_vl_generate import pixels, random_image, save_processor
+from _vl_built import BuiltVL
+from test_vl_generate import pixels, random_image
 from test_vl_processors_b import assert_same_inputs
 from vl_parity_cases.gemma4 import CASES, TEXT, gemma4_config
 
 from mobius.cli import main
-from mobius.testing import build_with_cli, perturb_parameters
 from mobius_vision.processing import processor_for
 from mobius_vision.testing import make_random_vl_model
 
@@ -32,32 +31,16 @@ from mobius_vision.testing import make_random_vl_model
 SIZES = ((37, 45), (45, 20), (9, 7), (6, 200))
 
 
-class Built:
-    """The case's torch model, its processor, the checkpoint and the split package."""
+class Built(BuiltVL):
+    """The Gemma 4 case, its greedy text depending on the pixels."""
 
     def __init__(self, root) -> None:
-        _model_type, make_config, make_processor, options = CASES["gemma4"]
-        self.prompt = options["prompts"][0]
-        config = make_config()
-        self.processor = make_processor(config)
-        self.model = make_random_vl_model(config, seed=0)
-        perturb_parameters(self.model, seed=1, scale=0.2)
-        self.hf = root / "hf"
-        self.model.save_pretrained(self.hf)
-        save_processor(self.processor, self.hf)
-        self.package = build_with_cli(self.hf, root / "split", "--form", "split")
+        super().__init__(CASES["gemma4"], root, "gemma4")
+        self.prompt = self.options["prompts"][0]
 
     def hf_inputs(self, prompt: str, images: list, tensors: str = "np") -> dict:
-        batch = [images] if images else None
+        batch = [images] if images else None  # the images of one prompt, as one list
         return dict(self.processor(text=[prompt], images=batch, return_tensors=tensors))
-
-    def greedy_text(self, prompt: str, images: list, max_new_tokens: int = 8) -> str:
-        """transformers' greedy ``generate``, decoded as the runner prints it."""
-        inputs = self.hf_inputs(prompt, images, "pt")
-        with torch.no_grad():
-            out = self.model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
-        new = out[0, inputs["input_ids"].shape[1] :].tolist()
-        return self.processor.tokenizer.decode(new, skip_special_tokens=True)
 
 
 @pytest.fixture(scope="module")

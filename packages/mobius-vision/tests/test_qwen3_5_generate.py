@@ -21,16 +21,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
-from test_vl_generate import random_image, save_processor
+from _vl_built import BuiltVL
+from test_vl_generate import random_image
 from test_vl_processors_b import assert_same_inputs
 from vl_parity_cases.qwen2_vl import SPECIAL_TOKENS
 from vl_parity_cases.qwen3_5 import CASES
 
 from mobius.cli import main
-from mobius.testing import build_with_cli
 from mobius_vision.processing import processor_for
-from mobius_vision.testing import make_random_vl_model
 
 #: family -> its case
 FAMILIES = {
@@ -54,32 +52,19 @@ def tiny_qwen3_5_tokenizer(vocab_size: int):
     return tokenizer
 
 
-class Built:
-    """One family's case: the torch model, its processor, the checkpoint and the package."""
+class Built(BuiltVL):
+    """One family's case (:data:`FAMILIES`), with the tiny ``Qwen3_5Tokenizer``."""
+
+    sharpen = False
 
     def __init__(self, family: str, root) -> None:
-        self.family = family
-        _model_type, make_config, make_processor, self.options = CASES[FAMILIES[family]]
+        super().__init__(CASES[FAMILIES[family]], root, family)
         self.prompt = self.options["prompts"][0]
-        config = make_config()
-        self.processor = make_processor(config)
-        self.processor.tokenizer = tiny_qwen3_5_tokenizer(config.text_config.vocab_size)
-        self.model = make_random_vl_model(config, seed=0)
-        self.hf = root / "hf"
-        self.model.save_pretrained(self.hf)
-        save_processor(self.processor, self.hf)
-        self.package = build_with_cli(self.hf, root / "split", "--form", "split")
 
-    def hf_inputs(self, prompt: str, images: list, tensors: str = "np") -> dict:
-        return dict(self.processor(text=[prompt], images=images or None, return_tensors=tensors))
-
-    def greedy_text(self, prompt: str, images: list, max_new_tokens: int = 8) -> str:
-        """transformers' greedy ``generate``, decoded as the runner prints it."""
-        inputs = self.hf_inputs(prompt, images, "pt")
-        with torch.no_grad():
-            out = self.model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
-        new = out[0, inputs["input_ids"].shape[1] :].tolist()
-        return self.processor.tokenizer.decode(new, skip_special_tokens=True)
+    def make_processor(self, make_processor, config):
+        processor = make_processor(config)
+        processor.tokenizer = tiny_qwen3_5_tokenizer(config.text_config.vocab_size)
+        return processor
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))

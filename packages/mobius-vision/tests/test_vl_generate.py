@@ -16,19 +16,18 @@ built once with the CLI (split form; LLaVA also single). Then:
 
 from __future__ import annotations
 
-import inspect
 import json
 import shutil
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
-import torch
+from _vl_built import BuiltVL, save_processor  # noqa: F401 (test_vl_processors_b imports it here)
 from vl_parity_cases import all_cases
 
 from mobius.cli import main
 from mobius.errors import MobiusError
-from mobius.testing import build_with_cli, perturb_parameters
+from mobius.testing import build_with_cli
 from mobius_vision.processing import (
     HF_PROCESSOR_FILE,
     keep_processor_config,
@@ -36,7 +35,6 @@ from mobius_vision.processing import (
     processor_for,
 )
 from mobius_vision.processing._image import open_image, to_chw
-from mobius_vision.testing import make_random_vl_model
 
 CASES = all_cases()
 PROMPT = "USER: <image>\nw5 w7 w9 ASSISTANT:"
@@ -68,24 +66,6 @@ SIZES = ((37, 45), (45, 20), (20, 45), (16, 16))
 NOT_INPUTS = ("labels",)
 
 
-def save_processor(processor, directory) -> None:
-    """The processor's files as ``save_pretrained`` writes them: the tokenizer, and
-    ``processor_config.json`` with the image processor nested. (The cases' subclasses, made
-    to run without a video processor, cannot ``save_pretrained``: the settings are those
-    of the transformers class's ``__init__``.)"""
-    processor.tokenizer.save_pretrained(directory)
-    if hasattr(processor, "qformer_tokenizer"):  # InstructBLIP's, in a folder of its own
-        processor.qformer_tokenizer.save_pretrained(directory / "qformer_tokenizer")
-    base = next(c for c in type(processor).__mro__ if c.__module__.startswith("transformers."))
-    skip = {"self", "image_processor", "tokenizer", "video_processor", "chat_template", "kwargs"}
-    settings = {"image_processor": processor.image_processor.to_dict()}
-    for name in inspect.signature(base.__init__).parameters:
-        value = getattr(processor, name, None)
-        if name not in skip and isinstance(value, (int, float, str, list)):
-            settings[name] = value
-    (directory / "processor_config.json").write_text(json.dumps(settings), encoding="utf-8")
-
-
 def random_image(size, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, (*size, 3), dtype=np.uint8)
 
@@ -101,40 +81,29 @@ def hf_inputs(processor, case: str, prompt: str, images: list, tensors: str) -> 
     return {k: v for k, v in inputs.items() if k not in NOT_INPUTS}
 
 
-class Built:
-    """One family's case: the torch model, its processor, the checkpoint and the package."""
+class Built(BuiltVL):
+    """One family's case (:data:`FAMILIES`); LLaVA is built in the single-graph form too."""
 
     def __init__(self, family: str, root) -> None:
-        case, self.prompt = FAMILIES[family]
-        self.family, self.case = family, case
-        _model_type, make_config, make_processor, *_ = CASES[case]
-        config = make_config()
-        self.processor = make_processor(config)
-        self.model = make_random_vl_model(config, seed=0)
-        # Near its init the tiny model says the same words whatever the image: larger
-        # weights make its greedy text depend on the pixels, so the test can fail.
-        perturb_parameters(self.model, seed=1, scale=0.2)
-        self.hf = root / "hf"
-        self.model.save_pretrained(self.hf)
-        save_processor(self.processor, self.hf)
-        self.package = build_with_cli(self.hf, root / "split", "--form", "split")
+        self.case, self.prompt = FAMILIES[family]
+        super().__init__(CASES[self.case], root, family)
         self.single = None
         if family == "llava":  # one family in the single-graph form too
             self.single = build_with_cli(self.hf, root / "single", "--form", "single")
 
-    def greedy_text(self, prompt: str, images: list, max_new_tokens: int = 8) -> str:
-        """transformers' greedy ``generate``, decoded as the runner prints it (no end token)."""
-        inputs = hf_inputs(self.processor, self.case, prompt, images, "pt")
+    def hf_inputs(self, prompt: str, images: list, tensors: str = "np") -> dict:
+        inputs = hf_inputs(self.processor, self.case, prompt, images, tensors)
         if not images and "token_type_ids" in inputs:  # Gemma 3 reads them with images only
             del inputs["token_type_ids"]
-        with torch.no_grad():
-            out = self.model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
-        new = out[0, inputs["input_ids"].shape[1] :].tolist()
+        return inputs
+
+    def greedy_tokens(self, prompt: str, images: list, max_new_tokens: int) -> list[int]:
+        new = super().greedy_tokens(prompt, images, max_new_tokens)
         eos = self.model.generation_config.eos_token_id
         eos = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
         if new and new[-1] in eos:  # the runner stops at it without printing it
             new = new[:-1]
-        return self.processor.tokenizer.decode(new, skip_special_tokens=True)
+        return new
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))

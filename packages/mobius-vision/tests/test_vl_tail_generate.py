@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
-from test_vl_generate import random_image, save_processor
+from _vl_built import BuiltVL, save_processor
+from test_vl_generate import random_image
 from test_vl_processors_b import assert_same_inputs
 from vl_parity_cases.glm4v import CASES as GLM4V_CASES
 from vl_parity_cases.glm4v_moe import CASES as GLM4V_MOE_CASES
@@ -29,9 +29,7 @@ from vl_parity_cases.got_ocr2 import CASES as GOT_OCR2_CASES
 from vl_parity_cases.idefics2 import CASES as IDEFICS2_CASES
 
 from mobius.cli import main
-from mobius.testing import build_with_cli, perturb_parameters
 from mobius_vision.processing import HF_PROCESSOR_FILE, processor_for
-from mobius_vision.testing import make_random_vl_model
 
 #: family -> its case
 FAMILIES = {
@@ -46,36 +44,17 @@ NEEDS_IMAGE = ("got_ocr2",)
 SIZES = ((37, 45), (45, 20), (5, 30), (70, 50))
 
 
-class Built:
-    """One family's case: the torch model, its processor, the checkpoint and the package."""
+class Built(BuiltVL):
+    """One family's case (:data:`FAMILIES`)."""
 
     def __init__(self, family: str, root) -> None:
-        self.family = family
-        _model_type, make_config, make_processor, self.options = FAMILIES[family]
+        super().__init__(FAMILIES[family], root, family)
         self.prompt = self.options["prompts"][0]
-        config = make_config()
-        self.processor = make_processor(config)
-        self.model = make_random_vl_model(config, seed=0)
-        # near its init a tiny model says the same words whatever the image: larger
-        # weights make its greedy text depend on the pixels, so the test can fail
-        perturb_parameters(self.model, seed=1, scale=0.2)
-        self.hf = root / "hf"
-        self.model.save_pretrained(self.hf)
-        save_processor(self.processor, self.hf)
-        self.package = build_with_cli(self.hf, root / "split", "--form", "split")
 
     def hf_inputs(self, prompt: str, images: list, tensors: str = "np") -> dict:
         if not images and self.family in NEEDS_IMAGE:  # the tokenizer alone, as a text prompt
             return dict(self.processor.tokenizer([prompt], return_tensors=tensors))
-        return dict(self.processor(text=[prompt], images=images or None, return_tensors=tensors))
-
-    def greedy_text(self, prompt: str, images: list, max_new_tokens: int = 8) -> str:
-        """transformers' greedy ``generate``, decoded as the runner prints it."""
-        inputs = self.hf_inputs(prompt, images, "pt")
-        with torch.no_grad():
-            out = self.model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
-        new = out[0, inputs["input_ids"].shape[1] :].tolist()
-        return self.processor.tokenizer.decode(new, skip_special_tokens=True)
+        return super().hf_inputs(prompt, images, tensors)
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))

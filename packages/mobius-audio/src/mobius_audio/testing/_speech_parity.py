@@ -11,7 +11,9 @@ from mobius.testing import (
     OnnxSeq2Seq,
     Seq2SeqParity,
     build_with_cli,
+    decode_greedy_through_both,
     make_random_seq2seq,
+    torch_decoder_step,
 )
 
 
@@ -84,14 +86,13 @@ def compare_speech_to_text(
     transformers' and the decoder reads it at every step.
     """
     import torch
-    from transformers import DynamicCache, EncoderDecoderCache, GenerationMixin
+    from transformers import GenerationMixin
 
-    result = Seq2SeqParity(ep="")
     hidden, cross, encoder_mask = onnx_model.encode(inputs)
     torch_inputs = {n: torch.from_numpy(v) for n, v in inputs.items()}
     with torch.no_grad():
         reference = torch_model.get_encoder()(**torch_inputs)
-    result.encoder_diff = float(np.abs(hidden - reference.last_hidden_state.numpy()).max())
+    encoder_diff = float(np.abs(hidden - reference.last_hidden_state.numpy()).max())
     if onnx_model.masked:
         expected = reference_encoder_mask(torch_model, reference, torch_inputs["attention_mask"])
         assert encoder_mask.shape == expected.shape and (encoder_mask == expected).all(), (
@@ -101,32 +102,14 @@ def compare_speech_to_text(
 
     batch = hidden.shape[0]
     decoder_ids = np.tile(np.asarray(prompt, np.int64), (batch, 1))
-    cache = onnx_model.empty_cache(batch)
-    torch_cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
     source_mask = {k: v for k, v in torch_inputs.items() if k == "attention_mask"}
-    all_ids = decoder_ids
-    for step in range(decode_steps + 1):
-        with torch.no_grad():
-            out = torch_model(
-                encoder_outputs=reference,
-                decoder_input_ids=torch.from_numpy(decoder_ids),
-                cache=torch_cache,
-                use_cache=True,
-                **source_mask,
-            )
-        torch_cache = out.cache if hasattr(out, "cache") else out.past_key_values
-        torch_logits = out.logits.numpy()
-        logits, cache = onnx_model.decode(decoder_ids, encoder_mask, cross, cache)
-        diff = float(np.abs(logits - torch_logits).max())
-        if step == 0:
-            result.prefill_diff = diff
-        else:
-            result.decode_diffs.append(diff)
-        torch_next = torch_logits[:, -1].argmax(-1)
-        result.torch_tokens.append(torch_next.tolist())
-        result.onnx_tokens.append(logits[:, -1].argmax(-1).tolist())
-        decoder_ids = torch_next[:, None].astype(np.int64)
-        all_ids = np.concatenate([all_ids, decoder_ids], axis=1)
+    result = decode_greedy_through_both(
+        torch_decoder_step(torch_model, reference, **source_mask),
+        onnx_model.decoder_step(encoder_mask, cross, batch),
+        decoder_ids,
+        decode_steps,
+    )
+    result.encoder_diff = encoder_diff
 
     if generate:
         # Whisper's generate builds the same prompt from the generation config and returns
@@ -134,13 +117,13 @@ def compare_speech_to_text(
         options = {}
         standard = type(torch_model).generate is GenerationMixin.generate
         if standard:
-            options["decoder_input_ids"] = torch.from_numpy(all_ids[:, : len(prompt)])
+            options["decoder_input_ids"] = torch.from_numpy(decoder_ids)
         with torch.no_grad():
             generated = torch_model.generate(
                 **torch_inputs, do_sample=False, max_new_tokens=decode_steps + 1, **options
             ).tolist()
         new = [row[len(prompt) :] for row in generated] if standard else generated
-        loop = all_ids[:, len(prompt) :].tolist()
+        loop = result.greedy_rows().tolist()
         eos = set(_ids(torch_model.generation_config.eos_token_id))
         result.generate_match = [_until(r, eos) for r in new] == [_until(r, eos) for r in loop]
     return result

@@ -30,7 +30,9 @@ from mobius.testing._seq2seq_parity import (
     OnnxSeq2Seq,
     Seq2SeqParity,
     check_seq2seq_parity,
+    decode_greedy_through_both,
     make_random_seq2seq,
+    torch_decoder_step,
 )
 from mobius.testing._tokenizer import tiny_tokenizer
 from mobius.testing._validation import assert_smoke_passes, assert_validation_fails, broken_copy
@@ -46,6 +48,8 @@ __all__ = [
     "OnnxSeq2Seq",
     "Seq2SeqParity",
     "check_seq2seq_parity",
+    "decode_greedy_through_both",
+    "torch_decoder_step",
     "make_random_seq2seq",
     "EncoderParity",
     "check_encoder_parity",

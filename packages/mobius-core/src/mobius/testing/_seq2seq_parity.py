@@ -78,6 +78,44 @@ class OnnxSeq2Seq:
         }
         return out["logits"], cache
 
+    def decoder_step(self, source, cross, batch: int):
+        """``step(input_ids) -> logits``: :meth:`decode` from an empty cache that it carries.
+
+        ``source`` is what :meth:`decode` takes beside the ids (the source mask here).
+        """
+        cache = self.empty_cache(batch)
+
+        def step(input_ids):
+            nonlocal cache
+            logits, cache = self.decode(input_ids, source, cross, cache)
+            return logits
+
+        return step
+
+
+def torch_decoder_step(torch_model, encoder_outputs, **source):
+    """``step(input_ids) -> logits``: transformers' decoder over ``encoder_outputs`` with a cache
+    that it carries, sized as it fills; ``source`` holds extra forward arguments (the mask)."""
+    import torch
+    from transformers import DynamicCache, EncoderDecoderCache
+
+    cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+
+    def step(input_ids):
+        nonlocal cache
+        with torch.no_grad():
+            out = torch_model(
+                encoder_outputs=encoder_outputs,
+                decoder_input_ids=torch.from_numpy(input_ids),
+                cache=cache,
+                use_cache=True,
+                **source,
+            )
+        cache = out.cache if hasattr(out, "cache") else out.past_key_values
+        return out.logits.numpy()
+
+    return step
+
 
 @dataclass
 class Seq2SeqParity:
@@ -91,6 +129,10 @@ class Seq2SeqParity:
     onnx_tokens: list[list[int]] = field(default_factory=list)
     generate_match: bool = True
 
+    def greedy_rows(self) -> np.ndarray:
+        """PyTorch's greedy tokens [batch, steps]: row by row, as generate returns them."""
+        return np.asarray(self.torch_tokens, np.int64).T
+
     def assert_close(self, atol: float = PARITY_ATOL) -> None:
         record_parity(self)
         assert self.onnx_tokens == self.torch_tokens, f"--ep {self.ep}: greedy tokens differ"
@@ -100,6 +142,32 @@ class Seq2SeqParity:
             f"--ep {self.ep}: encoder {self.encoder_diff:.3g}, prefill {self.prefill_diff:.3g}, "
             f"decode {[f'{d:.3g}' for d in self.decode_diffs]} > {atol:g}"
         )
+
+
+def decode_greedy_through_both(torch_step, onnx_step, first_ids, steps: int) -> Seq2SeqParity:
+    """Prefill ``first_ids`` [batch, n] in both decoders, then ``steps`` greedy steps.
+
+    Both are fed PyTorch's greedy token, so one early mismatch does not hide the
+    later steps' differences. The result holds the prefill's and each step's max abs
+    logits difference and both token streams (set ``ep`` and ``encoder_diff`` after).
+    ``torch_step`` and ``onnx_step`` map ``input_ids`` to logits and keep their own
+    caches (:func:`torch_decoder_step`, :meth:`OnnxSeq2Seq.decoder_step`).
+    """
+    result = Seq2SeqParity(ep="")
+    decoder_ids = first_ids
+    for step in range(steps + 1):
+        torch_logits = torch_step(decoder_ids)
+        logits = onnx_step(decoder_ids)
+        diff = float(np.abs(logits - torch_logits).max())
+        if step == 0:
+            result.prefill_diff = diff
+        else:
+            result.decode_diffs.append(diff)
+        torch_next = torch_logits[:, -1].argmax(-1)
+        result.torch_tokens.append(torch_next.tolist())
+        result.onnx_tokens.append(logits[:, -1].argmax(-1).tolist())
+        decoder_ids = torch_next[:, None].astype(np.int64)
+    return result
 
 
 def compare_seq2seq(
@@ -112,11 +180,9 @@ def compare_seq2seq(
 ):
     """Encode a padded batch, prefill two decoder tokens, then greedy steps through both caches."""
     import torch
-    from transformers import DynamicCache, EncoderDecoderCache
 
     config = torch_model.config
     input_ids, mask, _ = right_padded_batch(lengths, config.vocab_size, 0, seed)
-    result = Seq2SeqParity(ep="")
     hidden, cross = onnx_model.encode(input_ids, mask)
     encoder = torch_model.get_encoder()
     with torch.no_grad():
@@ -124,48 +190,29 @@ def compare_seq2seq(
             input_ids=torch.from_numpy(input_ids), attention_mask=torch.from_numpy(mask)
         )
     real = mask.astype(bool)
-    result.encoder_diff = float(np.abs(hidden - reference.last_hidden_state.numpy())[real].max())
+    encoder_diff = float(np.abs(hidden - reference.last_hidden_state.numpy())[real].max())
 
     start = config.decoder_start_token_id
     batch = len(lengths)
     decoder_ids = np.full((batch, 2), start, np.int64)
     decoder_ids[:, 1] = np.arange(batch) + 5  # a second prefill token, different per row
-    cache = onnx_model.empty_cache(batch)
-    torch_cache = EncoderDecoderCache(DynamicCache(), DynamicCache())  # sized as it fills
-    all_ids = decoder_ids
-    for step in range(decode_steps + 1):
-        with torch.no_grad():
-            out = torch_model(
-                encoder_outputs=reference,
-                attention_mask=torch.from_numpy(mask),
-                decoder_input_ids=torch.from_numpy(decoder_ids),
-                cache=torch_cache,
-                use_cache=True,
-            )
-        torch_cache = out.cache if hasattr(out, "cache") else out.past_key_values
-        torch_logits = out.logits.numpy()
-        logits, cache = onnx_model.decode(decoder_ids, mask, cross, cache)
-        diff = float(np.abs(logits - torch_logits).max())
-        if step == 0:
-            result.prefill_diff = diff
-        else:
-            result.decode_diffs.append(diff)
-        torch_next = torch_logits[:, -1].argmax(-1)
-        result.torch_tokens.append(torch_next.tolist())
-        result.onnx_tokens.append(logits[:, -1].argmax(-1).tolist())
-        decoder_ids = torch_next[:, None].astype(np.int64)
-        all_ids = np.concatenate([all_ids, decoder_ids], axis=1)
-
+    result = decode_greedy_through_both(
+        torch_decoder_step(torch_model, reference, attention_mask=torch.from_numpy(mask)),
+        onnx_model.decoder_step(mask, cross, batch),
+        decoder_ids,
+        decode_steps,
+    )
+    result.encoder_diff = encoder_diff
     if not generate:
         return result
     # The loop's own greedy continuation equals transformers' generate from the start token.
     with torch.no_grad():
         generated = torch_model.generate(
             input_ids=torch.from_numpy(input_ids), attention_mask=torch.from_numpy(mask),
-            decoder_input_ids=torch.from_numpy(all_ids[:, :2]), do_sample=False,
+            decoder_input_ids=torch.from_numpy(decoder_ids), do_sample=False,
             max_new_tokens=decode_steps + 1, min_new_tokens=decode_steps + 1,
         )  # fmt: skip
-    result.generate_match = generated[:, 2:].tolist() == all_ids[:, 2:].tolist()
+    result.generate_match = generated[:, 2:].tolist() == result.greedy_rows().tolist()
     return result
 
 

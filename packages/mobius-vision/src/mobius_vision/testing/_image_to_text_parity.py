@@ -16,7 +16,9 @@ from mobius.testing import (
     OnnxSeq2Seq,
     Seq2SeqParity,
     build_with_cli,
+    decode_greedy_through_both,
     make_random_seq2seq,
+    torch_decoder_step,
 )
 
 
@@ -92,59 +94,39 @@ def compare_image_to_text(
     """Encode a batch of random sources (:data:`RANDOM_SOURCES`), prefill two decoder tokens,
     then greedy steps through both caches."""
     import torch
-    from transformers import DynamicCache, EncoderDecoderCache
 
     config = torch_model.config
     source = RANDOM_SOURCES[config.model_type](config, batch, seed)
     torch_source = {name: torch.from_numpy(value) for name, value in source.items()}
-    result = Seq2SeqParity(ep="")
     hidden, cross = onnx_model.encode(source)
     with torch.no_grad():
         reference = torch_model.encoder(**torch_source)
     real = source.get("attention_mask", np.ones(hidden.shape[:2])).astype(bool)
     diff = np.abs(hidden - reference.last_hidden_state.numpy())[real]
-    result.encoder_diff = float(diff.max())
+    encoder_diff = float(diff.max())
     mask = {k: v for k, v in torch_source.items() if k == "attention_mask"}
 
     decoder_ids = np.full((batch, 2), config.decoder_start_token_id, np.int64)
     decoder_ids[:, 1] = np.arange(batch) + 5  # a second prefill token, different per row
-    cache = onnx_model.empty_cache(batch)
-    torch_cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
-    all_ids = decoder_ids
-    for step in range(decode_steps + 1):
-        with torch.no_grad():
-            out = torch_model(
-                encoder_outputs=reference,
-                **mask,
-                decoder_input_ids=torch.from_numpy(decoder_ids),
-                cache=torch_cache,
-                use_cache=True,
-            )
-        torch_cache = out.cache if hasattr(out, "cache") else out.past_key_values
-        torch_logits = out.logits.numpy()
-        logits, cache = onnx_model.decode(decoder_ids, source, cross, cache)
-        diff = float(np.abs(logits - torch_logits).max())
-        if step == 0:
-            result.prefill_diff = diff
-        else:
-            result.decode_diffs.append(diff)
-        torch_next = torch_logits[:, -1].argmax(-1)
-        result.torch_tokens.append(torch_next.tolist())
-        result.onnx_tokens.append(logits[:, -1].argmax(-1).tolist())
-        decoder_ids = torch_next[:, None].astype(np.int64)
-        all_ids = np.concatenate([all_ids, decoder_ids], axis=1)
+    result = decode_greedy_through_both(
+        torch_decoder_step(torch_model, reference, **mask),
+        onnx_model.decoder_step(source, cross, batch),
+        decoder_ids,
+        decode_steps,
+    )
+    result.encoder_diff = encoder_diff
 
     # The loop's greedy continuation equals transformers' generate from the same two tokens,
     # up to each row's end of sequence (where generate stops the row: no min_new_tokens,
     # which would suppress the end token and so change the stream).
     with torch.no_grad():
         generated = torch_model.generate(
-            **torch_source, decoder_input_ids=torch.from_numpy(all_ids[:, :2]),
+            **torch_source, decoder_input_ids=torch.from_numpy(decoder_ids),
             do_sample=False, max_new_tokens=decode_steps + 1,
         )  # fmt: skip
     ends = torch_model.generation_config.eos_token_id
     ends = set(ends if isinstance(ends, list) else [] if ends is None else [ends])
-    ours = [until_end(row, ends) for row in all_ids[:, 2:].tolist()]
+    ours = [until_end(row, ends) for row in result.greedy_rows().tolist()]
     theirs = generated[:, 2:].tolist()
     result.generate_match = all(
         row[: len(mine)] == mine for row, mine in zip(theirs, ours, strict=True)
