@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from mobius.errors import MobiusError
-from mobius.generate import PackageError, _import_onnxruntime, _read_json
+from mobius.generate import PackageError, _read_json
 
 _TOKEN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -45,16 +45,9 @@ class Embedder:
             raise PackageError(
                 f"no model.onnx in {self.package_dir}: not a package built by mobius"
             )
-        ort = _import_onnxruntime()
-        options = ort.SessionOptions()
-        if threads:
-            options.intra_op_num_threads = int(threads)
-        try:
-            self.session = ort.InferenceSession(
-                str(graph), options, providers=["CPUExecutionProvider"]
-            )
-        except Exception as exc:  # ORT's own pybind errors: corrupt, truncated, bad ops
-            raise PackageError(f"ONNX Runtime cannot load {graph}: {exc}") from None
+        from mobius.classification import open_session
+
+        self.session = open_session(graph, threads)
         self.inputs = [i.name for i in self.session.get_inputs()]
         self.outputs = [o.name for o in self.session.get_outputs()]
         if not {"input_ids", "attention_mask"} <= set(self.inputs) or set(self.inputs) - set(
