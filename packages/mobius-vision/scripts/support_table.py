@@ -28,6 +28,8 @@ OUT_OF_SCOPE = {
     "imagegpt": "a pixel-token causal model",
     "shieldgemma2": "a Gemma 3 vision–language classifier",
     "timm_wrapper": "wraps timm code, not a transformers architecture",
+    "evolla": "protein-to-text: a protein sequence encoder, not images",
+    "pi0": "a robot action model (a flow-matching action expert), not text generation",
 }
 
 
@@ -88,6 +90,63 @@ KITS = (
 NOT_RUNNABLE_HERE = {
     "gemma3n": "transformers builds its vision tower with timm (and torchvision), which the "
     "test environment does not install",
+}
+
+#: Types not built yet, and what building them needs: SUPPORT.md says so beside "not yet".
+NOT_YET = {
+    # Image classification and zero-shot.
+    "dinat": "its neighbourhood attention runs in the natten library, which has no ONNX form",
+    "hiera": "its masked-unit hierarchical encoder is not written yet",
+    "pp_lcnet": "its PP-LCNet convolution stack is not written yet",
+    "segformer": "its Mix Transformer encoder is not written yet (it comes with segmentation)",
+    "align": "an EfficientNet image tower beside a BERT text tower: not written yet",
+    "altclip": "its XLM-RoBERTa text tower with a projection is not written yet",
+    "blip": "BLIP's image–text matching heads are not written yet",
+    "chinese_clip": "its BERT-style text tower is not written yet",
+    "clipseg": "its decoder of segmentation masks needs a segmentation contract",
+    "metaclip_2": "its multilingual text tower is not written yet",
+    "tipsv2": "its own image and text towers are not written yet",
+    "videoprism": "a video encoder (factorised space–time attention): no video contract yet",
+    # Image-text-to-text.
+    "apertus1p5": "images and audio enter as discrete tokens from VQ tokenizers: no image-tokenizer "
+    "contract yet",
+    "chameleon": "images enter as VQ-VAE token ids: no image-tokenizer contract yet",
+    "emu3": "images enter as token ids from a 3D-convolution VQ-VAE: no image-tokenizer contract "
+    "yet",
+    "cohere_compass": "its vision tower (DeepStack features) and decoder are not written yet",
+    "cosmos3_edge": "its vision tower and decoder are not written yet",
+    "deepseek_ocr2": "a SAM encoder feeding a second vision encoder, and its decoder, are not "
+    "written yet",
+    "unlimited_ocr": "its SAM-style vision encoder and decoder are not written yet",
+    "diffusion_gemma": "it decodes by block diffusion, not token by token: needs its own "
+    "generation contract",
+    "dots3_note": "vision and audio encoders into an MoE decoder with a sparse-attention indexer: "
+    "not written yet",
+    "fast_vlm": "its vision tower is a timm model (FastViTHD): timm is not installed for the "
+    "parity tests",
+    "perception_lm": "its vision tower is a timm model (Perception Encoder): timm is not "
+    "installed for the parity tests",
+    "hy_v4_vl": "an MoE decoder with hyper-connections and a sparse-attention indexer: not "
+    "written yet",
+    "idefics": "gated cross-attention layers with a Perceiver resampler and decoupled embeddings: "
+    "not written yet",
+    "inkling2": "its decoder (sliding and full attention with short convolutions and relative "
+    "position bias) is not written yet",
+    "inkling2_loop": "its looped decoder with message attention is not written yet",
+    "inkling_mm_model": "its vision, audio and text parts are not written yet",
+    "kosmos-2.5": "its Pix2Struct-style tower and decoder are not wired to the VL contract yet",
+    "minimax_m3_vl": "a sparse-attention MoE decoder with its own cache layout: not written yet",
+    "molmo2": "its vision tower with a pooling adapter, and its decoder, are not written yet",
+    "muse_glimmer": "its vision tower and decoder (centred RMSNorm, normed embeddings) are not "
+    "written yet",
+    "muse_spark": "its vision and audio towers and MoE decoder are not written yet",
+    "nemotron_h_omni": "its RADIO vision tower is not written yet",
+    "pp_formulanet": "a SAM-style encoder into an mBART-style decoder: not written yet",
+    "qwen4_exp": "its decoder (gated DeltaNet, an attention indexer, n-gram and per-layer "
+    "embeddings) is not written yet",
+    "step3p7": "its vision tower and MoE decoder are not written yet",
+    "t5gemma2": "an encoder–decoder over images and text: not written yet",
+    "udop": "a T5 encoder–decoder over image patches and OCR layout boxes: no layout contract yet",
 }
 
 #: Parity tests beside a kit's own function: task -> (file, test function, case table).
@@ -171,6 +230,8 @@ def statuses(junit_xml: Path | None) -> dict[str, list[tuple[str, str, str]]]:
                 status = f"built as {built_as}: see {heading}"
             elif model_type in OUT_OF_SCOPE:
                 status = f"out of scope: {OUT_OF_SCOPE[model_type]}"
+            elif model_type in NOT_YET:
+                status = f"not yet: {NOT_YET[model_type]}"
             else:
                 status = "not yet"
             rows.append((model_type, hf_class, status))

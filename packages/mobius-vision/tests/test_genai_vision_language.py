@@ -1,17 +1,19 @@
 """onnxruntime-genai runs a split vision–language package mobius writes, with its genai_config.json.
 
-Tiny random Mistral 3, Qwen2.5-VL and Qwen2-VL models are built with ``--ep cpu``
-(``--runtime auto`` writes the generator config for the families the generator runs;
-Qwen2-VL runs as its ``qwen2_5_vl`` class); the generator's greedy tokens for a text
+Tiny random Mistral 3, Qwen2.5-VL, Qwen2-VL, Qwen3.5 and Qwen3.5-MoE models are built
+with ``--ep cpu`` (``--runtime auto`` writes the generator config for the families the
+generator runs; Qwen2-VL runs as its ``qwen2_5_vl`` class; Qwen3.5's hybrid decoders
+carry their Gated DeltaNet states through it); the generator's greedy tokens for a text
 prompt equal transformers' ``generate``. For the Qwen families the build also writes
 the generator's ``processor_config.json``: a random image through the generator's own
 processor gives transformers' pixels, prompt and, step by step, logits. Mistral 3 gets
-none (the generator resizes Pixtral images differently). Gemma 3, Qwen3-VL and the
-families the generator has no class for get no generator config, with the reason.
+none (the generator resizes Pixtral images differently). Gemma 3 and 4, LFM2-VL, Qwen3-VL and
+the families the generator has no class for get no generator config, with the reason.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 
@@ -94,10 +96,30 @@ def _genai_steps(model, inputs, prompt_length: int, new_tokens: int):
     return [int(t) for t in generator.get_sequence(0)][prompt_length:], logits
 
 
-QWEN_CASES = {  # the case, its images-only processor class
-    "qwen2_5_vl-all-windows-gelu-tied": "vl_parity_cases.qwen2_5_vl:ImageQwen2_5_VLProcessor",
-    "qwen2_vl-two-sizes": "vl_parity_cases.qwen2_vl:ImageQwen2VLProcessor",
+QWEN_CASES = {  # the case (module:name), its images-only processor class, the generator's class
+    "vl_parity_cases.qwen2_5_vl:qwen2_5_vl-all-windows-gelu-tied": (
+        "vl_parity_cases.qwen2_5_vl:ImageQwen2_5_VLProcessor",
+        "qwen2_5_vl",
+    ),
+    "vl_parity_cases.qwen2_vl:qwen2_vl-two-sizes": (
+        "vl_parity_cases.qwen2_vl:ImageQwen2VLProcessor",
+        "qwen2_5_vl",
+    ),
+    # hybrid decoders: the generator carries the Gated DeltaNet layers' states
+    "vl_parity_cases.qwen3_5:qwen3_5-hybrid-two-sizes": (
+        "vl_parity_cases.qwen3_vl:ImageQwen3VLProcessor",
+        "qwen3_5",
+    ),
+    "vl_parity_cases.qwen3_5:qwen3_5_moe-default-rope-tied": (
+        "vl_parity_cases.qwen3_vl:ImageQwen3VLProcessor",
+        "qwen3_5_moe",
+    ),
 }
+
+
+def _imported(spec: str):
+    module, name = spec.split(":")
+    return importlib.import_module(module), name
 
 
 @pytest.fixture(scope="module", params=sorted(QWEN_CASES))
@@ -107,18 +129,12 @@ def qwen_package(request, tmp_path_factory):
     The source holds the PIL image processor and a byte-level BPE tokenizer the
     generator's processor can read, so the build writes its processor_config.json.
     """
-    import importlib
-
     from vl_parity_cases.qwen2_vl import SPECIAL_TOKENS
 
-    case = request.param
-    family = case.split("-")[0]
-    _, make_config, make_processor, *_ = importlib.import_module(f"vl_parity_cases.{family}").CASES[
-        case
-    ]
-    module, name = QWEN_CASES[case].split(":")
-    processor_class = getattr(importlib.import_module(module), name)
-    tmp = tmp_path_factory.mktemp(family)
+    cases, case = _imported(request.param)
+    _, make_config, make_processor, *_ = cases.CASES[case]
+    processor_class = getattr(*_imported(QWEN_CASES[request.param][0]))
+    tmp = tmp_path_factory.mktemp(case.split("-")[0])
     config = make_config()
     for part in (config, config.text_config):  # the defaults are the real vocabulary's ids
         part.bos_token_id, part.eos_token_id, part.pad_token_id = 1, 2, 0
@@ -128,14 +144,15 @@ def qwen_package(request, tmp_path_factory):
     image_processor.save_pretrained(tmp / "hf")
     tokenizer = _bpe_tokenizer(config.text_config.vocab_size, SPECIAL_TOKENS, tmp / "hf")
     processor = processor_class(image_processor=image_processor, tokenizer=tokenizer)
-    return torch_model, processor, build_with_cli(tmp / "hf", tmp / "onnx", "--ep", "cpu")
+    out = build_with_cli(tmp / "hf", tmp / "onnx", "--ep", "cpu")
+    return torch_model, processor, out, QWEN_CASES[request.param][1]
 
 
 def test_genai_runs_a_qwen_vl_package(qwen_package):
     """The decoder takes M-RoPE's [3, batch, sequence] positions; the generator makes them."""
-    torch_model, _, out = qwen_package
+    torch_model, _, out, genai_type = qwen_package
     genai = json.loads((out / "genai_config.json").read_text())["model"]
-    assert genai["type"] == "qwen2_5_vl"
+    assert genai["type"] == genai_type
     assert genai["vision"]["inputs"] == {
         "pixel_values": "pixel_values",
         "image_grid_thw": "image_grid_thw",
@@ -156,7 +173,7 @@ def test_genai_runs_an_image_prompt_through_a_qwen_vl_package(qwen_package, tmp_
     from PIL import Image
     from vl_parity_cases.qwen2_vl import START, VIDEO
 
-    torch_model, processor, out = qwen_package
+    torch_model, processor, out, _ = qwen_package
     genai = json.loads((out / "genai_config.json").read_text())["model"]
     assert (genai["vision_start_token_id"], genai["video_token_id"]) == (START, VIDEO)
     assert (out / "processor_config.json").is_file()
@@ -278,6 +295,8 @@ def test_genai_resizes_pixtral_images_unlike_transformers(tmp_path):
     [
         ("llava", "llava-llama", "no vision–language class for 'llava'"),
         ("gemma3", "gemma3", "cannot run 'gemma3' packages: its decoder takes token_type_ids"),
+        ("gemma4", "gemma4", "cannot run 'gemma4' packages: its sliding and full attention"),
+        ("lfm2_vl", "lfm2_vl-two-grids", "cannot run 'lfm2_vl' packages: its SigLIP 2 tower"),
         (
             "qwen3_vl",
             "qwen3_vl-deepstack-two-sizes",
@@ -286,7 +305,6 @@ def test_genai_resizes_pixtral_images_unlike_transformers(tmp_path):
     ],
 )
 def test_no_genai_config_for_families_the_generator_cannot_run(family, case, why, tmp_path, capsys):
-    import importlib
 
     _, make_config, *_ = importlib.import_module(f"vl_parity_cases.{family}").CASES[case]
     make_random_vl_model(make_config()).save_pretrained(tmp_path / "hf")
@@ -310,3 +328,30 @@ def test_core_text_runner_refuses_a_vision_language_package(tmp_path, form):
     out = build_with_cli(tmp_path / "hf", tmp_path / "onnx", "--form", form)
     with pytest.raises(PackageError):
         open_generator(out)
+
+
+@pytest.mark.parametrize(
+    ("cases", "case", "genai_type"),
+    [
+        ("lfm2_vl", "lfm2_vl-two-grids", "lfm2"),
+        ("qwen3_5", "qwen3_5-hybrid-two-sizes", "qwen3_5_text"),
+    ],
+)
+def test_text_part_of_a_hybrid_wrapper_runs_in_the_generator(cases, case, genai_type, tmp_path):
+    """``--part text`` of a wrapper whose decoder mixes attention with state layers: the
+    generator carries the states (LFM2-VL's whole package it cannot feed images to)."""
+    _, make_config, *_ = importlib.import_module(f"vl_parity_cases.{cases}").CASES[case]
+    config = make_config()
+    for part in (config, config.text_config):
+        part.bos_token_id, part.eos_token_id, part.pad_token_id = 1, 2, 0
+    config.text_config.initializer_range = 0.2  # logits spread enough not to repeat one token
+    torch_model = make_random_vl_model(config)
+    torch_model.save_pretrained(tmp_path / "hf")
+    out = build_with_cli(tmp_path / "hf", tmp_path / "text", "--part", "text", "--ep", "cpu")
+    genai = json.loads((out / "genai_config.json").read_text())["model"]
+    assert genai["type"] == genai_type
+    assert "full_attention" in genai["decoder"]["layer_types"]
+    prompt = [1, 6, 7, 9, 10, 12, 8]
+    expected = torch_greedy(torch_model, prompt, 12, eos="suppress")
+    assert len(set(expected)) > 3  # a degenerate reference a broken state could match
+    assert genai_greedy(og.Model(str(out)), prompt, 12) == expected

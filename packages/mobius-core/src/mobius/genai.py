@@ -7,9 +7,13 @@ ids and the search defaults. Mobius's causal-LM graphs follow the names it expec
 (see :mod:`mobius.tasks._causal_lm`), so the file is written from the built graph
 itself plus the source's ``generation_config.json``.
 
-Only attention-only causal LMs qualify: every layer caches ``key`` and ``value``
-with the same heads and head size, which is the one cache layout the generator
-sizes from ``head_size`` and ``num_key_value_heads``.
+Attention layers must cache ``key`` and ``value`` with the same heads and head
+size (the generator sizes that cache from ``head_size`` and
+``num_key_value_heads``). Hybrid decoders qualify too when their family names a
+generator class of its own (``genai_type``): a layer caching only ``conv_state``
+is a short-convolution layer (``"conv"`` in the decoder's ``layer_types``), one
+caching ``conv_state`` and ``ssm_state`` a gated linear-attention layer
+(``"linear_attention"``); the generator carries those states from step to step.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -76,8 +81,31 @@ def companion_json(package, name: str) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def _cache_geometry(model: ir.Model) -> tuple[int, int, int]:
-    """(layers, kv_heads, head_size) of a graph whose every layer caches key and value alike."""
+# The generator's name for a layer by the state tensors it caches (HF's ``layer_types``).
+STATE_LAYER_TYPES = {
+    frozenset({"conv_state"}): "conv",
+    frozenset({"conv_state", "ssm_state"}): "linear_attention",
+}
+
+
+@dataclass(frozen=True)
+class CacheGeometry:
+    """What the generator needs to know of a decoder's cache."""
+
+    layers: int
+    kv_heads: int
+    head_size: int
+    #: Per layer, ``"full_attention"`` or a state kind (``STATE_LAYER_TYPES``); None when
+    #: every layer is an attention layer.
+    layer_types: list[str] | None
+
+
+def _cache_geometry(model: ir.Model, *, states: bool) -> CacheGeometry:
+    """The cache of a graph whose attention layers cache key and value alike.
+
+    ``states``: whether layers caching states (``STATE_LAYER_TYPES``) are allowed, which
+    they are only where the family names a generator class of its own.
+    """
     layers: dict[int, dict[str, tuple]] = {}
     for value in model.graph.inputs:
         match = _CACHE_INPUT.fullmatch(value.name or "")
@@ -89,15 +117,25 @@ def _cache_geometry(model: ir.Model) -> tuple[int, int, int]:
     missing = sorted(set(range(max(layers) + 1)) - set(layers))
     if missing:
         raise GenAIUnsupportedError(
-            f"layers {missing} have no cache; onnxruntime-genai packages need a key/value "
-            "cache on every layer (attention-only models)"
+            f"layers {missing} have no cache; onnxruntime-genai packages need a cache on "
+            "every layer"
         )
     shapes = set()
+    layer_types = []
     for index, kinds in sorted(layers.items()):
+        state_type = STATE_LAYER_TYPES.get(frozenset(kinds))
+        # A gated linear-attention state is [batch, heads, key_dim, value_dim]; Mamba's
+        # conv_state + ssm_state pair has a 3-D ssm_state the generator has no layer kind for.
+        if state_type == "linear_attention" and len(kinds["ssm_state"]) != 4:
+            state_type = None
+        if state_type is not None and states:
+            layer_types.append(state_type)
+            continue
         if set(kinds) != {"key", "value"}:
             raise GenAIUnsupportedError(
                 f"layer {index} caches {sorted(kinds)}; onnxruntime-genai packages need "
-                "a key/value cache on every layer (attention-only models)"
+                "a key/value cache on every layer (attention-only models), or short-convolution "
+                "and gated linear-attention states in a family with a generator class of its own"
             )
         key, value = kinds["key"], kinds["value"]
         if len(key) != 4 or not all(isinstance(key[i], int) for i in (1, 3)):
@@ -108,13 +146,17 @@ def _cache_geometry(model: ir.Model) -> tuple[int, int, int]:
                 "onnxruntime-genai needs them alike (one head size)"
             )
         shapes.add((key[1], key[3]))
+        layer_types.append("full_attention")
+    if not shapes:
+        raise GenAIUnsupportedError("the graph has no attention layer with a key/value cache")
     if len(shapes) != 1:
         raise GenAIUnsupportedError(
             f"cache shapes differ across layers ((kv_heads, head_size): {sorted(shapes)}); "
             "onnxruntime-genai needs one head size and one number of kv heads"
         )
     kv_heads, head_size = shapes.pop()
-    return len(layers), kv_heads, head_size
+    hybrid = any(kind != "full_attention" for kind in layer_types)
+    return CacheGeometry(len(layers), kv_heads, head_size, layer_types if hybrid else None)
 
 
 def _cache_updated_in_place(model: ir.Model) -> bool:
@@ -124,10 +166,12 @@ def _cache_updated_in_place(model: ir.Model) -> bool:
     counts come from attention_mask), so the generator can hand it one max_length
     buffer as both past and present. Any other reader of a past or present tensor
     (the standard Attention op, a Concat, a later layer sharing this one's cache)
-    expects it at its true length, so then the buffers must stay separate.
+    expects it at its true length, so then the buffers must stay separate. Only the
+    key/value cache counts: the generator keeps a hybrid's states in buffers of their own.
     """
-    past = [v for v in model.graph.inputs if _CACHE_INPUT.fullmatch(v.name or "")]
-    present = [v for v in model.graph.outputs if (v.name or "").startswith("present.")]
+    key_value = re.compile(r"(past_key_values|present)\.\d+\.(key|value)")
+    past = [v for v in model.graph.inputs if key_value.fullmatch(v.name or "")]
+    present = [v for v in model.graph.outputs if key_value.fullmatch(v.name or "")]
     return all(
         node.op_type == "GroupQueryAttention" and node.domain == "com.microsoft"
         for value in past
@@ -195,7 +239,7 @@ def genai_config(package, *, ep: str = "cpu") -> dict:
 
 def decoder_genai_config(package, model, config, filename, tokens_input, genai_type, ep) -> dict:
     """The config of a generator whose decoder graph is ``model`` (tokens as ``tokens_input``)."""
-    layers, kv_heads, head_size = _cache_geometry(model)
+    geometry = _cache_geometry(model, states=genai_type != GENERIC_DECODER_TYPE)
     inputs = {value.name for value in model.graph.inputs}
     outputs = {value.name for value in model.graph.outputs}
     for needed in (tokens_input, "attention_mask"):
@@ -217,6 +261,19 @@ def decoder_genai_config(package, model, config, filename, tokens_input, genai_t
         graph_inputs["position_ids"] = "position_ids"
     graph_inputs["past_key_names"] = "past_key_values.%d.key"
     graph_inputs["past_value_names"] = "past_key_values.%d.value"
+    graph_outputs = {
+        "logits": "logits",
+        "present_key_names": "present.%d.key",
+        "present_value_names": "present.%d.value",
+    }
+    decoder_extra: dict[str, Any] = {}
+    if geometry.layer_types is not None:
+        decoder_extra["layer_types"] = geometry.layer_types
+        for state, name in (("conv_state", "conv"), ("ssm_state", "recurrent")):
+            graph_inputs[f"past_{name}_names"] = f"past_key_values.%d.{state}"
+            graph_outputs[f"present_{name}_names"] = f"present.%d.{state}"
+        if "linear_attention" not in geometry.layer_types:
+            del graph_inputs["past_recurrent_names"], graph_outputs["present_recurrent_names"]
 
     return {
         "model": {
@@ -225,17 +282,15 @@ def decoder_genai_config(package, model, config, filename, tokens_input, genai_t
             "decoder": {
                 "session_options": session_options(ep),
                 "filename": filename,
-                "head_size": head_size,
+                "head_size": geometry.head_size,
                 "hidden_size": getattr(config, "hidden_size", None) or source.get("hidden_size"),
                 "inputs": graph_inputs,
-                "outputs": {
-                    "logits": "logits",
-                    "present_key_names": "present.%d.key",
-                    "present_value_names": "present.%d.value",
-                },
-                "num_attention_heads": getattr(config, "num_attention_heads", None) or kv_heads,
-                "num_hidden_layers": layers,
-                "num_key_value_heads": kv_heads,
+                "outputs": graph_outputs,
+                "num_attention_heads": getattr(config, "num_attention_heads", None)
+                or geometry.kv_heads,
+                "num_hidden_layers": geometry.layers,
+                "num_key_value_heads": geometry.kv_heads,
+                **decoder_extra,
             },
             "type": genai_type,
             "vocab_size": getattr(config, "vocab_size", None) or source.get("vocab_size"),

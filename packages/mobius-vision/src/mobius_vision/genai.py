@@ -30,6 +30,8 @@ GENAI_VISION_LANGUAGE_TYPES = {
     "mistral3": "mistral3",
     "qwen2_5_vl": "qwen2_5_vl",
     "qwen2_vl": "qwen2_5_vl",
+    "qwen3_5": "qwen3_5",
+    "qwen3_5_moe": "qwen3_5_moe",
 }
 
 # Families the generator has a class for (gemma3, qwen3_vl) but cannot run as mobius builds
@@ -40,6 +42,17 @@ GENAI_UNRUNNABLE = {
         "its decoder takes token_type_ids (bidirectional attention over each image), which "
         "the generator does not feed: decoder.inputs has no such entry and the first step "
         "fails with 'Missing Input: token_type_ids'"
+    ),
+    "gemma4": (
+        "its sliding and full attention layers cache different head sizes (and kv heads), and "
+        "the generator (0.18) sizes every layer's present key/value buffer from the one "
+        "head_size of its config: the first layer of the other size fails in its attention "
+        "node (a hand-written config, tried with both attention back ends)"
+    ),
+    "lfm2_vl": (
+        "its SigLIP 2 tower takes NaFlex patches with spatial_shapes and pixel_attention_mask, "
+        "names the generator's vision.inputs entries do not take ('Unknown value "
+        '"spatial_shapes"\' when the config is read)'
     ),
     "qwen3_vl": (
         "its DeepStack features pass from the vision graph to the embedding graph "

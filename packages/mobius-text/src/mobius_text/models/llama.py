@@ -25,8 +25,8 @@ from mobius.model import Model
 # plain decoders, and mobius's tiny random builds of each generate like transformers in
 # it. Every other family derived from Llama runs as the generator's generic decoder.
 GENAI_TYPES = frozenset(
-    """ernie4_5 gemma gemma2 gemma3_text granite llama mistral nemotron olmo phi phimoe
-    phi3 qwen2 qwen3 smollm3""".split()
+    """ernie4_5 gemma gemma2 gemma3_text granite lfm2 llama mistral nemotron olmo phi phimoe
+    phi3 qwen2 qwen3 qwen3_5_text qwen3_5_moe_text smollm3""".split()
 )
 
 
