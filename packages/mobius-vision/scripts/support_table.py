@@ -21,6 +21,8 @@ from mobius.testing._support import add_test, parity_results, support_markdown, 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 TESTS = PACKAGE_DIR / "tests"
 OUTPUT = PACKAGE_DIR / "SUPPORT.md"
+README = PACKAGE_DIR / "README.md"
+BEGIN, END = "<!-- verified-models:begin -->", "<!-- verified-models:end -->"
 VERIFIED = PACKAGE_DIR / "src" / "mobius_vision" / "verified.json"
 
 OUT_OF_SCOPE = {
@@ -85,6 +87,20 @@ KITS = (
     ),
 )
 
+KITS += (
+    (
+        "audio-vision-language",
+        "test_omni_parity.py",
+        "test_audio_vision_language_parity",
+        "omni_parity_cases:CASES",
+        "Models that see and hear (omni thinkers)",
+        "fp32, max abs difference ≤ 1e-4 on the prefill logits of two left-padded prompts, each "
+        "with a random image and a random audio clip, through the family's real processor, and "
+        "on 8 greedy decode steps through the cache, equal greedy tokens, --form split and "
+        "single, --ep default and cpu; the text output (thinker) only",
+    ),
+)
+
 #: Registered types whose parity test cannot run in this environment, and why: listed as
 #: registered but not verified (their tests skip, naming the missing library).
 NOT_RUNNABLE_HERE = {
@@ -113,11 +129,11 @@ NOT_YET = {
     "chameleon": "images enter as VQ-VAE token ids: no image-tokenizer contract yet",
     "emu3": "images enter as token ids from a 3D-convolution VQ-VAE: no image-tokenizer contract "
     "yet",
-    "cohere_compass": "its vision tower (DeepStack features) and decoder are not written yet",
-    "cosmos3_edge": "its vision tower and decoder are not written yet",
-    "deepseek_ocr2": "a SAM encoder feeding a second vision encoder, and its decoder, are not "
-    "written yet",
-    "unlimited_ocr": "its SAM-style vision encoder and decoder are not written yet",
+    "qianfan_ocr": "its InternVL-style tower (RMSNorm, layer scale) and projector over Qwen3: "
+    "not written yet",
+    "unlimited_ocr": "its image processor is a torchvision class only (no PIL backend to check "
+    "a copy against), and its decoder's sliding window over decoded tokens (prompt always "
+    "kept) needs its own cache and mask",
     "diffusion_gemma": "it decodes by block diffusion, not token by token: needs its own "
     "generation contract",
     "dots3_note": "vision and audio encoders into an MoE decoder with a sparse-attention indexer: "
@@ -128,15 +144,15 @@ NOT_YET = {
     "installed for the parity tests",
     "hy_v4_vl": "an MoE decoder with hyper-connections and a sparse-attention indexer: not "
     "written yet",
-    "idefics": "gated cross-attention layers with a Perceiver resampler and decoupled embeddings: "
-    "not written yet",
+    "idefics": "tanh-gated cross-attention layers beside the self-attention ones, with an "
+    "image_attention_mask: needs the cross-attention contract generalised beyond Mllama, and "
+    "a Perceiver resampler",
     "inkling2": "its decoder (sliding and full attention with short convolutions and relative "
     "position bias) is not written yet",
     "inkling2_loop": "its looped decoder with message attention is not written yet",
     "inkling_mm_model": "its vision, audio and text parts are not written yet",
     "kosmos-2.5": "its Pix2Struct-style tower and decoder are not wired to the VL contract yet",
     "minimax_m3_vl": "a sparse-attention MoE decoder with its own cache layout: not written yet",
-    "molmo2": "its vision tower with a pooling adapter, and its decoder, are not written yet",
     "muse_glimmer": "its vision tower and decoder (centred RMSNorm, normed embeddings) are not "
     "written yet",
     "muse_spark": "its vision and audio towers and MoE decoder are not written yet",
@@ -144,17 +160,61 @@ NOT_YET = {
     "pp_formulanet": "a SAM-style encoder into an mBART-style decoder: not written yet",
     "qwen4_exp": "its decoder (gated DeltaNet, an attention indexer, n-gram and per-layer "
     "embeddings) is not written yet",
-    "step3p7": "its vision tower and MoE decoder are not written yet",
+    "step3p7": "needs a step3p5 decoder (288 routed experts and a shared one, head-gated "
+    "attention, sliding layers with their own head count, per-layer partial RoPE) and its "
+    "axial-RoPE tower; its image processor is torchvision-only",
     "t5gemma2": "an encoder–decoder over images and text: not written yet",
     "udop": "a T5 encoder–decoder over image patches and OCR layout boxes: no layout contract yet",
+    "glm5_next": "its decoder (Kimi-Delta linear attention, DSA indexed attention, hyper-"
+    "connections, a clamped-SwiGLU MoE) is not written yet",
+    "mistral_large4": "its decoder (sparse indexed attention with learned rotary and position "
+    "scales, RoPE-free layers of other head sizes, key/value caches shared across layers) is "
+    "not written yet",
+    "ernie4_5_vl_moe": "its decoder routes image and text tokens to separate experts with "
+    "ERNIE's 3-D rotary positions, and transformers has no causal LM to check it alone",
+    "git": "a prefix-LM: image tokens prepended into the cache without ids, attending both "
+    "ways, text positions restarting: needs a contract of its own, and a post-LN BERT-style "
+    "causal decoder with a cache",
+    "florence2": "its DaViT tower is not written yet, and its encoder reads image features "
+    "joined to the prompt (the image-to-text contract's encoder takes pixels only)",
+}
+
+#: Types transformers files under image-text-to-text that take no images, which another
+#: package builds and verifies.
+BUILT_ELSEWHERE = {
+    "mistral4": "mobius-text builds and verifies it: a text-only decoder (Mistral Small 4's, "
+    "whose checkpoints are `mistral3` with this decoder, verified here)",
+}
+
+#: What a verified type's build leaves out, said beside "verified".
+PARTLY = {
+    "phi4_multimodal": "images; the audio encoder not yet",
+    "gemma4": "images; the audio tower not yet (its encoder is written and checked alone)",
+    "molmo2": "images; video not yet",
+    "qwen2_5_omni": "the thinker (text out); the talker and token2wav speech output not yet",
+    "qwen3_omni_moe": "the thinker (text out); the talker and code2wav speech output not yet",
+    "granite_docling": "the coarse connector route; the fine route not yet",
+    "video_llama_3": "images; video not yet",
+    "kimi_k25": "images; video not yet",
+    "lfm3_vl": "images; video not yet",
 }
 
 #: Parity tests beside a kit's own function: task -> (file, test function, case table).
 #: SigLIP 2's vision tower takes square images where PyTorch takes NaFlex patches.
+#: Phi-4-multimodal's image path runs through the audio kit (transformers maps it to no
+#: image-text-to-text class) with no clips; Gemma 4 unified's case has a file of its own.
 EXTRA_PARITY = {
     "image-classification": (
         ("test_zero_shot_parity.py", "test_siglip2_vision_parity",
          "test_zero_shot_parity:NAFLEX_VISION_CASES"),
+    ),
+    "vision-language": (
+        ("test_phi4mm_parity.py", "test_phi4_multimodal_image_parity",
+         "test_phi4mm_parity:CASES"),
+    ),
+    "audio-vision-language": (
+        ("test_gemma4_unified_parity.py", "test_audio_vision_language_parity",
+         "omni_parity_cases_gemma4_unified:CASES"),
     ),
 }  # fmt: skip
 
@@ -187,13 +247,17 @@ def _cases(spec: str) -> dict:
 
 def statuses(junit_xml: Path | None) -> dict[str, list[tuple[str, str, str]]]:
     """Task -> rows ``(model_type, transformers class, status)``."""
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES as MULTIMODAL_LM_NAMES,
+    )
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
     import mobius_vision
 
     sys.path.insert(0, str(TESTS))
     registered = {k: cls.task for k, cls in mobius_vision.model_types().items()}
-    passed = parity_results([TESTS / kit[1] for kit in KITS], junit_xml)
+    files = [kit[1] for kit in KITS] + [e[0] for extra in EXTRA_PARITY.values() for e in extra]
+    passed = parity_results([TESTS / name for name in dict.fromkeys(files)], junit_xml)
     shipped = transformers_types()
     for task, *_ in KITS:  # a contract of mobius's own: its types move out of the HF tables
         if task not in shipped:
@@ -205,7 +269,7 @@ def statuses(junit_xml: Path | None) -> dict[str, list[tuple[str, str, str]]]:
             }
     for key, task in registered.items():  # towers no task table lists (CLIP's vision tower)
         if not any(key in types for types in shipped.values()):
-            name = MODEL_MAPPING_NAMES.get(key, "?")
+            name = MULTIMODAL_LM_NAMES.get(key) or MODEL_MAPPING_NAMES.get(key, "?")
             shipped[task][key] = name if isinstance(name, str) else name[0]
     tables = {}
     for task, _file, test, spec, _heading, _covers in KITS:
@@ -225,9 +289,13 @@ def statuses(junit_xml: Path | None) -> dict[str, list[tuple[str, str, str]]]:
             elif built_as == task:
                 ok = bool(cases) and all(passed[t].get(c, False) for t, c in cases)
                 status = f"verified ({len(cases)} cases)" if ok else "registered, parity FAILING"
+                if ok and model_type in PARTLY:
+                    status += f": {PARTLY[model_type]}"
             elif built_as is not None:
                 heading = next(kit[4] for kit in KITS if kit[0] == built_as)
                 status = f"built as {built_as}: see {heading}"
+            elif model_type in BUILT_ELSEWHERE:
+                status = f"text only: {BUILT_ELSEWHERE[model_type]}"
             elif model_type in OUT_OF_SCOPE:
                 status = f"out of scope: {OUT_OF_SCOPE[model_type]}"
             elif model_type in NOT_YET:
@@ -250,6 +318,32 @@ def parity_tests() -> dict[str, str]:
     return tests
 
 
+def _with_image_text_to_text_summary(text: str, verified: list[str]) -> str:
+    """``text`` with a line counting transformers' image-text-to-text types verified in any
+    section (its table spans the vision–language, cross-attention, image-to-text and omni
+    contracts)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    shipped = set(MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES)
+    line = (
+        f"Of transformers' {len(shipped)} image-text-to-text types, "
+        f"{len(shipped & set(verified))} are verified (across the sections below)."
+    )
+    head, _, rest = text.partition("\n## ")
+    return f"{head}{line}\n\n## {rest}"
+
+
+def _write_readme_lists(sections) -> None:
+    """The README's verified lists (between its markers), one line per section."""
+    lines = [""]
+    for heading, _covers, rows in sections:
+        names = [f"`{key}`" for key, _, status in rows if status.startswith("verified")]
+        lines.append(f"{heading} ({len(names)}): {', '.join(names)}.\n")
+    readme = README.read_text()
+    start, end = readme.index(BEGIN) + len(BEGIN), readme.index(END)
+    README.write_text(readme[:start] + "\n".join(lines) + readme[end:])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -265,7 +359,8 @@ def main() -> None:
         (heading, covers, tables[task]) for task, _file, _test, _spec, heading, covers in KITS
     ]
     text, verified = support_markdown("mobius-vision", transformers.__version__, sections)
-    OUTPUT.write_text(text)
+    OUTPUT.write_text(_with_image_text_to_text_summary(text, verified))
+    _write_readme_lists(sections)
     write_verified(VERIFIED, verified, transformers.__version__, tests=parity_tests())
     print(f"wrote {OUTPUT} and {VERIFIED.name}: {len(verified)} verified")
     if any("FAILING" in row[2] for rows in tables.values() for row in rows):

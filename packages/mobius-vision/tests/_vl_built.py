@@ -10,10 +10,19 @@ from __future__ import annotations
 import inspect
 import json
 
+import numpy as np
+import pytest
 import torch
 
+from mobius.cli import main
 from mobius.testing import build_with_cli, perturb_parameters
+from mobius_vision.processing import processor_for
 from mobius_vision.testing import make_random_vl_model
+
+#: The text-only prompt of the generate checks (ids of the cases' tiny tokenizers).
+TEXT_PROMPT = "w5 w7 w9"
+#: The processor checks' image sizes: wide, tall, a side under one merge block, large.
+SIZES = ((37, 45), (45, 20), (5, 30), (70, 50))
 
 
 def save_processor(processor, directory) -> None:
@@ -27,6 +36,11 @@ def save_processor(processor, directory) -> None:
     base = next(c for c in type(processor).__mro__ if c.__module__.startswith("transformers."))
     skip = {"self", "image_processor", "tokenizer", "video_processor", "chat_template", "kwargs"}
     settings = {"image_processor": processor.image_processor.to_dict()}
+    if hasattr(
+        processor, "feature_extractor"
+    ):  # an audio processor's, nested as transformers 5 does
+        # (its JSON form: Gemma 4's holds its mel filters as an array)
+        settings["feature_extractor"] = json.loads(processor.feature_extractor.to_json_string())
     for name in inspect.signature(base.__init__).parameters:
         value = getattr(processor, name, None)
         if name not in skip and isinstance(value, (int, float, str, list)):
@@ -46,15 +60,22 @@ class BuiltVL:
         _model_type, make_config, make_processor, *options = case
         self.family = family
         self.options = options[0] if options else {}
+        if not hasattr(self, "prompt"):  # a subclass may have chosen its own
+            #: the case's first prompt (with its image placeholder), where it names prompts
+            self.prompt = self.options.get("prompts", [None])[0]
         config = make_config()
         self.processor = self.make_processor(make_processor, config)
-        self.model = make_random_vl_model(config, seed=0)
+        self.model = self.make_model(config)
         if self.sharpen:
             perturb_parameters(self.model, seed=1, scale=0.2)
         self.hf = root / "hf"
         self.model.save_pretrained(self.hf)
         save_processor(self.processor, self.hf)
         self.package = build_with_cli(self.hf, root / "split", "--form", "split")
+
+    def make_model(self, config):
+        """The random transformers model saved as the checkpoint."""
+        return make_random_vl_model(config, seed=0)
 
     def make_processor(self, make_processor, config):
         """The case's transformers processor for ``config``."""
@@ -75,3 +96,90 @@ class BuiltVL:
         """transformers' greedy ``generate``, decoded as the runner prints it."""
         new = self.greedy_tokens(prompt, images, max_new_tokens)
         return self.processor.tokenizer.decode(new, skip_special_tokens=True)
+
+
+def random_image(size, seed: int = 0) -> np.ndarray:
+    """A random RGB image ``[height, width, 3]`` uint8."""
+    return np.random.default_rng(seed).integers(0, 256, (*size, 3), dtype=np.uint8)
+
+
+def rgb(path) -> np.ndarray:
+    """An image file as the runner reads it: RGB uint8 ``[height, width, 3]``."""
+    from PIL import Image
+
+    return np.asarray(Image.open(path).convert("RGB"))
+
+
+def assert_generate_with_image(built: BuiltVL, image_file, capsys) -> None:
+    """``mobius generate PKG PROMPT --image FILE`` prints transformers' greedy text.
+
+    The tiny model's text must depend on the image (another image changes it), so a wrong
+    pixel, position or placement shows.
+    """
+    expected = built.greedy_text(built.prompt, [rgb(image_file)])
+    assert built.greedy_text(built.prompt, [random_image((37, 45), seed=2)]) != expected
+    capsys.readouterr()  # the build's lines
+    args = [str(built.package), built.prompt, "--image", str(image_file)]
+    assert main(["generate", *args, "--max-new-tokens", "8"]) == 0
+    out, err = capsys.readouterr()
+    assert out == expected + "\n"
+    assert "new tokens" in err
+
+
+def assert_generate_without_image(built: BuiltVL, capsys) -> None:
+    """A text-only prompt through ``mobius generate`` prints transformers' greedy text."""
+    expected = built.greedy_text(TEXT_PROMPT, [])
+    assert expected  # some text to compare
+    capsys.readouterr()
+    assert main(["generate", str(built.package), TEXT_PROMPT, "--max-new-tokens", "8"]) == 0
+    assert capsys.readouterr().out == expected + "\n"
+
+
+def assert_miscounted_placeholders_fail(built: BuiltVL, image_file, capsys) -> None:
+    """Two image placeholders for one image: a one-line error, nothing generated."""
+    token = processor_for(built.package, built.family).image_token
+    capsys.readouterr()
+    prompt = f"w5 {token} w7 {token}"
+    assert main(["generate", str(built.package), prompt, "--image", str(image_file)]) != 0
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert f"holds 2 {token} placeholder(s) for 1 image(s)" in lines[0]
+
+
+def built_fixture(families: dict[str, tuple]):
+    """A module-scoped ``built`` fixture: one :class:`BuiltVL` per family of ``families``
+    (family -> its parity case)."""
+
+    @pytest.fixture(scope="module", params=sorted(families))
+    def built(request, tmp_path_factory):
+        family = request.param
+        return BuiltVL(families[family], tmp_path_factory.mktemp(family), family)
+
+    return built
+
+
+def assert_processor_and_positions_match(built: BuiltVL, axes: int = 3) -> None:
+    """mobius's processor of the package gives transformers' inputs for an image of each of
+    :data:`SIZES`, two images in one prompt and none; its M-RoPE positions equal the
+    model's own ``get_rope_index`` (a text-only prompt counts plainly over ``axes``
+    streams)."""
+    from test_vl_processors_b import assert_same_inputs
+
+    mine = processor_for(built.package, built.family)
+    two = [random_image(SIZES[0], 7), random_image(SIZES[1], 8)]
+    cases = [(built.prompt, [random_image(size, i)]) for i, size in enumerate(SIZES)]
+    cases += [(mine.with_placeholders("w5 w7", 2), two), (TEXT_PROMPT, [])]
+    for prompt, images in cases:
+        what = f"{prompt!r} with {[i.shape for i in images]}"
+        expected = {k: np.asarray(v) for k, v in built.hf_inputs(prompt, images).items()}
+        got = mine(prompt, images)
+        assert_same_inputs(got, expected, what)
+        positions, deltas = mine.rope_positions(got)
+        if images:
+            want_positions, want_deltas = built.options["rope_positions"](built.model, expected)
+        else:  # without images its generate counts plainly
+            length = got["input_ids"].shape[1]
+            want_positions = np.broadcast_to(np.arange(length), (axes, 1, length))
+            want_deltas = np.zeros((1, 1), np.int64)
+        np.testing.assert_array_equal(positions, want_positions, err_msg=what)
+        np.testing.assert_array_equal(deltas, want_deltas, err_msg=what)

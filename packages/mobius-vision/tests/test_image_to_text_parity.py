@@ -75,6 +75,22 @@ def pix2struct():
     return Pix2StructConfig(text_config=text, vision_config=vision)
 
 
+def blip():
+    """BLIP captioning: BLIP's ViT (32 wide) and a BERT decoder (24 wide) cross-attending to it."""
+    from transformers import BlipConfig
+
+    vision = dict(
+        hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+        image_size=16, patch_size=4,
+    )  # fmt: skip
+    text = dict(
+        vocab_size=99, hidden_size=24, intermediate_size=40, num_hidden_layers=2,
+        num_attention_heads=3, max_position_embeddings=48, bos_token_id=96, sep_token_id=97,
+        pad_token_id=0, eos_token_id=98,
+    )  # fmt: skip
+    return BlipConfig(vision_config=vision, text_config=text)
+
+
 def vision_encoder_decoder(encoder, decoder):
     from transformers import VisionEncoderDecoderConfig
 
@@ -123,6 +139,8 @@ CASES = {
     ),
     # Pix2Struct: padded patch lists (the second row shorter), a T5 decoder.
     "pix2struct": ("pix2struct", pix2struct),
+    # BLIP: its own generate (from [DEC], to [SEP]) and a BERT decoder's post-norm layers.
+    "blip": ("blip", blip),
 }
 
 

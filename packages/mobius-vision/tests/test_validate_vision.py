@@ -1,10 +1,10 @@
 """``mobius build --validate`` on mobius-vision's tasks: tiny models pass, broken packages fail.
 
 One tiny random model per task (every parameter perturbed; the parity tests' cases):
-a ViT classifier, a CLIP dual encoder, a LLaVA in both forms and a Mllama, each built
-with ``--validate`` through the CLI against transformers' own ``from_pretrained``.
-A package whose weight was changed after the build fails; without torch a smoke
-inference of the same sample passes.
+a ViT classifier, a CLIP dual encoder, a LLaVA in both forms, a Mllama, and a TrOCR, a
+Pix2Struct and a BLIP captioner, each built with ``--validate`` through the CLI against
+transformers' own ``from_pretrained``. A package whose weight was changed after the
+build fails; without torch a smoke inference of the same sample passes.
 """
 
 from __future__ import annotations
@@ -193,3 +193,47 @@ def test_a_config_value_out_of_range_is_a_one_line_error(vit, tmp_path):
     (copy / "config.json").write_text(json.dumps(dict(config, image_size=10**9)))
     with pytest.raises(MobiusError, match="config.json's image_size is 1000000000"):
         validate_package(copy, source)
+
+
+# -- image to text --------------------------------------------------------------------
+
+IMAGE_TO_TEXT = {  # parity case -> (transformers class, a decoder weight to break)
+    "trocr": ("VisionEncoderDecoderModel", "output_projection.weight"),
+    "pix2struct": ("Pix2StructForConditionalGeneration", "lm_head.weight"),
+    "blip": ("BlipForConditionalGeneration", "predictions.decoder.weight"),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(IMAGE_TO_TEXT))
+def image_to_text(request, tmp_path_factory) -> tuple[str, Path, Path]:
+    from test_image_to_text_parity import CASES
+
+    from mobius_vision.testing._image_to_text_parity import make_random_image_to_text
+
+    _, make_config = CASES[request.param]
+    root = tmp_path_factory.mktemp(request.param)
+    make_random_image_to_text(make_config()).save_pretrained(root / "hf")
+    return request.param, root / "hf", _build(root / "hf", root / "out")
+
+
+def test_image_to_text_validates(image_to_text):
+    case, _, out = image_to_text
+    _assert_passed(out, f"transformers {IMAGE_TO_TEXT[case][0]}", tokens=True)
+    assert set(_validation(out)["diffs"]) == {
+        "encoder last_hidden_state",
+        "prefill logits",
+        "decode logits",
+    }
+
+
+def test_image_to_text_with_a_changed_decoder_weight_fails(image_to_text, tmp_path):
+    case, source, out = image_to_text
+    weight = IMAGE_TO_TEXT[case][1]
+    assert_validation_fails(
+        broken_copy(out, tmp_path / "broken", "decoder/model.onnx", weight), source
+    )
+
+
+def test_image_to_text_smoke_run(image_to_text, monkeypatch, tmp_path):
+    _, source, out = image_to_text
+    assert_smoke_passes(out, source, monkeypatch, tmp_path / "copy")

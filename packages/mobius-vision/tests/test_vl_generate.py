@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from _vl_built import BuiltVL, save_processor  # noqa: F401 (test_vl_processors_b imports it here)
+from _vl_built import BuiltVL, random_image, save_processor  # noqa: F401 (imported from here too)
 from vl_parity_cases import all_cases
 
 from mobius.cli import main
@@ -64,10 +64,6 @@ FAMILIES = {
 SIZES = ((37, 45), (45, 20), (20, 45), (16, 16))
 # Training targets PaliGemma's processor adds: not an input of generate.
 NOT_INPUTS = ("labels",)
-
-
-def random_image(size, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, 256, (*size, 3), dtype=np.uint8)
 
 
 def hf_inputs(processor, case: str, prompt: str, images: list, tensors: str) -> dict:

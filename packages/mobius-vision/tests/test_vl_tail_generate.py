@@ -20,7 +20,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _vl_built import BuiltVL, save_processor
+from _vl_built import (
+    BuiltVL,
+    assert_generate_with_image,
+    assert_generate_without_image,
+    assert_miscounted_placeholders_fail,
+    save_processor,
+)
 from test_vl_generate import random_image
 from test_vl_processors_b import assert_same_inputs
 from vl_parity_cases.glm4v import CASES as GLM4V_CASES
@@ -62,15 +68,6 @@ def built(request, tmp_path_factory):
     return Built(request.param, tmp_path_factory.mktemp(request.param))
 
 
-@pytest.fixture(scope="module")
-def image_file(tmp_path_factory):
-    from PIL import Image
-
-    path = tmp_path_factory.mktemp("images") / "wide.png"
-    Image.fromarray(random_image((37, 45), seed=1)).save(path)
-    return path
-
-
 def test_processor_and_positions_match_transformers(built):
     mine = processor_for(built.package, built.family)
     two = [random_image(SIZES[0], 7), random_image(SIZES[1], 8)]
@@ -98,29 +95,12 @@ def test_processor_and_positions_match_transformers(built):
         np.testing.assert_array_equal(deltas, want_deltas, err_msg=what)
 
 
-def rgb(path) -> np.ndarray:
-    from PIL import Image
-
-    return np.asarray(Image.open(path).convert("RGB"))
-
-
 def test_generate_with_image_matches_transformers(built, image_file, capsys):
-    expected = built.greedy_text(built.prompt, [rgb(image_file)])
-    # the tiny model's text depends on the image, so a wrong pixel or position shows
-    assert built.greedy_text(built.prompt, [random_image((37, 45), seed=2)]) != expected
-    capsys.readouterr()  # the build's lines
-    args = [str(built.package), built.prompt, "--image", str(image_file)]
-    assert main(["generate", *args, "--max-new-tokens", "8"]) == 0
-    out, err = capsys.readouterr()
-    assert out == expected + "\n"
-    assert "new tokens" in err
+    assert_generate_with_image(built, image_file, capsys)
 
 
 def test_generate_without_image_matches_transformers(built, capsys):
-    expected = built.greedy_text("w5 w7 w9", [])
-    capsys.readouterr()
-    assert main(["generate", str(built.package), "w5 w7 w9", "--max-new-tokens", "8"]) == 0
-    assert capsys.readouterr().out == expected + "\n"
+    assert_generate_without_image(built, capsys)
 
 
 @pytest.mark.parametrize("built", ["glm4v"], indirect=True)
@@ -160,11 +140,4 @@ def test_idefics2_split_processor_matches_transformers(tmp_path):
 
 @pytest.mark.parametrize("built", ["got_ocr2", "idefics2"], indirect=True)
 def test_placeholders_that_miscount_the_images_are_a_one_line_error(built, image_file, capsys):
-    mine = processor_for(built.package, built.family)
-    token = mine.image_token
-    capsys.readouterr()
-    prompt = f"w5 {token} w7 {token}"
-    assert main(["generate", str(built.package), prompt, "--image", str(image_file)]) != 0
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1, lines
-    assert f"holds 2 {token} placeholder(s) for 1 image(s)" in lines[0]
+    assert_miscounted_placeholders_fail(built, image_file, capsys)

@@ -5,6 +5,8 @@ image once, which also gives every decoder layer's cross-attention cache; the
 decoder then starts from ``decoder_start_token_id``, followed by the PROMPT's tokens
 when it is not empty (a task prompt), and runs greedily (or sampled) through its
 cache: core's :class:`~mobius.generate.Seq2SeqGenerator` with an image for a source.
+(BLIP starts from its text config's ``bos_token_id`` and stops at its ``sep_token_id``,
+as its ``generate`` does: :class:`Family`.)
 The encoder's feeds (pixels, or Pix2Struct's patch list and mask) are made by the
 family's image processing (:data:`FAMILIES`) from the package's
 ``preprocessor_config.json``, with the shared torch-free operations of
@@ -53,6 +55,14 @@ def pix2struct_patches(settings: dict) -> Callable[[np.ndarray], dict[str, np.nd
     return Pix2StructPatches(settings)
 
 
+def blip_pixels(settings: dict) -> Callable[[np.ndarray], dict[str, np.ndarray]]:
+    """BLIP's image processor: resize to ``size`` (bicubic), rescale, normalise (CLIP's)."""
+    from mobius_vision.processing.blip_2 import BLIP_DEFAULTS
+
+    image = ImageSettings.from_dict(settings, **BLIP_DEFAULTS)
+    return lambda chw: {"pixel_values": image.standard(chw)[None]}
+
+
 @dataclass(frozen=True)
 class Family:
     """How the runner feeds a family: its image processing (``preprocessor_config.json``'s
@@ -63,6 +73,13 @@ class Family:
     encoder_inputs: frozenset[str]
     decoder_section: str
     masks_source: bool = False
+    #: The decoder section's key of the token decoding starts from, where the family's
+    #: generate reads its own (BLIP's ``bos_token_id``, its ``[DEC]``); None: the usual
+    #: ``decoder_start_token_id``.
+    start_key: str | None = None
+    #: The decoder section's key of the token decoding stops at, where the family's generate
+    #: passes its own (BLIP's ``sep_token_id``); None: the package's ``eos_token_id``.
+    end_key: str | None = None
 
 
 #: The families the runner feeds, by the package's ``config.json`` model_type.
@@ -75,6 +92,13 @@ FAMILIES = {
         frozenset({"flattened_patches", "attention_mask"}),
         "text_config",
         masks_source=True,
+    ),
+    "blip": Family(
+        blip_pixels,
+        frozenset({"pixel_values"}),
+        "text_config",
+        start_key="bos_token_id",
+        end_key="sep_token_id",
     ),
 }
 
@@ -136,17 +160,27 @@ class ImageToTextGenerator(Seq2SeqGenerator):
         start."""
         if system is not None:
             raise MobiusError("--system does not apply to an image-to-text package")
-        start = self._setting("decoder_start_token_id")
+        key = self.family.start_key or "decoder_start_token_id"
+        # a family's own key is its decoder section's alone; the usual one may be top-level
+        start = None if self.family.start_key else self._setting(key)
         if start is None:
-            start = self._decoder_setting("decoder_start_token_id")
+            start = self._decoder_setting(key)
         if not is_token_id(start):
-            raise PackageError("config.json has no decoder_start_token_id: cannot start decoding")
+            raise PackageError(f"config.json has no {key}: cannot start decoding")
         task = self.tokenizer(prompt, add_special_tokens=False)["input_ids"] if prompt else []
         if not task:
             return [start]
         if self.prompt_is_the_start() or task[0] == start:
             return list(task)
         return [start, *task]
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        """The family's own end token (:attr:`Family.end_key`), else the package's."""
+        if self.family.end_key is None:
+            return super().eos_token_ids
+        end = self._decoder_setting(self.family.end_key)
+        return [] if end is None else [end]
 
     def prompt_is_the_start(self) -> bool:
         """Whether the encoder is Donut's (transformers' ``generate`` then prepends nothing)."""

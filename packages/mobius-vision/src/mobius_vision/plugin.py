@@ -12,6 +12,12 @@ PACKAGE = "mobius-vision"
 PARTS = ("all", "text")
 
 _TASKS = "mobius_vision.tasks"
+#: The tasks whose builds take --form and --part.
+VISION_LANGUAGE_TASKS = (
+    "vision-language",
+    "audio-vision-language",
+    "cross-attention-vision-language",
+)
 #: Each task's ``mobius build --validate`` check (:mod:`mobius_vision.validate`).
 _VALIDATORS = {
     "image-classification": "validate_image_classification",
@@ -80,10 +86,22 @@ def register_slice(registry) -> None:
         registry.register_task(
             TaskInfo(name, f"{_TASKS}.{target}", PACKAGE, heads, validate=validate)
         )
-    # An encoder–decoder over an image (TrOCR, Pix2Struct): core's seq2seq contract, no
-    # validator yet.
+    # Images and audio into one decoder (Qwen2.5-Omni's thinker): no validator yet.
     registry.register_task(
-        TaskInfo("image-to-text", f"{_TASKS}.image_to_text:ImageToTextTask", PACKAGE)
+        TaskInfo(
+            "audio-vision-language",
+            f"{_TASKS}.audio_vision_language:AudioVisionLanguageTask",
+            PACKAGE,
+        )
+    )
+    # An encoder–decoder over an image (TrOCR, Pix2Struct, BLIP): core's seq2seq contract.
+    registry.register_task(
+        TaskInfo(
+            "image-to-text",
+            f"{_TASKS}.image_to_text:ImageToTextTask",
+            PACKAGE,
+            validate="mobius_vision.validate:validate_image_to_text",
+        )
     )
     registry.register_option(
         CliOption(
@@ -97,7 +115,7 @@ def register_slice(registry) -> None:
                 "and decoder/ graphs, the layout runtimes load; 'single' one model.onnx that "
                 "takes pixel_values beside the causal-LM inputs",
             ),
-            tasks=("vision-language", "cross-attention-vision-language"),
+            tasks=VISION_LANGUAGE_TASKS,
             package=PACKAGE,
         )
     )
@@ -115,7 +133,7 @@ def register_slice(registry) -> None:
                 "(one note lists them). Example: mobius build --model google/gemma-3-4b-it "
                 "gemma3-text/ --part text",
             ),
-            tasks=("vision-language", "cross-attention-vision-language"),
+            tasks=VISION_LANGUAGE_TASKS,
             package=PACKAGE,
         )
     )
@@ -127,6 +145,24 @@ def register_slice(registry) -> None:
             PACKAGE,
             help="a multimodal wrapper checkpoint with --part text: its text decoder alone",
             describe="mobius_vision.text_part:describe",
+        )
+    )
+    registry.register_option(
+        CliOption(
+            command="generate",
+            dest="audios",
+            flags=("--audio",),
+            kwargs=dict(
+                action="append",
+                default=None,
+                metavar="FILE",
+                help="an audio clip for a package that hears too (Qwen2.5-Omni, Qwen3-Omni: WAV, "
+                "FLAC, OGG, MP3); repeat it for several, in the order of the prompt's audio "
+                "placeholders. "
+                'Example: mobius generate omni-out/ "What do you hear?" --audio clip.wav',
+            ),
+            group="vision-language packages",
+            package=PACKAGE,
         )
     )
     registry.register_option(

@@ -13,6 +13,10 @@ The loop, for either form of the package (:class:`~mobius_vision.vl_model.OnnxVi
    core's :func:`mobius.generate.decode_loop` samples each next token, fed back through
    the KV cache (greedy unless sampling options say otherwise).
 
+A package that hears too (the Qwen Omni thinkers: an ``audio/`` graph) takes audio clips
+(``--audio``, read by mobius-audio's :mod:`~mobius_audio.audio_file`): one placeholder
+per clip, put in front of a prompt that holds none (``processor.with_audio_placeholders``).
+
 A prompt with no images runs too. Example::
 
     from mobius_vision import generate_vl
@@ -62,10 +66,14 @@ class VisionLanguageGenerator(_Generator):
 
     @property
     def GRAPHS(self) -> dict[str, str]:  # noqa: N802 (core's _Generator opens these)
-        """The single form's ``model.onnx``, else the split form's three graphs."""
+        """The single form's ``model.onnx``, else the split form's graphs (``audio/`` too
+        where the package hears)."""
         if (self.package_dir / "model.onnx").is_file():
             return {"decoder": "model.onnx"}
-        return {name: f"{name}/model.onnx" for name in ("vision", "embedding", "decoder")}
+        names = ["vision", "embedding", "decoder"]
+        if (self.package_dir / "audio" / "model.onnx").is_file():
+            names.insert(1, "audio")
+        return {name: f"{name}/model.onnx" for name in names}
 
     def _check_contract(self) -> None:
         from mobius_vision.vl_model import OnnxVisionLanguage
@@ -115,12 +123,20 @@ class VisionLanguageGenerator(_Generator):
         return template if isinstance(template, str) and template else None
 
     def format_prompt(
-        self, prompt: str, images: int, *, chat_template: bool = True, system: str | None = None
+        self,
+        prompt: str,
+        images: int,
+        *,
+        chat_template: bool = True,
+        system: str | None = None,
+        audios: int = 0,
     ) -> str:
-        """The text the processor gets for ``prompt`` and ``images`` images (module docstring)."""
+        """The text the processor gets for ``prompt``, ``images`` images and ``audios`` clips
+        (module docstring; the clips come before the images, as in Qwen2.5-Omni's examples)."""
         template = self.chat_template() if chat_template else None
         if template is not None:
-            content = [{"type": "image"}] * images + [{"type": "text", "text": prompt}]
+            content = [{"type": "audio"}] * audios + [{"type": "image"}] * images
+            content.append({"type": "text", "text": prompt})
             messages = [{"role": "user", "content": content}]
             if system is not None:
                 messages.insert(
@@ -134,6 +150,8 @@ class VisionLanguageGenerator(_Generator):
                 "a system message needs a chat template"
                 + ("; drop --no-chat-template" if not chat_template else " (the package has none)")
             )
+        if audios:
+            prompt = self.processor.with_audio_placeholders(prompt, audios)
         if images and self._has_processor():
             return self.processor.with_placeholders(prompt, images)
         return prompt
@@ -145,19 +163,36 @@ class VisionLanguageGenerator(_Generator):
         *,
         chat_template: bool = True,
         system: str | None = None,
+        audios: Sequence = (),
     ) -> dict[str, np.ndarray]:
-        """The model inputs of ``prompt`` and ``images`` (paths, PIL images or uint8 arrays)."""
+        """The model inputs of ``prompt``, ``images`` (paths, PIL images or uint8 arrays) and
+        ``audios`` (audio file paths, or float32 mono clips at the processor's rate)."""
         from mobius_vision.processing._image import open_image
 
         images = [open_image(i) if isinstance(i, (str, os.PathLike)) else i for i in images]
-        text = self.format_prompt(prompt, len(images), chat_template=chat_template, system=system)
+        audios = self.read_audios(audios)
+        text = self.format_prompt(
+            prompt, len(images), chat_template=chat_template, system=system, audios=len(audios)
+        )
         if not images and not self._has_processor():  # a family without a processor yet
             ids = self.tokenizer(text, add_special_tokens=not self._starts_with_bos(text))
             ids = np.asarray([ids["input_ids"]], dtype=np.int64)
             return {"input_ids": ids, "attention_mask": np.ones_like(ids)}
         processor = self.processor
         processor.add_special_tokens = not self._starts_with_bos(text)
-        return processor(text, images)
+        return processor(text, images, audios) if audios else processor(text, images)
+
+    def read_audios(self, audios: Sequence) -> list[np.ndarray]:
+        """Each of ``audios`` (a file path, or float32 mono samples) as samples at the
+        processor's rate; a package that does not hear refuses them."""
+        if not audios:
+            return []
+        if not self.model.audio_names:
+            raise MobiusError(f"{self.package_dir} takes no audio (it has no audio/ graph)")
+        from mobius_audio.audio_file import read_audio
+
+        rate = self.processor.sampling_rate
+        return [read_audio(a, rate) if isinstance(a, (str, os.PathLike)) else a for a in audios]
 
     def _starts_with_bos(self, text: str) -> bool:
         """Whether ``text`` already starts with the BOS (a chat template wrote it)."""
@@ -173,8 +208,9 @@ class VisionLanguageGenerator(_Generator):
         if self.model.position_rank != 3:
             return positions, None
         rope = self.processor.rope_positions(inputs) if self._has_processor() else None
-        if rope is None:  # text only: the three streams are the text position
-            return np.stack([positions] * 3), np.zeros((1, 1), np.int64)
+        if rope is None:  # text only: every stream (3 for M-RoPE) is the text position
+            streams = self.model.inputs["position_ids"].shape[0]
+            return np.stack([positions] * streams), np.zeros((1, 1), np.int64)
         positions, deltas = rope
         return np.asarray(positions, np.int64), np.asarray(deltas, np.int64)
 
@@ -186,12 +222,14 @@ class VisionLanguageGenerator(_Generator):
         vision = {name: inputs[name] for name in names if name in inputs}
         if not vision:
             return None
-        missing = sorted(set(names) - set(vision))
-        if missing:
-            raise MobiusError(
-                f"the {self.model_type} processor gave {sorted(inputs)}; the package's graph "
-                f"also takes {missing}"
-            )
+        audio = self.model.audio_names  # a prompt may hold images, audio, or both
+        for group in ([n for n in names if n not in audio], audio):
+            missing = sorted(set(group) - set(vision))
+            if missing and len(missing) < len(group):
+                raise MobiusError(
+                    f"the {self.model_type} processor gave {sorted(inputs)}; the package's "
+                    f"graph also takes {missing}"
+                )
         return vision
 
     def generate_from_inputs(
@@ -207,7 +245,7 @@ class VisionLanguageGenerator(_Generator):
 
         The prompt prefills the cache with the images; each next token then runs the
         embedding and decoder alone, at the next text position (plus the M-RoPE delta on
-        all three streams, as transformers' generate feeds it).
+        every stream, as transformers' generate feeds it).
         """
         input_ids = np.asarray(inputs["input_ids"], np.int64)
         if input_ids.shape[1] == 0:
@@ -232,7 +270,7 @@ class VisionLanguageGenerator(_Generator):
             mask = np.ones((1, mask.shape[1] + 1), np.int64)
             fed = np.asarray([[last]], np.int64)
             if deltas is not None:
-                fed = np.stack([fed + deltas] * 3)
+                fed = np.stack([fed + deltas] * len(positions))  # on every stream
             logits, cache = self.model(np.asarray([ids], np.int64), None, mask, fed, cache)
             return logits[0, -1].astype(np.float32)
 
@@ -258,22 +296,29 @@ class VisionLanguageGenerator(_Generator):
         images: Sequence = (),
         chat_template: bool = True,
         system: str | None = None,
+        audios: Sequence = (),
         **options,
     ) -> Iterator[str]:
-        """Yield text pieces as they are generated from ``prompt`` and ``images``.
+        """Yield text pieces as they are generated from ``prompt``, ``images`` and ``audios``.
 
-        ``images`` are file paths, PIL images or uint8 arrays; keyword ``options`` are
-        those of :meth:`generate_from_inputs`. Special tokens are left out of the text.
+        ``images`` are file paths, PIL images or uint8 arrays; ``audios`` audio file paths
+        or float32 mono clips (packages that hear); keyword ``options`` are those of
+        :meth:`generate_from_inputs`. Special tokens are left out of the text.
         """
-        inputs = self.prepare(prompt, images, chat_template=chat_template, system=system)
+        inputs = self.prepare(
+            prompt, images, chat_template=chat_template, system=system, audios=audios
+        )
         yield from self.text_pieces(self.generate_from_inputs(inputs, **options))
 
 
 class _WithImages:
-    """A generator with its images bound: what :func:`mobius.generate.stream_to_stdout` streams."""
+    """A generator with its images (and audio) bound: what
+    :func:`mobius.generate.stream_to_stdout` streams."""
 
-    def __init__(self, generator: VisionLanguageGenerator, images: Sequence) -> None:
-        self.generator, self.images = generator, list(images)
+    def __init__(
+        self, generator: VisionLanguageGenerator, images: Sequence, audios: Sequence = ()
+    ) -> None:
+        self.generator, self.images, self.audios = generator, list(images), list(audios)
 
     @property
     def stats(self) -> GenerationStats:
@@ -283,7 +328,7 @@ class _WithImages:
         return self.generator.sampling_defaults()
 
     def stream(self, prompt: str, **options) -> Iterator[str]:
-        return self.generator.stream(prompt, images=self.images, **options)
+        return self.generator.stream(prompt, images=self.images, audios=self.audios, **options)
 
 
 def run_cli(package_dir: str | os.PathLike, prompt: str, options: dict) -> int:
@@ -292,7 +337,8 @@ def run_cli(package_dir: str | os.PathLike, prompt: str, options: dict) -> int:
 
     images = [open_image(path) for path in options.get("images") or ()]  # bad files first
     generator = VisionLanguageGenerator(package_dir, threads=options.get("threads"))
-    return stream_to_stdout(_WithImages(generator, images), prompt, options)
+    audios = generator.read_audios(options.get("audios") or ())
+    return stream_to_stdout(_WithImages(generator, images, audios), prompt, options)
 
 
 def generate_vl(

@@ -9,7 +9,10 @@ parity kit's compare functions (:mod:`mobius_vision.testing`):
   the end, ended by the end token) against the same two images;
 - ``vision-language`` (either form) and ``cross-attention-vision-language``: one short
   prompt with one random image (seeded) through the family's processor, the prefill
-  then greedy decode steps through both caches. The processor is mobius's torch-free
+  then greedy decode steps through both caches;
+- ``image-to-text``: two random sources (pixels at the encoder's size, or Pix2Struct's
+  patches) encoded, two decoder tokens prefilled, then greedy steps through both caches,
+  and the stream checked against transformers' ``generate``. The processor is mobius's torch-free
   one (:mod:`mobius_vision.processing`, what ``mobius generate`` feeds), or, for a
   family it lacks, transformers' own read from the source (its numpy path).
 
@@ -371,3 +374,49 @@ def _greedy_cross_attention(onnx_model, sample: VisionLanguageSample) -> dict[st
         positions, mask = positions[:, -1:] + 1, np.concatenate([mask, np.ones_like(ids)], 1)
         cross_mask = cross_mask[:, -1:]  # a decode step repeats the last row, as generate does
     return outputs
+
+
+# -- image-to-text (TrOCR, Donut, Pix2Struct, BLIP) -----------------------------------
+
+
+#: The image-to-text sample: two random sources (pixels, or Pix2Struct's patches).
+SAMPLE_SOURCES = 2
+
+
+def validate_image_to_text(package_dir: Path, source: Path, record: dict, reference: bool):
+    """Encode two random sources, prefill two decoder tokens, then greedy steps through both
+    caches; with torch, transformers' encoder, decoder and ``generate`` on the same."""
+    from mobius_vision.testing._image_to_text_parity import (
+        RANDOM_SOURCES,
+        OnnxImageToText,
+        compare_image_to_text,
+    )
+
+    onnx_model = OnnxImageToText(package_dir)
+    config = _config(package_dir)
+    make_source = RANDOM_SOURCES.get(config.model_type)
+    if make_source is None:
+        raise MobiusError(f"--validate: no sample source for {config.model_type!r} packages")
+    kind = "patches" if config.model_type == "pix2struct" else "images"
+    checked = (
+        f"{SAMPLE_SOURCES} random {kind}, 2 decoder tokens and {SAMPLE_DECODE_STEPS} greedy steps"
+    )
+    if not reference:
+        sample = make_source(config, SAMPLE_SOURCES, SEED)
+        hidden, cross = onnx_model.encode(sample)
+        decoder_ids = np.ones((SAMPLE_SOURCES, 2), np.int64)
+        cache = onnx_model.empty_cache(SAMPLE_SOURCES)
+        logits, _ = onnx_model.decode(decoder_ids, sample, cross, cache)
+        return smoke_report("image-to-text", checked, {"encoder": hidden, "logits": logits})
+    torch_model = load_reference("AutoModelForImageTextToText", source)
+    result = compare_image_to_text(
+        torch_model, onnx_model, SAMPLE_SOURCES, SAMPLE_DECODE_STEPS, SEED
+    )
+    report = ValidationReport("image-to-text", _reference_name(torch_model), checked)
+    report.diffs = {
+        "encoder last_hidden_state": result.encoder_diff,
+        "prefill logits": result.prefill_diff,
+        "decode logits": max(result.decode_diffs),
+    }
+    report.tokens_agree = result.onnx_tokens == result.torch_tokens and result.generate_match
+    return report

@@ -14,9 +14,15 @@ from pathlib import Path
 
 import numpy as np
 
+from mobius_vision.tasks.audio_vision_language import AUDIO_INPUTS
+
 #: Decoder inputs that are not images (the single form's other inputs are the images').
 TEXT_INPUTS = ("input_ids", "attention_mask", "position_ids", "token_type_ids")
-_ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
+#: The split form's encoder graphs, each a folder beside embedding/ and decoder/ (vision/
+#: always; audio/ where the package hears: :mod:`mobius_vision.tasks.audio_vision_language`).
+ENCODERS = ("vision", "audio")
+#: (int64: a processor's bool masks go into int64 mask inputs, Aria's ``pixel_mask``.)
+_ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64}
 
 
 def cpu_session(path: Path):
@@ -57,8 +63,13 @@ class OnnxVisionLanguage:
         decoder = package / ("model.onnx" if self.single else "decoder/model.onnx")
         self.session = (decoder_session or open_session)(decoder)
         self.vision = self.embedding = None
+        #: The split form's graphs beside embedding/ and decoder/ (vision/, audio/...) by name.
+        self.encoders = {}
         if not self.single:
-            self.vision = open_session(package / "vision/model.onnx")
+            for name in ENCODERS:
+                if name == "vision" or (package / name / "model.onnx").is_file():
+                    self.encoders[name] = open_session(package / name / "model.onnx")
+            self.vision = self.encoders["vision"]
             self.embedding = open_session(package / "embedding/model.onnx")
         inputs = self.session.get_inputs()
         self.inputs = {i.name: i for i in inputs}
@@ -72,10 +83,24 @@ class OnnxVisionLanguage:
 
     @property
     def image_inputs(self) -> list:
-        """The graph inputs that take the processor's image outputs (pixel_values...)."""
+        """The graph inputs that take the processor's image (and audio) outputs (pixel_values...)."""
         if self.single:
             return [self.inputs[name] for name in self.vision_names]
-        return list(self.vision.get_inputs())
+        encoders = [i for session in self.encoders.values() for i in session.get_inputs()]
+        return encoders + self._given_embedding_inputs()
+
+    def _given_embedding_inputs(self) -> list:
+        """The embedding graph's inputs the processor gives (Kosmos-2's
+        ``image_embeds_position_mask``): neither ``input_ids`` nor an encoder's output."""
+        made = {o.name for session in self.encoders.values() for o in session.get_outputs()}
+        inputs = self.embedding.get_inputs()
+        return [i for i in inputs if i.name != "input_ids" and i.name not in made]
+
+    @property
+    def audio_names(self) -> list[str]:
+        """The inputs of the audio contract (:mod:`mobius_vision.tasks.audio_vision_language`)
+        the package takes: none for a package that does not hear."""
+        return [i.name for i in self.image_inputs if i.name in AUDIO_INPUTS]
 
     @property
     def position_rank(self) -> int:
@@ -99,9 +124,11 @@ class OnnxVisionLanguage:
         (zeros on decode steps).
         """
         if self.single:
-            if vision is None:  # no images on a decode step: empty image inputs
-                vision = {n: _empty(self.inputs[n]) for n in self.vision_names}
-            images = {n: _as_input(self.inputs[n], vision[n]) for n in self.vision_names}
+            vision = vision or {}  # no images (nor audio) on a decode step: empty inputs
+            images = {
+                n: _as_input(self.inputs[n], vision[n]) if n in vision else _empty(self.inputs[n])
+                for n in self.vision_names
+            }
             return self._run_decoder({"input_ids": input_ids, **images}, mask, positions, cache)
         features = self.image_features(vision)
         values = self.embedding.run(None, {"input_ids": input_ids, **features})
@@ -113,12 +140,21 @@ class OnnxVisionLanguage:
         return self._run_decoder(feeds, mask, positions, cache)
 
     def image_features(self, vision: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
-        """The vision graph's outputs by name (``image_features``...), each empty without images."""
-        if vision is None:
-            return {i.name: _empty(i) for i in self.embedding.get_inputs() if i.name != "input_ids"}
-        feeds = {i.name: _as_input(i, vision[i.name]) for i in self.vision.get_inputs()}
-        values = self.vision.run(None, feeds)
-        return dict(zip([o.name for o in self.vision.get_outputs()], values, strict=True))
+        """The embedding graph's inputs but ``input_ids``, by name: the encoder graphs' outputs
+        (``image_features``, ``audio_features``...), each graph run where ``vision`` holds its
+        inputs (the outputs of the others empty), and what the processor gives the embedding
+        itself (Kosmos-2's ``image_embeds_position_mask``; empty where ``vision`` lacks it)."""
+        features = {i.name: _empty(i) for i in self.embedding.get_inputs() if i.name != "input_ids"}
+        for session in self.encoders.values():
+            inputs = session.get_inputs()
+            if vision is None or any(i.name not in vision for i in inputs):
+                continue
+            values = session.run(None, {i.name: _as_input(i, vision[i.name]) for i in inputs})
+            features.update(zip([o.name for o in session.get_outputs()], values, strict=True))
+        for i in self._given_embedding_inputs():
+            if vision is not None and i.name in vision:
+                features[i.name] = _as_input(i, vision[i.name])
+        return features
 
     def _run_decoder(self, feeds, mask, positions, cache):
         feeds = dict(feeds, attention_mask=mask, position_ids=positions, **cache)

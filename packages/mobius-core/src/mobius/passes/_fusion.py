@@ -59,8 +59,14 @@ def _reads(value: ir.Value | None, source: ir.Value) -> bool:
 
 
 def _last_axis(norm: ir.Node) -> bool:
+    """A norm over the last axis of a tensor the fused ops take: they refuse any rank but 2
+    or 3 at run time (a per-head q/k norm over ``[batch, heads, sequence, head_dim]``).
+    Most built values carry no shape, so an unknown rank is taken as hidden states; a
+    model that norms a 4-D sum keeps it from being an ``Add`` (see hunyuan_vl_text)."""
     axis = norm.attributes.get_int("axis", -1)
     rank = None if norm.inputs[0].shape is None else len(norm.inputs[0].shape)
+    if rank is not None and rank not in (2, 3):
+        return False
     return axis == -1 or (rank is not None and axis == rank - 1)
 
 

@@ -180,12 +180,18 @@ class DeepseekV2Attention(nn.Module):
         """``[batch, seq, heads*dim]`` → ``[batch, heads, seq, dim]``."""
         return split_heads(op, x, head_dim=dim)
 
+    def scale_query(self, op, query: ir.Value, *extra: ir.Value) -> ir.Value:
+        """The rotated query ``[b, H, s, nope + rope]`` before attention; ``extra``: what the
+        model's rotary module returns beyond cos and sin (none here). A family with a
+        position-dependent query scale (Mistral 4) overrides it."""
+        return query
+
     def forward(self, op, x, position_embeddings, bias, past_latent, past_k_rot):
-        cos, sin = position_embeddings
+        cos, sin, *extra = position_embeddings
         q = self.heads(op, self.query(op, x), self.nope + self.rope_dim)
         q_nope, q_rot = op.Split(q, [self.nope, self.rope_dim], axis=-1, _outputs=2)
         q_rot = rotate(op, q_rot, cos, sin, self.rope_layout)
-        query = op.Concat(q_nope, q_rot, axis=-1)  # [b, H, s, nope + rope]
+        query = self.scale_query(op, op.Concat(q_nope, q_rot, axis=-1), *extra)  # [b, H, s, qk]
 
         compressed = self.kv_a_proj_with_mqa(op, x)  # [b, s, kv_lora_rank + rope]
         latent, k_rot = op.Split(

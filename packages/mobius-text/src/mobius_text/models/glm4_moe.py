@@ -53,5 +53,12 @@ class Glm4MoeForCausalLM(LlamaForCausalLM):
     config_class = Glm4MoeConfig
     model_class = Glm4MoeModel
 
+    @property
+    def ignored(self) -> tuple[str, ...]:
+        """The multi-token-prediction layer GLM-4.5's checkpoints carry after the last decoder
+        layer (``model.layers.{num_hidden_layers}``): generation does not read it, and
+        transformers skips it by index."""
+        return (*super().ignored, f"model.layers.{self.config.num_hidden_layers}.*")
+
 
 MODEL_TYPES = {"glm4_moe": Glm4MoeForCausalLM}

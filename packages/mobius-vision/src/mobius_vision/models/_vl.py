@@ -75,12 +75,20 @@ class VisionLanguageModel(Model):
     def __init__(self, config) -> None:
         super().__init__()
         self.config = config
-        self.vision_tower = vision_tower(config.vision)
+        self.vision_tower = self.make_vision_tower(config)
         self.multi_modal_projector = self.make_projector(config)
-        self.language_model = text_decoder(config.text)
+        self.language_model = self.make_language_model(config)
+
+    def make_vision_tower(self, config) -> nn.Module:
+        """The tower mobius registers for the vision config's type."""
+        return vision_tower(config.vision)
 
     def make_projector(self, config) -> nn.Module:
         raise NotImplementedError
+
+    def make_language_model(self, config) -> nn.Module:
+        """The causal LM mobius-text registers for the text config's type."""
+        return text_decoder(config.text)
 
     def vision_inputs(self, dtype) -> list[tuple]:
         """The vision graph's inputs: ``(name, dtype, shape)``."""
@@ -115,6 +123,11 @@ class VisionLanguageModel(Model):
         return merge_image_features(
             op, embeds, input_ids, image_features, self.config.image_token_id
         )
+
+    def embedding_inputs(self) -> list[tuple]:
+        """The embedding graph's inputs the processor gives beyond ``input_ids`` and the
+        encoders' outputs: ``(name, dtype, shape)``; :meth:`embed` takes them last."""
+        return []
 
     def decoder_inputs(self) -> list[tuple]:
         """The decoder graph's inputs beyond the causal-LM ones: ``(name, dtype, shape)``."""

@@ -42,12 +42,15 @@ class DeepseekVLForConditionalGeneration(VisionLanguageModel):
     def make_projector(self, config: DeepseekVLConfig) -> nn.Module:
         return DeepseekVLAligner(config.vision.hidden_size, config.text.hidden_size)
 
-    def image_features(self, op, pixel_values):
+    def tower_output(self, op, pixel_values):
+        """The tower's ``last_hidden_state`` (after ``post_layernorm``), ``[images, patches, hidden]``."""
         tower = self.vision_tower
         with module_scope(op, tower):
-            x = tower.post_layernorm(op, tower.hidden_states(op, pixel_values)[-1])
-        x = self.multi_modal_projector(op, x)  # [images, patches, text_hidden]
-        return flatten_images(op, x)
+            return tower.post_layernorm(op, tower.hidden_states(op, pixel_values)[-1])
+
+    def image_features(self, op, pixel_values):
+        x = self.multi_modal_projector(op, self.tower_output(op, pixel_values))
+        return flatten_images(op, x)  # [images * patches, text_hidden]
 
     renames = {
         "model.vision_model.vision_model.": "vision_tower.",  # a nested SiglipVisionModel

@@ -117,7 +117,7 @@ class GotOcr2VisionAttention(nn.Module):
         qkv = op.Transpose(qkv, perm=[2, 0, 3, 1, 4])  # [3, n, heads, length, head_dim]
         q, k, v = (op.Squeeze(t, [0]) for t in op.Split(qkv, num_outputs=3, axis=0, _outputs=3))
         scores = op.MatMul(
-            op.Mul(q, op.Constant(value_float=self.head_dim**-0.5)),
+            op.Mul(q, op.CastLike(op.Constant(value_float=self.head_dim**-0.5), q)),
             op.Transpose(k, perm=[0, 1, 3, 2]),
         )  # [n, heads, length, length]
         if self.rel_pos_h is not None:
@@ -248,14 +248,19 @@ class GotOcr2VisionEncoder(nn.Module):
         self.neck = GotOcr2VisionNeck(config)
         self.dim = config.hidden_size
 
-    def forward(self, op, pixel_values):
+    def hidden_states(self, op, pixel_values) -> list:
+        """transformers' ``hidden_states``: the embedded patches, then each layer's output,
+        each ``[b, g * g, dim]``."""
         x = self.patch_embed(op, pixel_values)
         if self.pos_embed is not None:
             x = op.Add(x, self.pos_embed)
-        x = op.Reshape(x, op.Constant(value_ints=[0, -1, self.dim]))  # [b, g * g, dim]
+        states = [op.Reshape(x, op.Constant(value_ints=[0, -1, self.dim]))]  # [b, g * g, dim]
         for layer in self.layers:
-            x = layer(op, x)
-        return self.neck(op, x)
+            states.append(layer(op, states[-1]))
+        return states
+
+    def forward(self, op, pixel_values):
+        return self.neck(op, self.hidden_states(op, pixel_values)[-1])
 
 
 class GotOcr2MultiModalProjector(nn.Module):

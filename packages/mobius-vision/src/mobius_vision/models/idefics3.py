@@ -83,6 +83,16 @@ class Idefics3Connector(nn.Module):
         return self.modality_projection(op, self.pixel_shuffle(op, x))
 
 
+def patch_mask(op, pixel_mask, vision):
+    """``[tiles, size/p, size/p]`` bool from int64 ``pixel_mask [tiles, size, size]``: a patch of
+    the ``vision`` tower's grid is real when any of its pixels is."""
+    p, grid = vision.patch_size, vision.patches_per_side
+    m = op.Slice(pixel_mask, [0, 0], [grid * p, grid * p], [1, 2])  # unfold drops the rest
+    m = op.Reshape(m, op.Constant(value_ints=[0, grid, p, grid, p]))
+    zero = op.Constant(value=ir.tensor(np.array(0, np.int64)))
+    return op.Greater(op.ReduceSum(m, [2, 4], keepdims=0), zero)
+
+
 class Idefics3ForConditionalGeneration(VisionLanguageModel):
     config_class = Idefics3Config
 
@@ -109,11 +119,7 @@ class Idefics3ForConditionalGeneration(VisionLanguageModel):
 
     def patch_mask(self, op, pixel_mask):
         """``[tiles, size/p, size/p]`` bool: a patch is real when any of its pixels is."""
-        p, grid = self.config.vision.patch_size, self.config.vision.patches_per_side
-        m = op.Slice(pixel_mask, [0, 0], [grid * p, grid * p], [1, 2])  # unfold drops the rest
-        m = op.Reshape(m, op.Constant(value_ints=[0, grid, p, grid, p]))
-        zero = op.Constant(value=ir.tensor(np.array(0, np.int64)))
-        return op.Greater(op.ReduceSum(m, [2, 4], keepdims=0), zero)
+        return patch_mask(op, pixel_mask, self.config.vision)
 
     def image_features(self, op, pixel_values, pixel_attention_mask):
         size, channels = self.config.vision.image_size[0], self.config.vision.num_channels

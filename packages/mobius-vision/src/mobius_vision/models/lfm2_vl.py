@@ -50,7 +50,10 @@ class NaFlexEmbeddings(nn.Module):
         table = self.position_embedding(op)  # [side * side, d] (or [1, ...]: flattened below)
         table = op.Reshape(table, op.Constant(value_ints=[self.side * self.side, -1]))
         weights = self.resize_weights(op, pixel_values, spatial_shapes)  # [n, P, side * side]
-        return op.Add(self.patch_embedding(op, pixel_values), op.MatMul(weights, table))
+        # resampled in float32, then in the activations' type, as transformers does
+        positions = op.MatMul(weights, op.Cast(table, to=FLOAT))
+        patches = self.patch_embedding(op, pixel_values)
+        return op.Add(patches, op.CastLike(positions, patches))
 
     def resize_weights(self, op, pixel_values, spatial_shapes):
         """``[images, max_patches, side * side]``: the antialiased bilinear weights of each

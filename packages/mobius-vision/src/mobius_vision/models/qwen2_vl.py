@@ -51,11 +51,7 @@ class Qwen2VLVisionConfig:
 
     @classmethod
     def from_hf(cls, hf: Any) -> Qwen2VLVisionConfig:
-        rope = dict(getattr(hf, "rope_parameters", None) or {})
-        if rope.get("rope_type", "axial") != "axial":
-            raise ConfigError(
-                f"{hf.model_type}: the vision rotary is axial, not {rope['rope_type']}"
-            )
+        theta = axial_rope_theta(hf)
         for name in ("patch_size", "temporal_patch_size"):
             if isinstance(getattr(hf, name), (list, tuple)):
                 raise ConfigError(f"{hf.model_type}: {name} {getattr(hf, name)!r} is not one int")
@@ -71,12 +67,20 @@ class Qwen2VLVisionConfig:
             patch_size=int(hf.patch_size),
             spatial_merge_size=int(hf.spatial_merge_size),
             temporal_patch_size=int(hf.temporal_patch_size),
-            rope_theta=float(rope.get("rope_theta", 10000.0)),
+            rope_theta=theta,
         )
 
     @property
     def patch_width(self) -> int:
         return self.in_channels * self.temporal_patch_size * self.patch_size**2
+
+
+def axial_rope_theta(hf: Any) -> float:
+    """A patch tower's 2-D rotary base, from ``rope_parameters`` (which must be ``axial``)."""
+    rope = dict(getattr(hf, "rope_parameters", None) or {})
+    if rope.get("rope_type", "axial") != "axial":
+        raise ConfigError(f"{hf.model_type}: the vision rotary is axial, not {rope['rope_type']}")
+    return float(rope.get("rope_theta", 10000.0))
 
 
 def _column(op, grid, i):

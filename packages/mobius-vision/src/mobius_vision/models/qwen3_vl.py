@@ -17,8 +17,6 @@ elsewhere, and on decode steps), which the decoder graph takes.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +26,7 @@ from onnxscript import nn
 from mobius.components import Embedding, LayerNorm, Linear, get_activation
 from mobius.errors import ConfigError
 from mobius_text.models.qwen3_vl_text import Qwen3VLTextConfig, Qwen3VLTextForCausalLM
-from mobius_vision.models._compose import merge_image_features
+from mobius_vision.models._deepstack import DeepStackMixin
 from mobius_vision.models.qwen2_5_vl import _Attributes
 from mobius_vision.models.qwen2_vl import (
     PatchEmbed,
@@ -186,7 +184,8 @@ class Qwen3VLVisionTower(Qwen2VLVisionTower):
         weight = op.Mul(op.Unsqueeze(h_weights, [2]), op.Unsqueeze(w_weights, [1]))
         corners = op.Constant(value_ints=[0, 4])
         table = self.pos_embed(op, op.Reshape(index, corners))  # [patches, 4, embed]
-        weight = op.Unsqueeze(op.Reshape(weight, corners), [2])
+        # computed in float32, used in the table's type (transformers makes them in its dtype)
+        weight = op.CastLike(op.Unsqueeze(op.Reshape(weight, corners), [2]), table)
         return op.ReduceSum(op.Mul(table, weight), [1], keepdims=0)
 
     def forward(self, op, pixel_values, grid_thw):
@@ -206,29 +205,6 @@ class Qwen3VLVisionTower(Qwen2VLVisionTower):
         return features, op.Concat(*levels, axis=0)  # [levels, image_tokens, text_hidden]
 
 
-@contextlib.contextmanager
-def layer_outputs_added(op, layers, additions: list) -> Iterator:
-    """Within the block, ``layers[i]`` returns its hidden states plus ``additions[i]``.
-
-    For the first ``len(additions)`` layers of a decoder whose layers return
-    ``(hidden_states, *rest)``; the decoder itself is left as its text-only build.
-    """
-    patched = list(layers)[: len(additions)]
-    for layer, addition in zip(patched, additions, strict=True):
-        forward = layer.forward
-
-        def added(op, *args, _forward=forward, _addition=addition, **kwargs):
-            x, *rest = _forward(op, *args, **kwargs)
-            return (op.Add(x, _addition), *rest)
-
-        object.__setattr__(layer, "forward", added)
-    try:
-        yield
-    finally:
-        for layer in patched:
-            object.__delattr__(layer, "forward")
-
-
 @dataclass
 class Qwen3VLConfig(Qwen2VLConfig):
     vision_config_class = Qwen3VLVisionConfig
@@ -246,7 +222,7 @@ class Qwen3VLConfig(Qwen2VLConfig):
         return fields
 
 
-class Qwen3VLForConditionalGeneration(Qwen2VLForConditionalGeneration):
+class Qwen3VLForConditionalGeneration(DeepStackMixin, Qwen2VLForConditionalGeneration):
     """Qwen2-VL's composition with DeepStack: the tower's levels added after the first layers."""
 
     config_class = Qwen3VLConfig
@@ -256,40 +232,6 @@ class Qwen3VLForConditionalGeneration(Qwen2VLForConditionalGeneration):
     @property
     def levels(self) -> int:
         return len(self.config.vision.deepstack_visual_indexes)
-
-    def vision_outputs(self) -> list[tuple]:
-        hidden = self.config.text.hidden_size
-        return [
-            ("image_features", ["num_image_tokens", hidden]),
-            ("deepstack_features", [self.levels, "num_image_tokens", hidden]),
-        ]
-
-    def embedding_outputs(self) -> list[tuple]:
-        hidden = self.config.text.hidden_size
-        return [("deepstack_embeds", [self.levels, "batch", "sequence", hidden])]
-
-    def embed(self, op, input_ids, image_features, deepstack_features):
-        embeds = super().embed(op, input_ids, image_features)  # [batch, sequence, hidden]
-        zeros = op.ConstantOfShape(op.Shape(embeds), value=ir.tensor([0.0], dtype=embeds.dtype))
-        levels = [
-            merge_image_features(
-                op,
-                zeros,
-                input_ids,
-                op.Gather(deepstack_features, op.Constant(value_int=i), axis=0),
-                self.config.image_token_id,
-            )
-            for i in range(self.levels)
-        ]
-        deepstack = op.Concat(*(op.Unsqueeze(level, [0]) for level in levels), axis=0)
-        return embeds, deepstack  # deepstack: [levels, batch, sequence, hidden]
-
-    def decode(self, op, inputs_embeds, attention_mask, position_ids, past_key_values, deepstack):
-        additions = [
-            op.Gather(deepstack, op.Constant(value_int=i), axis=0) for i in range(self.levels)
-        ]
-        with layer_outputs_added(op, self.language_model.model.layers, additions):
-            return super().decode(op, inputs_embeds, attention_mask, position_ids, past_key_values)
 
 
 MODEL_TYPES = {"qwen3_vl": Qwen3VLForConditionalGeneration}

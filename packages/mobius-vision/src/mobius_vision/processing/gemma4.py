@@ -63,13 +63,22 @@ class Gemma4Processor(ImageTextProcessor):
     def _image_setting(self, name: str, default: int, low: int, high: int) -> int:
         return integer(self.image.raw, name, default, low, high)
 
-    def pixels(self, image: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-        """One image's padded patches, their positions, and its number of soft tokens."""
+    def patch_settings(self) -> tuple[int, int, int]:
+        """The image processor's ``patch_size``, ``pooling_kernel_size`` and ``max_soft_tokens``, checked."""
         patch = self._image_setting("patch_size", 16, 1, 1024)
         kernel = self._image_setting("pooling_kernel_size", 3, 1, 64)
         budget = self._image_setting("max_soft_tokens", 280, 1, 1 << 16)
         if budget not in SOFT_TOKEN_BUDGETS:
             raise MobiusError(f"max_soft_tokens must be one of {SOFT_TOKEN_BUDGETS}, got {budget}")
+        return patch, kernel, budget
+
+    def pixels(self, image: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """One image's padded patches, their positions, and its number of soft tokens."""
+        return self.cut(image, *self.patch_settings())
+
+    def cut(self, image: np.ndarray, patch: int, kernel: int, budget: int):
+        """:meth:`pixels` of ``image``: ``patch`` pixels a side, ``budget`` soft tokens of
+        ``kernel x kernel`` patches."""
         max_patches = budget * kernel**2
         size = budget_size(*image_size(image), patch, max_patches, kernel)
         if self.image.do_resize and size != image_size(image):

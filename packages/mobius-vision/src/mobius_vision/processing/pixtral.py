@@ -60,6 +60,12 @@ class PixtralProcessor(ImageTextProcessor):
         merge = integer(self.settings.processor, "spatial_merge_size", merge, 1, 64)
         return patch * merge
 
+    @property
+    def resize_block(self) -> int:
+        """Pixels the resized sides are multiples of: :attr:`block` (the processor hands its
+        image processor the merged patch)."""
+        return self.block
+
     def resized(self, image: np.ndarray) -> np.ndarray:
         """One ``[3, h, w]`` uint8 image at the size the processor gives it."""
         if not self.image.do_resize:
@@ -69,7 +75,7 @@ class PixtralProcessor(ImageTextProcessor):
         bounds = (longest, longest) if longest else (size.get("height"), size.get("width"))
         if not all(bounds):
             raise MobiusError(f"preprocessor setting size needs longest_edge: {size}")
-        target = fit_size(*image.shape[-2:], bounds, self.block)
+        target = fit_size(*image.shape[-2:], bounds, self.resize_block)
         return resize(image, target, self.image.resample)
 
     def image_text(self, height: int, width: int) -> str:

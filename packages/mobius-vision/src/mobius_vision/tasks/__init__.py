@@ -6,6 +6,9 @@
   image–text similarity;
 - ``vision-language`` (:mod:`.vision_language`): image features merged into a
   text decoder's embeddings, split into three graphs or as one (``--form``);
+- ``audio-vision-language`` (:mod:`.audio_vision_language`): the same with an
+  ``audio/`` graph beside ``vision/`` whose features fill the audio placeholders
+  (the Qwen2.5-Omni and Qwen3-Omni thinkers);
 - ``cross-attention-vision-language`` (:mod:`.cross_attention_vl`): a decoder
   that cross-attends to the image's cache (Mllama);
 - ``image-to-text`` (:mod:`.image_to_text`): an encoder–decoder whose source is an

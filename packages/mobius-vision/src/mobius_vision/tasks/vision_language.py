@@ -29,6 +29,12 @@ causal LM. ``extras`` are the family's own decoder inputs, ``decoder_inputs()``
 (Gemma 3's ``token_type_ids``, which mark the image tokens that attend both ways);
 the single graph derives them from ``input_ids`` (``decoder_inputs_from_ids``).
 
+A family whose image placement the processor gives, not the ids (Kosmos-2's
+``image_embeds_position_mask`` int64 [batch, sequence], 1 where an image feature goes,
+over ordinary vocabulary ids), names it in ``embedding_inputs()``: the embedding graph
+(and the single graph) take it after ``input_ids`` and the encoders' outputs, and
+``embed`` gets it last; a decode step feeds it with no rows.
+
 A family whose decoder reads more of the images than the merged embeddings
 (Qwen3-VL's DeepStack features, added to the hidden states of its first layers)
 names them: ``vision_outputs()`` lists the vision graph's outputs, ``image_features``
@@ -36,6 +42,12 @@ first (``image_features`` then returns one value per entry), which the embedding
 graph takes by name; ``embedding_outputs()`` lists the embedding graph's outputs
 beyond ``inputs_embeds`` (``embed`` then returns them after it), which the decoder
 graph takes by name, before ``decoder_inputs()``.
+
+The graphs beside ``embedding/`` and ``decoder/`` are the task's :meth:`encoders
+<VisionLanguageTask.encoders>` (here ``vision/``); a variant over more kinds of input
+adds one per kind (:mod:`.audio_vision_language`: ``audio/``), whose outputs the
+embedding graph takes after the vision graph's, and the single graph gets each one's
+inputs (empty where a prompt has none, each tower behind its own ``If``).
 
 The form comes from the build option ``form`` (``mobius build --form``, registered
 by mobius-vision). onnxruntime-genai's generator runs the split form of the
@@ -45,6 +57,8 @@ families it has a class for (:mod:`mobius_vision.genai`).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
@@ -98,6 +112,23 @@ def _values(result) -> list:
     return list(result) if isinstance(result, (tuple, list)) else [result]
 
 
+@dataclasses.dataclass
+class Encoder:
+    """One graph of the split form that encodes a kind of input for the embedding graph.
+
+    ``inputs(dtype)`` are its graph inputs ``(name, dtype, shape)``; ``modules()`` the
+    submodules ``features(op, *inputs)`` reads; ``outputs()`` its outputs ``(name,
+    shape)``, which ``features`` returns one value each and the embedding graph takes by
+    name, in the order of :meth:`VisionLanguageTask.encoders`.
+    """
+
+    name: str
+    inputs: Callable[[ir.DataType], list[tuple]]
+    modules: Callable[[], list]
+    features: Callable[..., Any]
+    outputs: Callable[[], list[tuple]]
+
+
 def _model(graph: ir.Graph) -> ir.Model:
     model = ir.Model(graph, ir_version=IR_VERSION, producer_name="mobius")
     RemoveUnusedNodesPass()(model)  # a graph reads only its part of the weights
@@ -125,44 +156,73 @@ class VisionLanguageTask(ModelTask):
 
         return vision_language_genai_config(package, ep=self.ep)
 
+    def encoders(self, module) -> list[Encoder]:
+        """The graphs beside the embedding and decoder, each over one kind of input: here the
+        vision graph. A variant adds its own (:mod:`.audio_vision_language`)."""
+        return [
+            Encoder(
+                "vision",
+                module.vision_inputs,
+                module.vision_modules,
+                module.image_features,
+                module.vision_outputs,
+            )
+        ]
+
     def build(self, module, config, dtype: ir.DataType) -> dict[str, ir.Model]:
         if config.form == "single":
             return {"model": self._single(module, dtype)}
-        return {  # each graph from its own tree (a tied head shares the embedding's weight)
-            "vision/model": self._vision(module, dtype),
-            "embedding/model": self._embedding(twin_module(module), dtype),
-            "decoder/model": self._decoder(twin_module(module), dtype),
-        }
+        graphs = {}  # each graph from its own tree (a tied head shares the embedding's weight)
+        for index in range(len(self.encoders(module))):
+            tree = module if index == 0 else twin_module(module)
+            encoder = self.encoders(tree)[index]
+            graphs[f"{encoder.name}/model"] = self._encoder_graph(encoder, dtype)
+        graphs["embedding/model"] = self._embedding(twin_module(module), dtype)
+        graphs["decoder/model"] = self._decoder(twin_module(module), dtype)
+        return graphs
 
-    def _vision_inputs(self, builder, module, dtype) -> list:
-        return [builder.input(name, t, shape) for name, t, shape in module.vision_inputs(dtype)]
+    @staticmethod
+    def _encoder_inputs(builder, encoder: Encoder, dtype) -> list:
+        return [builder.input(name, t, shape) for name, t, shape in encoder.inputs(dtype)]
+
+    @staticmethod
+    def _embedding_inputs(builder, module) -> list:
+        """The inputs the processor gives the embedding beyond the ids (module docstring)."""
+        return [builder.input(name, t, shape) for name, t, shape in module.embedding_inputs()]
 
     def _single(self, module, dtype) -> ir.Model:
         graph, builder = self.new_graph("vision_language")
         op = builder.op
         input_ids = builder.input("input_ids", INT64, ["batch", "sequence"])
-        vision = self._vision_inputs(builder, module, dtype)
+        encoders = self.encoders(module)
+        inputs = [self._encoder_inputs(builder, encoder, dtype) for encoder in encoders]
         attention_mask, position_ids, past, layout = _decoder_inputs(builder, module, dtype)
-        features = _values(self._features_if_any(op, module, vision, dtype))
-        embeds, *extras = _values(module.embed(op, input_ids, *features))
+        features = [
+            value
+            for encoder, values in zip(encoders, inputs, strict=True)
+            for value in _values(self._features_if_any(op, encoder, values, dtype))
+        ]
+        given = self._embedding_inputs(builder, module)
+        embeds, *extras = _values(module.embed(op, input_ids, *features, *given))
         extras += module.decoder_inputs_from_ids(op, input_ids)
         logits, present = module.decode(op, embeds, attention_mask, position_ids, past, *extras)
         _decoder_outputs(builder, module, logits, present, layout, dtype)
         return _model(graph)
 
-    def _features_if_any(self, op, module, vision, dtype):
-        """``image_features``, or none when ``pixel_values`` holds no image (a decode step).
+    def _features_if_any(self, op, encoder: Encoder, inputs, dtype):
+        """The encoder's outputs, or none when its first input is empty (a decode step, or a
+        prompt without that kind of input).
 
-        An ``If`` keeps the vision tower off decode steps (its ops refuse an empty batch).
+        An ``If`` keeps the tower off such steps (its ops refuse an empty batch).
         """
-        for part in module.vision_modules():
+        for part in encoder.modules():
             realize_parameters(op, part)  # named in the root graph, not the branch's scope
-        outputs = module.vision_outputs()
+        outputs = encoder.outputs()
 
-        def with_images(op):
-            return [op.Identity(v) for v in _values(module.image_features(op, *vision))]
+        def with_inputs(op):
+            return [op.Identity(v) for v in _values(encoder.features(op, *inputs))]
 
-        def without_images(op):  # every output with its symbolic dimensions at zero
+        def without_inputs(op):  # every output with its symbolic dimensions at zero
             return [
                 op.ConstantOfShape(
                     op.Constant(value_ints=[0 if isinstance(d, str) else d for d in shape]),
@@ -175,20 +235,19 @@ class VisionLanguageTask(ModelTask):
             outs = [ir.Value(name=f"{name}_{n}", type=ir.TensorType(dtype)) for n, _ in outputs]
             return scan_body(op, trace, inputs=[], outputs=outs, name=name)  # its own names
 
-        count = op.Shape(vision[0], start=0, end=1)
-        has_images = op.Squeeze(op.Greater(count, op.Constant(value_ints=[0])), [0])
+        count = op.Shape(inputs[0], start=0, end=1)
+        has_inputs = op.Squeeze(op.Greater(count, op.Constant(value_ints=[0])), [0])
         return op.If(
-            has_images,
-            then_branch=branch(with_images, "with_images"),
-            else_branch=branch(without_images, "without_images"),
+            has_inputs,
+            then_branch=branch(with_inputs, f"with_{encoder.name}"),
+            else_branch=branch(without_inputs, f"without_{encoder.name}"),
             _outputs=len(outputs),
         )
 
-    def _vision(self, module, dtype) -> ir.Model:
-        graph, builder = self.new_graph("vision")
-        features = module.image_features(builder.op, *self._vision_inputs(builder, module, dtype))
-        outputs = module.vision_outputs()
-        for value, (name, shape) in zip(_values(features), outputs, strict=True):
+    def _encoder_graph(self, encoder: Encoder, dtype) -> ir.Model:
+        graph, builder = self.new_graph(encoder.name)
+        features = encoder.features(builder.op, *self._encoder_inputs(builder, encoder, dtype))
+        for value, (name, shape) in zip(_values(features), encoder.outputs(), strict=True):
             set_output(builder, value, name, dtype, shape)
         return _model(graph)
 
@@ -196,8 +255,13 @@ class VisionLanguageTask(ModelTask):
         graph, builder = self.new_graph("embedding")
         input_ids = builder.input("input_ids", INT64, ["batch", "sequence"])
         hidden = module.config.text.hidden_size
-        features = [builder.input(name, dtype, shape) for name, shape in module.vision_outputs()]
-        embeds, *extras = _values(module.embed(builder.op, input_ids, *features))
+        features = [
+            builder.input(name, dtype, shape)
+            for encoder in self.encoders(module)
+            for name, shape in encoder.outputs()
+        ]
+        given = self._embedding_inputs(builder, module)
+        embeds, *extras = _values(module.embed(builder.op, input_ids, *features, *given))
         set_output(builder, embeds, "inputs_embeds", dtype, ["batch", "sequence", hidden])
         for value, (name, shape) in zip(extras, module.embedding_outputs(), strict=True):
             set_output(builder, value, name, dtype, shape)

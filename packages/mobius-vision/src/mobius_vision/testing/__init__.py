@@ -9,6 +9,8 @@ compared in ONNX Runtime against PyTorch at fp32.
 - dual encoders (``zero-shot-image-classification``): :func:`check_zero_shot_parity`;
 - vision–language models, split and single forms: :func:`check_vision_language_parity`;
 - cross-attention vision–language models (Mllama): :func:`check_cross_attention_vl_parity`;
+- models that see and hear (``audio-vision-language``, Qwen2.5-Omni):
+  :func:`check_audio_vision_language_parity`;
 - image-to-text encoder–decoders (TrOCR): :func:`check_image_to_text_parity`.
 """
 
@@ -20,6 +22,10 @@ from mobius_vision.testing._image_to_text_parity import (
     OnnxImageToText,
     check_image_to_text_parity,
     make_random_image_to_text,
+)
+from mobius_vision.testing._omni_parity import (
+    check_audio_vision_language_parity,
+    random_clips,
 )
 from mobius_vision.testing._vision_parity import (
     VisionParity,
@@ -47,6 +53,7 @@ __all__ = [
     "OnnxVisionLanguage",
     "VisionParity",
     "ZeroShotParity",
+    "check_audio_vision_language_parity",
     "check_cross_attention_vl_parity",
     "check_image_to_text_parity",
     "check_vision_language_parity",
@@ -58,6 +65,7 @@ __all__ = [
     "make_random_vision_model",
     "make_random_vl_model",
     "naflex_inputs",
+    "random_clips",
     "random_images",
     "random_pixels",
 ]

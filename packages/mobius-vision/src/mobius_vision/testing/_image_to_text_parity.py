@@ -54,12 +54,13 @@ class OnnxImageToText(OnnxSeq2Seq):
 
 
 def random_pixel_source(config, batch: int, seed: int) -> dict[str, np.ndarray]:
-    """``pixel_values`` [batch, channels, height, width]: float32 noise of the encoder's size."""
-    encoder = config.encoder
+    """``pixel_values`` [batch, channels, height, width]: float32 noise of the encoder's size
+    (``config.encoder``, or BLIP's ``config.vision_config``)."""
+    encoder = getattr(config, "encoder", None) or config.vision_config
     size = encoder.image_size
     height, width = (size, size) if isinstance(size, int) else size
     rng = np.random.default_rng(seed)
-    shape = (batch, encoder.num_channels, height, width)
+    shape = (batch, getattr(encoder, "num_channels", 3), height, width)  # BLIP's has none
     return {"pixel_values": rng.standard_normal(shape).astype(np.float32)}
 
 
@@ -85,7 +86,111 @@ def random_patch_source(config, batch: int, seed: int) -> dict[str, np.ndarray]:
 RANDOM_SOURCES = {
     "vision-encoder-decoder": random_pixel_source,
     "pix2struct": random_patch_source,
+    "blip": random_pixel_source,
 }
+
+
+def _end_ids(value) -> set[int]:
+    return set(value if isinstance(value, list) else [] if value is None else [value])
+
+
+class TorchImageToText:
+    """transformers' side of the comparison, for a model with the seq2seq API
+    (``VisionEncoderDecoderModel``, Pix2Struct): its encoder, its decoder through a cache, its
+    ``generate``. A family with its own API subclasses it (:data:`TORCH_SIDES`)."""
+
+    def __init__(self, model, source: dict) -> None:
+        import torch
+
+        self.model = model
+        self.source = {name: torch.from_numpy(value) for name, value in source.items()}
+
+    @property
+    def start_token_id(self) -> int:
+        return self.model.config.decoder_start_token_id
+
+    @property
+    def end_token_ids(self) -> set[int]:
+        return _end_ids(self.model.generation_config.eos_token_id)
+
+    def encode(self) -> np.ndarray:
+        """The encoder's ``last_hidden_state``."""
+        import torch
+
+        with torch.no_grad():
+            self.encoded = self.model.encoder(**self.source)
+        return self.encoded.last_hidden_state.numpy()
+
+    def decoder_step(self):
+        """``step(input_ids) -> logits`` through the decoder's own cache (after :meth:`encode`)."""
+        mask = {k: v for k, v in self.source.items() if k == "attention_mask"}
+        return torch_decoder_step(self.model, self.encoded, **mask)
+
+    def generate(self, decoder_ids: np.ndarray, new_tokens: int) -> list[list[int]]:
+        """The greedy tokens ``generate`` adds after ``decoder_ids`` [batch, n], row by row."""
+        import torch
+
+        with torch.no_grad():
+            generated = self.model.generate(
+                **self.source, decoder_input_ids=torch.from_numpy(decoder_ids),
+                do_sample=False, max_new_tokens=new_tokens,
+            )  # fmt: skip
+        return generated[:, decoder_ids.shape[1] :].tolist()
+
+
+class TorchBlip(TorchImageToText):
+    """BLIP captioning: its ``vision_model`` encodes; its ``text_decoder`` (a causal LM over the
+    image's states) decodes from the text config's ``bos_token_id`` and stops at its
+    ``sep_token_id``; its ``generate`` takes the prompt as the processor gives it, ``[CLS]
+    words [SEP]``, and decodes from ``[DEC] words``."""
+
+    @property
+    def start_token_id(self) -> int:
+        return self.model.config.text_config.bos_token_id
+
+    @property
+    def end_token_ids(self) -> set[int]:
+        return {self.model.config.text_config.sep_token_id}
+
+    def encode(self) -> np.ndarray:
+        import torch
+
+        with torch.no_grad():
+            self.states = self.model.vision_model(**self.source).last_hidden_state
+        return self.states.numpy()
+
+    def decoder_step(self):
+        import torch
+        from transformers import DynamicCache, EncoderDecoderCache
+
+        cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+
+        def step(input_ids):
+            with torch.no_grad():
+                out = self.model.text_decoder(
+                    input_ids=torch.from_numpy(input_ids), encoder_hidden_states=self.states,
+                    cache=cache, use_cache=True,
+                )  # fmt: skip
+            return out.logits.numpy()
+
+        return step
+
+    def generate(self, decoder_ids: np.ndarray, new_tokens: int) -> list[list[int]]:
+        import torch
+
+        # [CLS] words [SEP]: generate swaps the first for [DEC] and drops the last
+        ends = np.zeros((len(decoder_ids), 1), np.int64)
+        prompt = np.concatenate([decoder_ids, ends], axis=1)
+        with torch.no_grad():
+            generated = self.model.generate(
+                **self.source, input_ids=torch.from_numpy(prompt), do_sample=False,
+                max_new_tokens=new_tokens,
+            )  # fmt: skip
+        return generated[:, decoder_ids.shape[1] :].tolist()
+
+
+#: transformers' side by the config's model_type, where it is not :class:`TorchImageToText`.
+TORCH_SIDES = {"blip": TorchBlip}
 
 
 def compare_image_to_text(
@@ -93,23 +198,17 @@ def compare_image_to_text(
 ) -> Seq2SeqParity:
     """Encode a batch of random sources (:data:`RANDOM_SOURCES`), prefill two decoder tokens,
     then greedy steps through both caches."""
-    import torch
-
     config = torch_model.config
     source = RANDOM_SOURCES[config.model_type](config, batch, seed)
-    torch_source = {name: torch.from_numpy(value) for name, value in source.items()}
+    reference = TORCH_SIDES.get(config.model_type, TorchImageToText)(torch_model, source)
     hidden, cross = onnx_model.encode(source)
-    with torch.no_grad():
-        reference = torch_model.encoder(**torch_source)
     real = source.get("attention_mask", np.ones(hidden.shape[:2])).astype(bool)
-    diff = np.abs(hidden - reference.last_hidden_state.numpy())[real]
-    encoder_diff = float(diff.max())
-    mask = {k: v for k, v in torch_source.items() if k == "attention_mask"}
+    encoder_diff = float(np.abs(hidden - reference.encode())[real].max())
 
-    decoder_ids = np.full((batch, 2), config.decoder_start_token_id, np.int64)
+    decoder_ids = np.full((batch, 2), reference.start_token_id, np.int64)
     decoder_ids[:, 1] = np.arange(batch) + 5  # a second prefill token, different per row
     result = decode_greedy_through_both(
-        torch_decoder_step(torch_model, reference, **mask),
+        reference.decoder_step(),
         onnx_model.decoder_step(source, cross, batch),
         decoder_ids,
         decode_steps,
@@ -119,15 +218,8 @@ def compare_image_to_text(
     # The loop's greedy continuation equals transformers' generate from the same two tokens,
     # up to each row's end of sequence (where generate stops the row: no min_new_tokens,
     # which would suppress the end token and so change the stream).
-    with torch.no_grad():
-        generated = torch_model.generate(
-            **torch_source, decoder_input_ids=torch.from_numpy(decoder_ids),
-            do_sample=False, max_new_tokens=decode_steps + 1,
-        )  # fmt: skip
-    ends = torch_model.generation_config.eos_token_id
-    ends = set(ends if isinstance(ends, list) else [] if ends is None else [ends])
-    ours = [until_end(row, ends) for row in result.greedy_rows().tolist()]
-    theirs = generated[:, 2:].tolist()
+    ours = [until_end(row, reference.end_token_ids) for row in result.greedy_rows().tolist()]
+    theirs = reference.generate(decoder_ids, decode_steps + 1)
     result.generate_match = all(
         row[: len(mine)] == mine for row, mine in zip(theirs, ours, strict=True)
     )
@@ -143,7 +235,7 @@ def until_end(tokens: list[int], ends: set[int]) -> list[int]:
 
 
 def make_random_image_to_text(hf_config, seed: int = 0):
-    """A float32 image-to-text model (``VisionEncoderDecoderModel``, Pix2Struct) from
+    """A float32 image-to-text model (``VisionEncoderDecoderModel``, Pix2Struct, BLIP) from
     ``hf_config``, every parameter perturbed."""
     return make_random_seq2seq(hf_config, seed, auto_class="AutoModelForImageTextToText")
 

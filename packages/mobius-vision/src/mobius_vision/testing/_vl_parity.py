@@ -59,17 +59,20 @@ def compare_vision_language(
     first_position: int = 0,
     rope_positions=None,
     decode_model=None,
+    prefill_model=None,
 ) -> CausalLMParity:
     """Prefill with the processor's ``inputs``, then greedy decode steps through both caches.
 
-    ``rope_positions(torch_model, inputs) -> (positions [3, batch, sequence], deltas [batch, 1])``
-    gives families with 3-D rotary positions (Qwen2-VL's M-RoPE) the prefill positions
-    their model computes; decode steps then feed the text position plus ``deltas`` on all
-    three streams, as their ``generate`` does.
+    ``rope_positions(torch_model, inputs) -> (positions [streams, batch, sequence], deltas
+    [batch, 1])`` gives families with multi-axis rotary positions (Qwen2-VL's M-RoPE: 3
+    streams, HunYuan-VL's: 3 or 4) the prefill positions their model computes; decode steps
+    then feed the text position plus ``deltas`` on every stream, as their ``generate`` does.
 
     ``decode_model(torch_model) -> module`` runs the decode steps on the PyTorch side where
     the family's forward needs the images on every call and its ``generate`` decodes with
-    an inner model (BLIP-2's ``language_model``).
+    an inner model (BLIP-2's ``language_model``). ``prefill_model(torch_model) -> callable``
+    runs the prefill where the family's forward cannot take the kit's feeds as they are
+    (InstructBLIP-Video's hands ``position_ids`` on to its Q-Former too).
     """
     import torch
     from transformers import DynamicCache
@@ -91,8 +94,8 @@ def compare_vision_language(
     result = CausalLMParity()
     for step in range(decode_steps + 1):
         fed_positions = positions
-        if deltas is not None:  # 3-D rotary positions
-            fed_positions = rope if step == 0 else np.stack([positions + deltas] * 3)
+        if deltas is not None:  # multi-axis rotary positions
+            fed_positions = rope if step == 0 else np.stack([positions + deltas] * len(rope))
         feeds = dict(
             input_ids=torch.from_numpy(input_ids),
             attention_mask=torch.from_numpy(mask),
@@ -104,7 +107,11 @@ def compare_vision_language(
             feeds.update({k: torch.from_numpy(v) for k, v in vision.items()})
             if takes_types and types is not None:
                 feeds["token_type_ids"] = torch.from_numpy(types)
-        stepper = torch_model if step == 0 or decode_model is None else decode_model(torch_model)
+        stepper = torch_model
+        if step == 0 and prefill_model is not None:
+            stepper = prefill_model(torch_model)
+        elif step > 0 and decode_model is not None:
+            stepper = decode_model(torch_model)
         with torch.no_grad():
             torch_logits = stepper(**feeds).logits.float().numpy()
         onnx_logits, onnx_cache = onnx_model(
@@ -146,6 +153,7 @@ def check_vision_language_parity(
     image_counts: tuple[int, ...] | None = None,
     rope_positions=None,
     decode_model=None,
+    prefill_model=None,
 ) -> list[CausalLMParity]:
     """Build a perturbed tiny VL model with the CLI per form and ep, and check it against PyTorch.
 
@@ -189,6 +197,7 @@ def check_vision_language_parity(
                 first_position,
                 rope_positions,
                 decode_model,
+                prefill_model,
             )
             result.ep = f"{ep} --form {form}"
             result.assert_close(atol)
