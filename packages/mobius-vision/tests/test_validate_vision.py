@@ -237,3 +237,65 @@ def test_image_to_text_with_a_changed_decoder_weight_fails(image_to_text, tmp_pa
 def test_image_to_text_smoke_run(image_to_text, monkeypatch, tmp_path):
     _, source, out = image_to_text
     assert_smoke_passes(out, source, monkeypatch, tmp_path / "copy")
+
+
+# -- audio, vision and language (the Omni thinkers) -----------------------------------
+
+OMNI = {  # parity case -> the class --validate compares with
+    "qwen2_5_omni": "Qwen2_5OmniThinkerForConditionalGeneration",  # the whole model's thinker
+    "qwen3_omni_moe_thinker": "Qwen3OmniMoeThinkerForConditionalGeneration",
+    "gemma4_unified": "Gemma4UnifiedForConditionalGeneration",
+}
+
+
+@pytest.fixture(scope="module", params=sorted(OMNI))
+def omni(request, tmp_path_factory) -> tuple[str, Path, Path]:
+    """The case's checkpoint with its processor's files (the generate tests' ``Built``)."""
+    case = request.param
+    root = tmp_path_factory.mktemp(case)
+    if case == "gemma4_unified":
+        from test_gemma4_audio_generate import Built as Gemma4Unified
+
+        built = Gemma4Unified(root)
+    else:
+        from test_omni_generate import Built
+
+        built = Built(case, root)
+    return case, built.hf, _build(built.hf, root / "validated")
+
+
+def test_audio_vision_language_validates(omni):
+    case, _, out = omni
+    _assert_passed(out, f"transformers {OMNI[case]}", tokens=True)
+    assert "s of audio" in _validation(out)["checked"]
+
+
+def test_audio_vision_language_with_a_changed_audio_weight_fails(omni, tmp_path):
+    _, source, out = omni
+    broken = broken_copy(out, tmp_path / "broken", "audio/model.onnx", "proj")
+    assert_validation_fails(broken, source)
+
+
+def test_audio_vision_language_smoke_run(omni, monkeypatch, tmp_path):
+    _, source, out = omni
+    assert_smoke_passes(out, source, monkeypatch, tmp_path / "copy")
+
+
+# -- families whose generate decodes with an inner language model ---------------------
+
+INNER_DECODER = {  # parity case -> the class --validate compares with
+    "blip-2-opt": "Blip2ForConditionalGeneration",
+    "kosmos-2": "Kosmos2ForConditionalGeneration",
+}
+
+
+@pytest.mark.parametrize("case", sorted(INNER_DECODER))
+def test_inner_decoder_families_validate(case, tmp_path):
+    """BLIP-2's and Kosmos-2's forward want the image on every call; --validate decodes with
+    their language model, as their ``generate`` does."""
+    from _vl_built import BuiltVL
+    from vl_parity_cases import all_cases
+
+    built = BuiltVL(all_cases()[case], tmp_path, all_cases()[case][0])
+    out = _build(built.hf, tmp_path / "validated")
+    _assert_passed(out, f"transformers {INNER_DECODER[case]}", tokens=True)

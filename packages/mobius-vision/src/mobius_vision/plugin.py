@@ -86,12 +86,13 @@ def register_slice(registry) -> None:
         registry.register_task(
             TaskInfo(name, f"{_TASKS}.{target}", PACKAGE, heads, validate=validate)
         )
-    # Images and audio into one decoder (Qwen2.5-Omni's thinker): no validator yet.
+    # Images and audio into one decoder (the Omni thinkers, Gemma 4 unified).
     registry.register_task(
         TaskInfo(
             "audio-vision-language",
             f"{_TASKS}.audio_vision_language:AudioVisionLanguageTask",
             PACKAGE,
+            validate="mobius_vision.validate:validate_audio_vision_language",
         )
     )
     # An encoder–decoder over an image (TrOCR, Pix2Struct, BLIP): core's seq2seq contract.

@@ -10,6 +10,8 @@ parity kit's compare functions (:mod:`mobius_vision.testing`):
 - ``vision-language`` (either form) and ``cross-attention-vision-language``: one short
   prompt with one random image (seeded) through the family's processor, the prefill
   then greedy decode steps through both caches;
+- ``audio-vision-language``: the vision–language sample with one random audio clip too
+  (a whole Omni checkpoint compared through its thinker);
 - ``image-to-text``: two random sources (pixels at the encoder's size, or Pix2Struct's
   patches) encoded, two decoder tokens prefilled, then greedy steps through both caches,
   and the stream checked against transformers' ``generate``. The processor is mobius's torch-free
@@ -275,6 +277,16 @@ def _image_size(size, vision) -> tuple[int, int]:
     return DEFAULT_IMAGE_SIZE
 
 
+#: The submodule of the reference that runs the decode steps, for families whose forward
+#: wants the images on every call but whose ``generate`` decodes with its language model.
+DECODE_MODULES = {
+    "blip-2": "language_model",
+    "instructblip": "language_model",
+    "instructblipvideo": "language_model",
+    "kosmos-2": "text_model",
+}
+
+
 def validate_vision_language(package_dir: Path, source: Path, record: dict, reference: bool):
     """Prefill the sample prompt with its image, then greedy decode steps (either form)."""
     from mobius_vision.testing._vl_parity import compare_vision_language
@@ -289,6 +301,7 @@ def validate_vision_language(package_dir: Path, source: Path, record: dict, refe
         return smoke_report("vision-language", sample.checked, outputs)
     torch_model = load_reference("AutoModelForImageTextToText", source)
     rope = None if sample.rope is None else (lambda model, inputs: sample.rope)
+    inner = DECODE_MODULES.get(torch_model.config.model_type)
     result = compare_vision_language(
         torch_model,
         onnx_model,
@@ -296,6 +309,7 @@ def validate_vision_language(package_dir: Path, source: Path, record: dict, refe
         SAMPLE_DECODE_STEPS,
         sample.first_position,
         rope,
+        decode_model=None if inner is None else (lambda model: getattr(model, inner)),
     )
     return _decode_report("vision-language", torch_model, sample.checked, result)
 
@@ -420,3 +434,83 @@ def validate_image_to_text(package_dir: Path, source: Path, record: dict, refere
     }
     report.tokens_agree = result.onnx_tokens == result.torch_tokens and result.generate_match
     return report
+
+
+# -- audio-vision-language (the Omni thinkers, Gemma 4 unified) ------------------------
+
+#: The audio sample's length in seconds (random noise at the processor's sampling rate).
+SAMPLE_AUDIO_SECONDS = 0.6
+
+
+def validate_audio_vision_language(package_dir: Path, source: Path, record: dict, reference: bool):
+    """The sample prompt with one random image and one random audio clip (mobius's processor
+    of the family), the prefill then greedy decode steps (either form)."""
+    from mobius_vision.processing import PROCESSORS, processor_for
+    from mobius_vision.testing._omni_parity import random_clips
+    from mobius_vision.testing._vl_parity import compare_vision_language, random_images
+    from mobius_vision.vl_model import OnnxVisionLanguage
+
+    config = _config(package_dir)
+    model_type = config.model_type
+    if model_type not in PROCESSORS:
+        raise MobiusError(f"--validate: mobius has no processor for {model_type!r} audio inputs")
+    processor = processor_for(package_dir, model_type)
+    size = DEFAULT_IMAGE_SIZE
+    samples = int(SAMPLE_AUDIO_SECONDS * processor.sampling_rate)
+    text = processor.with_audio_placeholders(processor.with_placeholders(SAMPLE_PROMPT, 1), 1)
+    inputs = processor(text, random_images(1, size, SEED), random_clips((samples,), SEED))
+    sample = VisionLanguageSample(
+        inputs, f"mobius's {model_type} processor", size, processor.first_position,
+        processor.rope_positions(inputs),
+    )  # fmt: skip
+    checked = sample.checked.replace("image (", f"image, {SAMPLE_AUDIO_SECONDS} s of audio (")
+    onnx_model = OnnxVisionLanguage(package_dir)
+    if not reference:
+        outputs = _greedy_vision_language(onnx_model, sample)
+        return smoke_report("audio-vision-language", checked, outputs)
+    torch_model = _audio_reference(source, config)
+    rope = None if sample.rope is None else (lambda model, inputs: sample.rope)
+    result = compare_vision_language(
+        torch_model,
+        onnx_model,
+        sample.inputs,
+        SAMPLE_DECODE_STEPS,
+        sample.first_position,
+        rope,
+        prefill_model=_with_token_types(sample.inputs),
+    )
+    return _decode_report("audio-vision-language", torch_model, checked, result)
+
+
+def _with_token_types(inputs: dict[str, np.ndarray]):
+    """The kit's ``prefill_model``: the reference's prefill fed the processor's
+    ``mm_token_type_ids`` where its forward reads them (Gemma 4 unified's image tokens
+    attend both ways by them), else None."""
+    types = inputs.get("mm_token_type_ids")
+    if types is None:
+        return None
+
+    def prefill(torch_model):
+        import inspect
+
+        import torch
+
+        if "mm_token_type_ids" not in inspect.signature(torch_model.forward).parameters:
+            return torch_model
+
+        def forward(**feeds):
+            return torch_model(**feeds, mm_token_type_ids=torch.from_numpy(types))
+
+        return forward
+
+    return prefill
+
+
+def _audio_reference(source: Path, config):
+    """The source's model that turns images and audio into text: its image-text-to-text
+    class, or a whole Omni model's thinker alone, read from the whole checkpoint with the
+    ``thinker_config`` (the whole model's loader also reads the talker's speaker pickle)."""
+    thinker = getattr(config, "thinker_config", None)
+    if thinker is not None:
+        return load_reference("AutoModelForImageTextToText", source, config=thinker)
+    return load_reference("AutoModelForImageTextToText", source)

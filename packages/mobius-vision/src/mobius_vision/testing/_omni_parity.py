@@ -16,15 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import onnx
 
-from mobius.testing import PARITY_ATOL, CausalLMParity, build_with_cli, perturb_parameters
-from mobius_vision.testing._vl_parity import (
-    _decoder_session,
-    compare_vision_language,
-    random_images,
-)
-from mobius_vision.vl_model import OnnxVisionLanguage
+from mobius.testing import PARITY_ATOL, CausalLMParity, perturb_parameters
+from mobius_vision.testing._vl_parity import compare_every_build, random_images
 
 
 def random_clips(lengths: tuple[int, ...], seed: int) -> list[np.ndarray]:
@@ -95,23 +89,13 @@ def check_audio_vision_language_parity(
         text=list(prompts), images=images, audio=clips, return_tensors="np", padding=True
     )
     inputs = as_model_inputs(batch)
-    results = []
-    for form in forms:
-        for ep in eps:
-            out = build_with_cli(
-                workdir / "hf", workdir / f"{form}-{ep}", "--ep", ep, "--form", form
-            )
-            if ep == "default":
-                for path in sorted(out.rglob("*.onnx")):
-                    onnx.checker.check_model(str(path), full_check=True)
-            result = compare_vision_language(
-                reference,
-                OnnxVisionLanguage(out, decoder_session=_decoder_session),
-                inputs,
-                decode_steps,
-                rope_positions=rope_positions,
-            )
-            result.ep = f"{ep} --form {form}"
-            result.assert_close(atol)
-            results.append(result)
-    return results
+    return compare_every_build(
+        reference,
+        inputs,
+        workdir,
+        forms=forms,
+        eps=eps,
+        atol=atol,
+        decode_steps=decode_steps,
+        rope_positions=rope_positions,
+    )

@@ -180,6 +180,34 @@ def check_vision_language_parity(
         images = [[image] for image in images]
     inputs = dict(processor(text=list(prompts), images=images, return_tensors="np", padding=True))
     inputs = {k: v.astype(np.float32) if v.dtype == np.float64 else v for k, v in inputs.items()}
+    return compare_every_build(
+        torch_model,
+        inputs,
+        workdir,
+        forms=forms,
+        eps=eps,
+        atol=atol,
+        decode_steps=decode_steps,
+        first_position=first_position,
+        rope_positions=rope_positions,
+        decode_model=decode_model,
+        prefill_model=prefill_model,
+    )
+
+
+def compare_every_build(
+    reference,
+    inputs: dict[str, np.ndarray],
+    workdir: Path,
+    *,
+    forms: tuple[str, ...],
+    eps: tuple[str, ...],
+    atol: float,
+    **compare,
+) -> list[CausalLMParity]:
+    """Build ``workdir/hf`` with the CLI per form and ep (the default ep's graphs checked by
+    the ONNX checker) and compare each build with ``reference`` on ``inputs``
+    (:func:`compare_vision_language`, given ``compare``); every one within ``atol``."""
     results = []
     for form in forms:
         for ep in eps:
@@ -189,16 +217,8 @@ def check_vision_language_parity(
             if ep == "default":
                 for path in sorted(out.rglob("*.onnx")):
                     onnx.checker.check_model(str(path), full_check=True)
-            result = compare_vision_language(
-                torch_model,
-                OnnxVisionLanguage(out, decoder_session=_decoder_session),
-                inputs,
-                decode_steps,
-                first_position,
-                rope_positions,
-                decode_model,
-                prefill_model,
-            )
+            onnx_model = OnnxVisionLanguage(out, decoder_session=_decoder_session)
+            result = compare_vision_language(reference, onnx_model, inputs, **compare)
             result.ep = f"{ep} --form {form}"
             result.assert_close(atol)
             results.append(result)
