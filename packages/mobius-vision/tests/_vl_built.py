@@ -183,3 +183,24 @@ def assert_processor_and_positions_match(built: BuiltVL, axes: int = 3) -> None:
             want_deltas = np.zeros((1, 1), np.int64)
         np.testing.assert_array_equal(positions, want_positions, err_msg=what)
         np.testing.assert_array_equal(deltas, want_deltas, err_msg=what)
+
+
+def write_image_and_wav(folder, samples: int, rate: int):
+    """A wide random PNG (37x45) and a 16-bit mono PCM WAV of ``samples`` random samples at
+    ``rate`` in ``folder``: their paths, for the ``--image`` / ``--audio`` tests."""
+    import wave
+
+    from PIL import Image
+
+    from mobius_vision.testing import random_clips
+
+    image = folder / "wide.png"
+    Image.fromarray(random_image((37, 45), seed=1)).save(image)
+    sound = folder / "noise.wav"
+    clip = random_clips((samples,), seed=3)[0]
+    with wave.open(str(sound), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(rate)
+        out.writeframes((np.clip(clip, -1, 1) * 32767).astype("<i2").tobytes())
+    return image, sound

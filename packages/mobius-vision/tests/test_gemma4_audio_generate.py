@@ -21,11 +21,10 @@ not installed). Then:
 from __future__ import annotations
 
 import json
-import wave
 
 import numpy as np
 import pytest
-from _vl_built import BuiltVL, random_image
+from _vl_built import BuiltVL, random_image, write_image_and_wav
 from omni_parity_cases_gemma4_unified import CASES, TEXT, VISION, gemma4_unified_config
 from test_omni_generate import cli_text, pixels
 
@@ -93,18 +92,7 @@ def built(tmp_path_factory):
 @pytest.fixture(scope="module")
 def media(tmp_path_factory):
     """A PNG, a 16-bit PCM WAV (200 samples at 16 kHz: 13 frames) and the runner's samples."""
-    from PIL import Image
-
-    folder = tmp_path_factory.mktemp("media")
-    image = folder / "wide.png"
-    Image.fromarray(random_image((37, 45), seed=1)).save(image)
-    sound = folder / "noise.wav"
-    clip = random_clips((200,), seed=3)[0]
-    with wave.open(str(sound), "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(RATE)
-        out.writeframes((np.clip(clip, -1, 1) * 32767).astype("<i2").tobytes())
+    image, sound = write_image_and_wav(tmp_path_factory.mktemp("media"), 200, RATE)
     return image, sound, read_audio(sound, RATE)
 
 

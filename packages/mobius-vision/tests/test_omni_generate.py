@@ -21,11 +21,9 @@ CLI (split form). Then:
 
 from __future__ import annotations
 
-import wave
-
 import numpy as np
 import pytest
-from _vl_built import BuiltVL
+from _vl_built import BuiltVL, write_image_and_wav
 from omni_parity_cases import AUD, CASES, IMG
 from test_vl_generate import random_image
 from test_vl_processors_b import assert_same_inputs
@@ -85,18 +83,7 @@ def built(request, tmp_path_factory):
 @pytest.fixture(scope="module")
 def media(tmp_path_factory):
     """A PNG, a 16-bit PCM WAV (0.6 s at 16 kHz) and the samples the runner reads from it."""
-    from PIL import Image
-
-    folder = tmp_path_factory.mktemp("media")
-    image = folder / "wide.png"
-    Image.fromarray(random_image((37, 45), seed=1)).save(image)
-    sound = folder / "noise.wav"
-    clip = random_clips((9600,), seed=3)[0]
-    with wave.open(str(sound), "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(RATE)
-        out.writeframes((np.clip(clip, -1, 1) * 32767).astype("<i2").tobytes())
+    image, sound = write_image_and_wav(tmp_path_factory.mktemp("media"), 9600, RATE)
     return image, sound, read_audio(sound, RATE)
 
 
