@@ -6,7 +6,8 @@ entry-point discovery in a fresh ``mobius`` process. It registers one of each:
 a model type, a task (a graph ``y = x * weight * scale``), a source recogniser
 (``*.toy.json`` files holding config and weights), a build option
 (``--toy-scale``, read by the task), a runner for ``mobius generate`` and one for
-``mobius classify`` with an option of its own (``--toy-upper``).
+``mobius classify`` with an option of its own (``--toy-upper``), and a command of its
+own (``mobius toy-count``) with its option and runner.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ TOY_PACKAGE = '''
 import json
 from pathlib import Path
 
-from mobius.plugins import CliOption, RunnerInfo, SourceInfo, TaskInfo
+from mobius.plugins import CliOption, CommandInfo, RunnerInfo, SourceInfo, TaskInfo
 
 PACKAGE = "toy-mobius"
 
@@ -104,6 +105,29 @@ def register(registry):
             examples=("mobius classify toy-out/ a.png",),
             command="classify",
         )
+    )
+    registry.register_command(
+        CommandInfo(
+            "toy-count",
+            "count the letters of words with a toy package",
+            "Print the length of each WORD, as a toy package counts it.",
+            PACKAGE,
+            inputs_metavar="WORD",
+            inputs_help="the words to count",
+            examples=("mobius toy-count toy-out/ hello",),
+        )
+    )
+    registry.register_option(
+        CliOption(
+            "toy-count",
+            "toy_times",
+            ("--toy-times",),
+            {"type": int, "default": 1, "help": "toy counts: multiply each count by N"},
+            package=PACKAGE,
+        )
+    )
+    registry.register_runner(
+        RunnerInfo("toy-counter", "toy_mobius:accepts", "toy_mobius:count", PACKAGE, command="toy-count")
     )
 
 
@@ -163,6 +187,11 @@ def classify(package_dir, inputs, options):
     for item in inputs:
         label = f"len{len(item)}"
         print(f"{item}: {label.upper() if options['toy_upper'] else label} top{options['top']}")
+    return 0
+
+
+def count(package_dir, inputs, options):
+    print(" ".join(str(len(word) * options["toy_times"]) for word in inputs), options["threads"])
     return 0
 '''
 
@@ -225,6 +254,17 @@ def test_toy_plugin_builds_lists_and_runs(toy_site, tmp_path):
     assert classified.returncode == 0, classified.stderr
     assert classified.stdout.splitlines() == ["ab: LEN2 top2", "abc: LEN3 top2"]
 
+    assert "count the letters" in mobius(toy_site, "--help").stdout
+    count_help = mobius(toy_site, "toy-count", "--help").stdout
+    assert "--toy-times" in count_help and "mobius toy-count toy-out/ hello" in count_help
+    counted = mobius(toy_site, "toy-count", str(out), "ab", "abc", "--toy-times", "2")
+    assert counted.returncode == 0, counted.stderr
+    assert counted.stdout.strip() == "4 6 None"
+    refused = mobius(toy_site, "toy-count", str(tmp_path), "ab")
+    assert refused.returncode == 1
+    assert "no runner of 'mobius toy-count' accepts" in refused.stderr
+    assert "toy-counter" in refused.stderr
+
 
 def test_classify_refuses_a_package_no_classifier_accepts(toy_site, tmp_path):
     (tmp_path / "pkg").mkdir()
@@ -253,3 +293,16 @@ def test_toy_plugin_absent_without_its_distribution(tmp_path):
     empty.mkdir()
     result = mobius(empty, "build", "--help")
     assert result.returncode == 0 and "--toy-scale" not in result.stdout
+
+
+def test_domain_commands_cannot_take_core_names_or_unknown_commands():
+    from mobius._registry import Registry
+    from mobius.plugins import CliOption, CommandInfo, RunnerInfo
+
+    registry = Registry(discover=False)
+    with pytest.raises(ValueError, match="one of core's own"):
+        registry.register_command(CommandInfo("build", "h", "d", "p"))
+    with pytest.raises(ValueError, match="command 'nope' is not one of"):
+        registry.register_option(CliOption("nope", "x", ("--x",), package="p"))
+    with pytest.raises(ValueError, match="command 'nope' is not one of"):
+        registry.register_runner(RunnerInfo("r", "m:a", "m:r", "p", command="nope"))

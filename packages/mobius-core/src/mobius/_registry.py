@@ -30,7 +30,12 @@ from typing import Any
 
 from mobius.errors import MobiusError, UnknownModelTypeError
 from mobius.options import ENCODER_HEADS
-from mobius.plugins import CliOption, RunnerInfo, SourceInfo, TaskInfo, load
+from mobius.plugins import CliOption, CommandInfo, RunnerInfo, SourceInfo, TaskInfo, load
+
+#: Core's own commands; a domain's command takes another name.
+CORE_COMMANDS = ("build", "generate", "embed", "classify", "list", "info")
+#: Core's commands that run packages with the domains' runners.
+RUNNER_COMMANDS = ("generate", "classify")
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +81,7 @@ class Registry:
         self._sources: dict[str, SourceInfo] = {}
         self._options: dict[tuple[str, str], CliOption] = {}  # (command, dest) -> option
         self._runners: dict[str, RunnerInfo] = {}
+        self._commands: dict[str, CommandInfo] = {}
         self._register_core()
 
     def _register_core(self) -> None:
@@ -123,17 +129,28 @@ class Registry:
         """Add a source recogniser (see :class:`mobius.plugins.SourceInfo`)."""
         self._claim(self._sources, info.name, info, "source recogniser")
 
+    def register_command(self, info: CommandInfo) -> None:
+        """Add a domain's top-level command (see :class:`mobius.plugins.CommandInfo`)."""
+        if info.name in CORE_COMMANDS:
+            raise ValueError(f"command {info.name!r} is one of core's own")
+        self._claim(self._commands, info.name, info, "command")
+
     def register_option(self, option: CliOption) -> None:
-        """Add a ``mobius build`` / ``generate`` / ``classify`` option (see :class:`mobius.plugins.CliOption`)."""
-        if option.command not in ("build", "generate", "classify"):
-            raise ValueError(f"option {option.dest!r}: command must be build, generate or classify")
+        """Add an option to ``mobius build`` / ``generate`` / ``classify`` or a domain's
+        command (see :class:`mobius.plugins.CliOption`); register the command first."""
+        self._check_command(option.command, f"option {option.dest!r}", ("build",))
         self._claim(self._options, (option.command, option.dest), option, "option")
 
     def register_runner(self, info: RunnerInfo) -> None:
-        """Add a ``mobius generate`` or ``classify`` runner (see :class:`mobius.plugins.RunnerInfo`)."""
-        if info.command not in ("generate", "classify"):
-            raise ValueError(f"runner {info.name!r}: command must be generate or classify")
+        """Add a runner of ``mobius generate``, ``classify`` or a domain's command
+        (see :class:`mobius.plugins.RunnerInfo`); register the command first."""
+        self._check_command(info.command, f"runner {info.name!r}", ())
         self._claim(self._runners, info.name, info, "runner")
+
+    def _check_command(self, command: str, what: str, also: tuple[str, ...]) -> None:
+        known = (*also, *RUNNER_COMMANDS, *self._commands)
+        if command not in known:
+            raise ValueError(f"{what}: command {command!r} is not one of {', '.join(known)}")
 
     @staticmethod
     def _claim(table: dict, key, info, what: str) -> None:
@@ -172,8 +189,14 @@ class Registry:
         self.load_plugins()
         return [o for (c, _), o in self._options.items() if c == command]
 
+    def commands(self) -> list[CommandInfo]:
+        """The domains' own top-level commands, in registration order."""
+        self.load_plugins()
+        return list(self._commands.values())
+
     def runners(self, command: str = "generate") -> list[RunnerInfo]:
-        """The runners of ``command`` (``"generate"`` or ``"classify"``), in registration order."""
+        """The runners of ``command`` (``"generate"``, ``"classify"``, a domain's command),
+        in registration order."""
         self.load_plugins()
         return [r for r in self._runners.values() if r.command == command]
 

@@ -153,6 +153,21 @@ def _classify(args: argparse.Namespace) -> int:
     )
 
 
+def _run_domain_command(args: argparse.Namespace) -> int:
+    """``mobius NAME OUTPUT_DIR INPUT...`` of a domain's command: its first accepting runner."""
+    from mobius._registry import registry
+
+    runners = registry.runners(args.command)
+    for runner in runners:
+        if runner.accepts_dir(args.output):
+            return runner.run_cli(args.output, args.inputs, vars(args))
+    installed = ", ".join(r.name for r in runners) or "none installed"
+    raise MobiusError(
+        f"no runner of 'mobius {args.command}' accepts {args.output} (runners: {installed}); "
+        "'mobius info' on the package says what it is"
+    )
+
+
 def _embed(args: argparse.Namespace) -> int:
     from mobius.embedding import run_cli
 
@@ -238,6 +253,29 @@ def _add_plugin_options(parser, options, command: str) -> None:
         target.add_argument(*option.flags, dest=option.dest, **option.kwargs)
 
 
+def _add_domain_command(commands, common, info, plugin_options, runners) -> None:
+    """Add a domain package's command (a :class:`mobius.plugins.CommandInfo`) to ``commands``."""
+    examples = (*info.examples, *(e for r in runners for e in r.examples))
+    parser = commands.add_parser(
+        info.name,
+        help=info.help,
+        description=info.description
+        + "\nNeeds ONNX Runtime: pip install mobius-core[run]"
+        + "".join(f"\n\n{r.help}" for r in runners if r.help),
+        epilog="".join(f"  {e}\n" for e in examples)
+        and "examples:\n" + "".join(f"  {e}\n" for e in examples),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[common],
+    )
+    parser.add_argument("output", metavar="OUTPUT_DIR", help="package written by mobius build")
+    parser.add_argument("inputs", metavar=info.inputs_metavar, nargs="+", help=info.inputs_help)
+    parser.add_argument(
+        "--threads", type=int, default=None, metavar="N", help="ONNX Runtime intra-op threads"
+    )
+    _add_plugin_options(parser, plugin_options, info.name)
+    parser.set_defaults(run=_run_domain_command)
+
+
 def make_parser(plugins: bool = True) -> argparse.ArgumentParser:
     """The ``mobius`` argument parser; ``plugins=False`` leaves out the domain packages' options.
 
@@ -245,12 +283,16 @@ def make_parser(plugins: bool = True) -> argparse.ArgumentParser:
     light modules: ``mobius --help`` and ``mobius --version`` need no more.
     """
     plugin_options, heads, runners, classifiers, source_help = [], ["none"], [], [], ""
+    domain_commands, domain_runners = [], {}
     if plugins:
         from mobius._registry import registry
 
-        plugin_options = [o for c in ("build", "generate", "classify") for o in registry.options(c)]
+        domain_commands = registry.commands()
+        names = ("build", "generate", "classify", *(c.name for c in domain_commands))
+        plugin_options = [o for c in names for o in registry.options(c)]
         runners = registry.runners()
         classifiers = registry.runners("classify")
+        domain_runners = {c.name: registry.runners(c.name) for c in domain_commands}
         source_help = "".join(f"\n\n{s.help}" for s in registry.sources() if s.help)
         for info in registry.tasks().values():
             heads += [h for h in info.heads if h not in heads]
@@ -635,6 +677,9 @@ def make_parser(plugins: bool = True) -> argparse.ArgumentParser:
     _add_plugin_options(classify, plugin_options, "classify")
     classify.set_defaults(run=_classify)
 
+    for info in domain_commands:
+        _add_domain_command(commands, common, info, plugin_options, domain_runners[info.name])
+
     list_ = commands.add_parser(
         "list",
         help="list the registered model types, grouped by package",
@@ -731,9 +776,13 @@ def main(argv: list[str] | None = None) -> int:
     (a bug in mobius), 130 interrupted.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
-    # Only build, generate and classify take the domain packages' options: load them for those.
+    # Only build, generate, classify and the domains' own commands (and the command list of
+    # --help) need the domain packages: the others start without loading them.
     command = next((a for a in argv if not a.startswith("-")), None)
-    args = make_parser(plugins=command in ("build", "generate", "classify")).parse_args(argv)
+    plugins = command not in ("embed", "list", "info")
+    if command is None:  # ``mobius --version`` needs none; ``mobius --help`` lists their commands
+        plugins = "-h" in argv or "--help" in argv
+    args = make_parser(plugins=plugins).parse_args(argv)
     verbose = getattr(args, "verbose", False)
     handler = _log_notes(progress=args.command == "build" and not getattr(args, "quiet", False))
     try:

@@ -16,7 +16,10 @@ mobius and hands it to core's :data:`mobius.registry` when it registers:
   reaches the build in :attr:`mobius.BuildOptions.plugin` under its ``dest``;
 - **runners**: ``registry.register_runner(RunnerInfo(...))``: ``mobius generate``
   (or ``mobius classify``, by the runner's ``command``) runs a package with the
-  first runner of that command that accepts its directory.
+  first runner of that command that accepts its directory;
+- **commands**: ``registry.register_command(CommandInfo(...))`` adds a top-level
+  command of the domain's own (``mobius detect``, ``mobius depth``) that takes a
+  package and input files, with its options and runners registered as above.
 
 Everything here is plain data with lazy ``"module:attribute"`` strings, so that
 registering imports nothing heavy: ``mobius --help`` and ``mobius list`` stay fast.
@@ -114,7 +117,7 @@ class CliOption:
     of ``--help`` it appears under.
     """
 
-    command: str  # "build" or "generate"
+    command: str  # "build", "generate", "classify" or a registered CommandInfo's name
     dest: str
     flags: tuple[str, ...]
     kwargs: dict[str, Any] = field(default_factory=dict)
@@ -147,7 +150,8 @@ class RunnerInfo:
     help: str = ""
     #: Example command lines (without the leading two spaces) for ``--help``.
     examples: tuple[str, ...] = ()
-    #: The command the runner answers: ``"generate"`` or ``"classify"``.
+    #: The command the runner answers: ``"generate"``, ``"classify"`` or a registered
+    #: :class:`CommandInfo`'s name.
     command: str = "generate"
 
     def accepts_dir(self, package_dir) -> bool:
@@ -155,3 +159,23 @@ class RunnerInfo:
 
     def run_cli(self, package_dir, inputs: Any, options: dict[str, Any]) -> int:
         return load(self.run)(package_dir, inputs, options)
+
+
+@dataclass(frozen=True)
+class CommandInfo:
+    """A top-level command a domain package adds: ``mobius NAME OUTPUT_DIR INPUT... [options]``.
+
+    Core builds its parser (the package directory, one or more inputs, ``--threads``,
+    and the :class:`CliOption` entries registered for ``name``) and runs the package
+    with the first :class:`RunnerInfo` of ``command=name`` that accepts its directory,
+    as ``mobius classify`` does. ``help`` is the one line of ``mobius --help``;
+    ``description`` the paragraph of ``mobius NAME --help``.
+    """
+
+    name: str
+    help: str
+    description: str
+    package: str
+    inputs_metavar: str = "INPUT"
+    inputs_help: str = "the input files"
+    examples: tuple[str, ...] = ()
