@@ -124,7 +124,7 @@ def test_embed_minilm(venv, tmp_path, capsys):
 def test_classify_an_image(venv, tmp_path, capsys):
     import torch
     from PIL import Image
-    from transformers import ViTConfig, ViTForImageClassification, ViTImageProcessor
+    from transformers import ViTConfig, ViTForImageClassification, ViTImageProcessorPil
 
     from mobius.testing import perturb_parameters
 
@@ -136,7 +136,7 @@ def test_classify_an_image(venv, tmp_path, capsys):
     model = ViTForImageClassification(config)
     perturb_parameters(model, 0)
     model.save_pretrained(tmp_path / "hf")
-    ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(tmp_path / "hf")
+    ViTImageProcessorPil(size={"height": 32, "width": 32}).save_pretrained(tmp_path / "hf")
     out = build_with_cli(tmp_path / "hf", tmp_path / "vit")
     image = tmp_path / "cat.png"
     pixels = np.random.default_rng(0).integers(0, 256, (40, 50, 3), dtype=np.uint8)

@@ -93,23 +93,96 @@ KITS += (
         "test_omni_parity.py",
         "test_audio_vision_language_parity",
         "omni_parity_cases:CASES",
-        "Models that see and hear (omni thinkers)",
+        "Models that see and hear",
         "fp32, max abs difference ≤ 1e-4 on the prefill logits of two left-padded prompts, each "
         "with a random image and a random audio clip, through the family's real processor, and "
         "on 8 greedy decode steps through the cache, equal greedy tokens, --form split and "
-        "single, --ep default and cpu; the text output (thinker) only",
+        "single, --ep default and cpu; the text output (the Omni models: their thinker)",
+    ),
+)
+
+#: The dense-prediction contracts (issue 25): each kit's cases name a model_type, and an
+#: architecture class as ``model_class`` where mobius registers the head under it (BEiT's
+#: segmentation head beside its classifier).
+KITS += (
+    (
+        "object-detection",
+        "test_detection_parity.py",
+        "test_detection_parity",
+        "detection_parity_cases:all_cases",
+        "Object detection",
+        "fp32, max abs difference ≤ 1e-4 on logits and pred_boxes, a batch of two different "
+        "random images (the second padded: pixel_mask compared), --ep default and cpu",
+    ),
+    (
+        "zero-shot-object-detection",
+        "test_zero_shot_detection_parity.py",
+        "test_zero_shot_detection_parity",
+        "zero_shot_detection_parity_cases:all_cases",
+        "Zero-shot object detection",
+        "fp32, max difference ≤ 1e-4 on text_embeds, logits, pred_boxes, class_embeds and "
+        "image_embeds (OWLv2: objectness_logits), relative to the output's scale where it is "
+        "above 1 (the logits), three query texts of different lengths and two different random "
+        "images, --ep default and cpu",
+    ),
+    (
+        "semantic-segmentation",
+        "test_segmentation_parity.py",
+        "test_semantic_segmentation_parity",
+        "segmentation_parity_cases:all_cases",
+        "Semantic segmentation",
+        "fp32, max abs difference ≤ 1e-4 on the logits, a batch of two different random "
+        "images, --ep default and cpu",
+    ),
+    (
+        "universal-segmentation",
+        "test_universal_segmentation_parity.py",
+        "test_universal_segmentation_parity",
+        "universal_segmentation_parity_cases:CASES",
+        "Universal segmentation",
+        "fp32, max difference ≤ 1e-4 on class_queries_logits and masks_queries_logits, "
+        "relative to the output's scale where it is above 1, a batch of two different random "
+        "images, --ep default and cpu",
+    ),
+    (
+        "mask-generation",
+        "test_sam_parity.py",
+        "test_mask_generation_parity",
+        "sam_parity_cases:all_cases",
+        "Promptable mask generation (Segment Anything)",
+        "fp32, max abs difference ≤ 1e-4 on the image embeddings, pred_masks and iou_scores, "
+        "two different random images with point, point-and-box and box prompts, --ep default "
+        "and cpu; the image predictor only",
+    ),
+    (
+        "depth-estimation",
+        "test_depth_parity.py",
+        "test_depth_parity",
+        "depth_parity_cases:all_cases",
+        "Depth estimation",
+        "fp32, max abs difference ≤ 1e-4 of the depth's scale on predicted_depth, a batch of "
+        "two different random images, --ep default and cpu",
     ),
 )
 
 #: Registered types whose parity test cannot run in this environment, and why: listed as
 #: registered but not verified (their tests skip, naming the missing library).
-NOT_RUNNABLE_HERE = {
-    "gemma3n": "transformers builds its vision tower with timm (and torchvision), which the "
-    "test environment does not install",
-}
+NOT_RUNNABLE_HERE: dict[str, str] = {}
 
 #: Types not built yet, and what building them needs: SUPPORT.md says so beside "not yet".
 NOT_YET = {
+    # Dense prediction (issue 25).
+    "deformable_detr": "its two-stage encoder and mask handling are not written yet (its "
+    "deformable attention, backbone and post-processing are)",
+    "grounding-dino": "its BERT text encoder, text–image fusion and text cross-attention "
+    "decoder are not written yet",
+    "oneformer": "its task-conditioned query and text mapper are not written yet",
+    "zoedepth": "its metric-bins heads over a BEiT backbone are not written yet",
+    "depth_pro": "its multi-scale patch encoders and field-of-view head are not written yet",
+    "sam2_video": "the video memory path (memory attention and encoder) is not built; "
+    "sam2 builds the image predictor",
+    "edgetam": "its RepViT encoder and perceiver memory are not written yet",
+    "edgetam_video": "the video memory path is not built",
     # Image classification and zero-shot.
     "dinat": "its neighbourhood attention runs in the natten library, which has no ONNX form",
     "hiera": "its masked-unit hierarchical encoder is not written yet",
@@ -188,8 +261,6 @@ BUILT_ELSEWHERE = {
 
 #: What a verified type's build leaves out, said beside "verified".
 PARTLY = {
-    "phi4_multimodal": "images; the audio encoder not yet",
-    "gemma4": "images; the audio tower not yet (its encoder is written and checked alone)",
     "molmo2": "images; video not yet",
     "qwen2_5_omni": "the thinker (text out); the talker and token2wav speech output not yet",
     "qwen3_omni_moe": "the thinker (text out); the talker and code2wav speech output not yet",
@@ -200,21 +271,26 @@ PARTLY = {
 }
 
 #: Parity tests beside a kit's own function: task -> (file, test function, case table).
-#: SigLIP 2's vision tower takes square images where PyTorch takes NaFlex patches.
-#: Phi-4-multimodal's image path runs through the audio kit (transformers maps it to no
-#: image-text-to-text class) with no clips; Gemma 4 unified's case has a file of its own.
+#: SigLIP 2's vision tower takes square images where PyTorch takes NaFlex patches;
+#: RT-DETR's ResNet-vd is checked as the backbone it is (transformers has no model of it alone).
+#: Phi-4-multimodal's cases (images, audio, both) run through the audio kit under the
+#: graphs' input names; Gemma 4's, Gemma 4 unified's and Gemma 3n's cases have files
+#: of their own.
 EXTRA_PARITY = {
     "image-classification": (
         ("test_zero_shot_parity.py", "test_siglip2_vision_parity",
          "test_zero_shot_parity:NAFLEX_VISION_CASES"),
-    ),
-    "vision-language": (
-        ("test_phi4mm_parity.py", "test_phi4_multimodal_image_parity",
-         "test_phi4mm_parity:CASES"),
+        ("test_deformable_backbones.py", "test_backbone_parity",
+         "test_deformable_backbones:CASES"),
     ),
     "audio-vision-language": (
+        ("test_phi4mm_parity.py", "test_phi4_multimodal_parity", "test_phi4mm_parity:CASES"),
         ("test_gemma4_unified_parity.py", "test_audio_vision_language_parity",
          "omni_parity_cases_gemma4_unified:CASES"),
+        ("test_gemma4_parity.py", "test_audio_vision_language_parity",
+         "omni_parity_cases_gemma4:CASES"),
+        ("test_gemma3n_parity.py", "test_audio_vision_language_parity",
+         "omni_parity_cases_gemma3n:CASES"),
     ),
 }  # fmt: skip
 
@@ -235,6 +311,12 @@ def transformers_types() -> dict[str, dict[str, str]]:
         "image-classification": classify,
         "zero-shot-image-classification": zero_shot,
         "vision-language": dict(auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES),
+        "object-detection": dict(auto.MODEL_FOR_OBJECT_DETECTION_MAPPING_NAMES),
+        "zero-shot-object-detection": dict(auto.MODEL_FOR_ZERO_SHOT_OBJECT_DETECTION_MAPPING_NAMES),
+        "semantic-segmentation": dict(auto.MODEL_FOR_SEMANTIC_SEGMENTATION_MAPPING_NAMES),
+        "universal-segmentation": dict(auto.MODEL_FOR_UNIVERSAL_SEGMENTATION_MAPPING_NAMES),
+        "mask-generation": dict(auto.MODEL_FOR_MASK_GENERATION_MAPPING_NAMES),
+        "depth-estimation": dict(auto.MODEL_FOR_DEPTH_ESTIMATION_MAPPING_NAMES),
     }
     return {task: {k: first(v) for k, v in t.items()} for task, t in tables.items()}
 
@@ -243,6 +325,19 @@ def _cases(spec: str) -> dict:
     module_name, _, attr = spec.partition(":")
     found = getattr(importlib.import_module(module_name), attr)
     return found() if callable(found) else found
+
+
+def _case_keys(case: tuple | dict) -> set[str]:
+    """The registry keys a case verifies: the architecture class it builds where mobius
+    registers that class as a key (``model_class`` in its options: BEiT's segmentation
+    head), else its model_type."""
+    import mobius_vision
+
+    if isinstance(case, dict):  # a backbone case: the config's fields, model_type among them
+        return {case["model_type"]}
+    model_type, *rest = case
+    classes = {o.get("model_class") for o in rest if isinstance(o, dict)}
+    return (classes & set(mobius_vision.model_types())) or {model_type}
 
 
 def statuses(junit_xml: Path | None) -> dict[str, list[tuple[str, str, str]]]:
@@ -267,8 +362,9 @@ def statuses(junit_xml: Path | None) -> dict[str, list[tuple[str, str, str]]]:
                 for types in shipped.values()
                 if built_as == task and key in types
             }
+    classes = {name for types in shipped.values() for name in types.values()}
     for key, task in registered.items():  # towers no task table lists (CLIP's vision tower)
-        if not any(key in types for types in shipped.values()):
+        if key not in classes and not any(key in types for types in shipped.values()):
             name = MULTIMODAL_LM_NAMES.get(key) or MODEL_MAPPING_NAMES.get(key, "?")
             shipped[task][key] = name if isinstance(name, str) else name[0]
     tables = {}
@@ -278,12 +374,15 @@ def statuses(junit_xml: Path | None) -> dict[str, list[tuple[str, str, str]]]:
             (test, spec),
             *((t, c) for _, t, c in EXTRA_PARITY.get(task, ())),
         ):
-            for case, (model_type, *_rest) in _cases(case_spec).items():
-                cases_by_type[model_type].append((case_test, case))
+            for case, fields in _cases(case_spec).items():
+                for key in _case_keys(fields):
+                    cases_by_type[key].append((case_test, case))
         rows = []
         for model_type, hf_class in sorted(shipped[task].items()):
-            cases = cases_by_type.get(model_type, [])
-            built_as = registered.get(model_type)
+            # a head mobius registers under its architecture class (BeitForSemanticSegmentation)
+            key = hf_class if registered.get(hf_class) == task else model_type
+            cases = cases_by_type.get(key, [])
+            built_as = registered.get(key)
             if built_as == task and model_type in NOT_RUNNABLE_HERE:
                 status = f"registered, not verified: {NOT_RUNNABLE_HERE[model_type]}"
             elif built_as == task:
@@ -291,7 +390,7 @@ def statuses(junit_xml: Path | None) -> dict[str, list[tuple[str, str, str]]]:
                 status = f"verified ({len(cases)} cases)" if ok else "registered, parity FAILING"
                 if ok and model_type in PARTLY:
                     status += f": {PARTLY[model_type]}"
-            elif built_as is not None:
+            elif built_as is not None and model_type not in shipped.get(built_as, {}):
                 heading = next(kit[4] for kit in KITS if kit[0] == built_as)
                 status = f"built as {built_as}: see {heading}"
             elif model_type in BUILT_ELSEWHERE:
@@ -313,8 +412,9 @@ def parity_tests() -> dict[str, str]:
     tests: dict[str, str] = {}
     for task, file, test, spec, _heading, _covers in KITS:
         for case_file, case_test, case_spec in ((file, test, spec), *EXTRA_PARITY.get(task, ())):
-            for model_type, *_rest in _cases(case_spec).values():
-                add_test(tests, model_type, case_file, case_test)
+            for fields in _cases(case_spec).values():
+                for key in _case_keys(fields):
+                    add_test(tests, key, case_file, case_test)
     return tests
 
 

@@ -36,11 +36,10 @@ def save_processor(processor, directory) -> None:
     base = next(c for c in type(processor).__mro__ if c.__module__.startswith("transformers."))
     skip = {"self", "image_processor", "tokenizer", "video_processor", "chat_template", "kwargs"}
     settings = {"image_processor": processor.image_processor.to_dict()}
-    if hasattr(
-        processor, "feature_extractor"
-    ):  # an audio processor's, nested as transformers 5 does
-        # (its JSON form: Gemma 4's holds its mel filters as an array)
-        settings["feature_extractor"] = json.loads(processor.feature_extractor.to_json_string())
+    for audio in ("feature_extractor", "audio_processor"):  # as the processor names it
+        if hasattr(processor, audio):  # nested as transformers 5 does; its JSON form (Gemma
+            # 4's holds its mel filters as an array)
+            settings[audio] = json.loads(getattr(processor, audio).to_json_string())
     for name in inspect.signature(base.__init__).parameters:
         value = getattr(processor, name, None)
         if name not in skip and isinstance(value, (int, float, str, list)):

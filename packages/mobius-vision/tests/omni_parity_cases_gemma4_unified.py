@@ -23,7 +23,17 @@ from transformers.models.gemma4_unified.feature_extraction_gemma4_unified import
 )
 from vl_parity_cases._tiny import VideoProcessorOptional, vl_config
 from vl_parity_cases.gemma4 import AUDIO as AUDIO_TOKEN
-from vl_parity_cases.gemma4 import BOA, BOI, EOA, EOI, IMAGE, NAMED_TOKENS, SPECIAL_TOKENS, VIDEO
+from vl_parity_cases.gemma4 import (
+    BOA,
+    BOI,
+    EOA,
+    EOI,
+    IMAGE,
+    NAMED_TOKENS,
+    SPECIAL_TOKENS,
+    VIDEO,
+    ImagesByPrompt,
+)
 from vl_parity_cases.gemma4 import TEXT as GEMMA4_TEXT
 
 from mobius.testing import tiny_tokenizer
@@ -64,15 +74,10 @@ def gemma4_unified_config(text=TEXT, **fields):
     )
 
 
-class ImageAudioGemma4UnifiedProcessor(VideoProcessorOptional, Gemma4UnifiedProcessor):
-    """Gemma4UnifiedProcessor over images and audio (no video processor); a flat list of
-    images (the shared kit's) goes to the prompts in order, as many as each holds."""
-
-    def __call__(self, text=None, images=None, **kwargs):
-        if images and isinstance(text, list) and not isinstance(images[0], list):
-            flat = iter(images)
-            images = [[next(flat) for _ in range(t.count(self.image_token))] for t in text]
-        return super().__call__(text=text, images=images, **kwargs)
+class ImageAudioGemma4UnifiedProcessor(
+    ImagesByPrompt, VideoProcessorOptional, Gemma4UnifiedProcessor
+):
+    """Gemma4UnifiedProcessor over images and audio (no video processor)."""
 
 
 def gemma4_unified_processor(config):

@@ -1,7 +1,7 @@
 """Gemma 3n's audio encoder (``models/_gemma3n_audio.py``) against transformers'
 ``Gemma3nAudioEncoder``: a tiny random encoder with every parameter perturbed, a batch of
 two with one padded, attention chunks shorter than the left context (the band crosses
-chunks) and a logit cap that bites. (Not wired into the ``gemma3n`` build yet.)"""
+chunks) and a logit cap that bites. (The whole model is checked in test_gemma3n_parity.py.)"""
 
 from __future__ import annotations
 

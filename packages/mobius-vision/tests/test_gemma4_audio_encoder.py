@@ -1,7 +1,8 @@
 """Gemma 4's audio encoder (``models/_gemma4_audio.py``) against transformers'
 ``Gemma4AudioModel``: a tiny random encoder with every parameter perturbed, a batch of two
 with one padded, attention chunks shorter than the left context (the band crosses
-chunks), with and without frames ahead, a logit cap that bites, clipped linears. (Not wired into the ``gemma4`` build yet.)"""
+chunks), with and without frames ahead, a logit cap that bites, clipped linears. (The
+whole ``gemma4`` build with it: ``test_gemma4_parity.py``.)"""
 
 from __future__ import annotations
 

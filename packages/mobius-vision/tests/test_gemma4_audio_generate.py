@@ -24,12 +24,12 @@ import json
 
 import numpy as np
 import pytest
-from _vl_built import BuiltVL, random_image, write_image_and_wav
+from _vl_built import random_image, write_image_and_wav
 from omni_parity_cases_gemma4_unified import CASES, TEXT, VISION, gemma4_unified_config
+from test_gemma4_generate import Gemma4Built, assert_bad_audio_is_refused, assert_inputs_match
 from test_omni_generate import cli_text, pixels
 
 from mobius.cli import main
-from mobius.errors import MobiusError
 from mobius_audio.audio_file import read_audio
 from mobius_vision.processing import HF_PROCESSOR_FILE, processor_for
 from mobius_vision.testing import random_clips
@@ -41,13 +41,14 @@ RATE = 16000
 MODEL_CLASS = "Gemma4UnifiedForConditionalGeneration"
 
 
-class Built(BuiltVL):
+class Built(Gemma4Built):
     """The case with image runs attending both ways, its processor settings the hub's."""
 
     def __init__(self, root) -> None:
         _type, _config, make_processor, options = CASES["gemma4_unified"]
         both_ways = gemma4_unified_config(dict(TEXT, use_bidirectional_attention="vision"))
-        super().__init__(("gemma4_unified", both_ways, make_processor, options), root)
+        case = ("gemma4_unified", both_ways, make_processor, options)
+        super().__init__(case, root, "gemma4_unified")
         path = self.package / HF_PROCESSOR_FILE
         settings = json.loads(path.read_text(encoding="utf-8"))
         settings["image_processor"].update(
@@ -73,15 +74,6 @@ class Built(BuiltVL):
             if "input_features_mask" in inputs:
                 inputs["input_features_mask"] = inputs["input_features_mask"].bool()
         return inputs
-
-    def greedy_text(self, prompt: str, images: list, audios=(), max_new_tokens: int = 8) -> str:
-        import torch
-
-        inputs = self.hf_inputs(prompt, images, "pt", audios)
-        with torch.no_grad():
-            out = self.model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
-        new = out[0, inputs["input_ids"].shape[1] :].tolist()
-        return self.processor.tokenizer.decode(new, skip_special_tokens=True)
 
 
 @pytest.fixture(scope="module")
@@ -109,31 +101,11 @@ def test_processor_matches_transformers(built):
         (f"w3 {IMG}", [random_image((20, 30), 7)], []),
         ("w15 w17 w19", [], []),
     ]
-    for prompt, images, clips in cases:
-        what = f"{prompt!r} with {[i.shape for i in images]} and {[c.size for c in clips]}"
-        expected = {
-            k: np.asarray(v) for k, v in built.hf_inputs(prompt, images, audios=clips).items()
-        }
-        got = mine(prompt, images, clips)
-        assert sorted(got) == sorted(expected), what
-        for name, value in expected.items():
-            assert got[name].dtype == (np.float32 if value.dtype.kind == "f" else value.dtype), name
-            np.testing.assert_allclose(
-                got[name], value, atol=1e-6, rtol=0, err_msg=f"{name} {what}"
-            )
+    assert_inputs_match(built, mine, cases)
 
 
 def test_bad_audio_input_is_a_one_line_error(built, tmp_path, capsys):
-    mine = processor_for(built.package, "gemma4_unified")
-    with pytest.raises(MobiusError, match="placeholder"):  # two clips, one placeholder
-        mine(f"w3 {AUD}", [], random_clips((40, 50), 1))
-    with pytest.raises(MobiusError, match="no samples"):
-        mine(f"w3 {AUD}", [], [np.zeros(0, np.float32)])
-    capsys.readouterr()
-    args = [str(built.package), PROMPT, "--audio", str(tmp_path / "missing.wav")]
-    assert main(["generate", *args]) == 1
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and "no such file" in lines[0], lines
+    assert_bad_audio_is_refused(built, PROMPT, tmp_path, capsys)
 
 
 def test_generate_with_image_and_audio_matches_transformers(built, media, capsys):

@@ -295,7 +295,6 @@ def test_genai_resizes_pixtral_images_unlike_transformers(tmp_path):
     [
         ("llava", "llava-llama", "no vision–language class for 'llava'"),
         ("gemma3", "gemma3", "cannot run 'gemma3' packages: its decoder takes token_type_ids"),
-        ("gemma4", "gemma4", "cannot run 'gemma4' packages: its sliding and full attention"),
         ("lfm2_vl", "lfm2_vl-two-grids", "cannot run 'lfm2_vl' packages: its SigLIP 2 tower"),
         (
             "qwen3_vl",

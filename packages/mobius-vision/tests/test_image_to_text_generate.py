@@ -29,7 +29,7 @@ SPECIALS = {"<s>": 0, "</s>": 2}  # then <unk> 1, <pad> 3
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    from transformers import ViTImageProcessor
+    from transformers import ViTImageProcessorPil
 
     work = tmp_path_factory.mktemp("trocr")
     # An untied head: a tied one tends to repeat the start token (the end token too) at once.
@@ -37,7 +37,7 @@ def built(tmp_path_factory):
     config = vision_encoder_decoder(vit(48), decoder)
     model = make_random_image_to_text(config, seed=1)
     tokenizer = tiny_tokenizer(config.decoder.vocab_size, SPECIALS)
-    image_processor = ViTImageProcessor(size={"height": 32, "width": 32})
+    image_processor = ViTImageProcessorPil(size={"height": 32, "width": 32})
     for part in (model, tokenizer, image_processor):
         part.save_pretrained(work / "hf")
     package = build_with_cli(work / "hf", work / "onnx")

@@ -45,7 +45,6 @@ FAMILIES = {
     "video_llava": ("video_llava-llama", PROMPT),
     "paligemma": ("paligemma-gemma", "w5 w7 w9 w11"),  # the processor puts the image first
     "gemma3": ("gemma3", "<start_of_image> w3 w8 w2"),
-    "gemma3n": ("gemma3n", "USER: <image_soft_token> w3 w8 w2"),  # needs timm (its tower)
     "llava_next": ("llava_next-llama-wide-tall", PROMPT),
     "llava_onevision": ("llava_onevision-qwen2-siglip-wide-tall", PROMPT),
     "llava_next_video": ("llava_next_video-llama-wide-tall-images", PROMPT),

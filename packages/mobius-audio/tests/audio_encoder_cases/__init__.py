@@ -7,16 +7,8 @@ Each module defines ``CASES``: case name -> (model_type, config overrides) or
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
+from mobius.testing import collect_cases
 
 
 def all_cases() -> dict[str, tuple]:
-    cases: dict[str, tuple] = {}
-    for info in pkgutil.iter_modules(__path__):
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        for name, case in module.CASES.items():
-            if name in cases:
-                raise ValueError(f"parity case {name!r} is defined twice (in {info.name})")
-            cases[name] = case
-    return cases
+    return collect_cases(__name__, __path__)

@@ -8,8 +8,7 @@ an error.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
+from mobius.testing import collect_cases
 
 TINY = dict(
     vocab_size=128,
@@ -24,11 +23,4 @@ TINY = dict(
 
 
 def all_cases() -> dict[str, tuple]:
-    cases: dict[str, tuple] = {}
-    for info in pkgutil.iter_modules(__path__):
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        for name, case in module.CASES.items():
-            if name in cases:
-                raise ValueError(f"parity case {name!r} is defined twice (in {info.name})")
-            cases[name] = case
-    return cases
+    return collect_cases(__name__, __path__)

@@ -155,6 +155,19 @@ class VisionLanguageConfig:
             "(only Qwen2-VL's and Qwen2.5-VL's do)"
         )
 
+    def genai_audio_processor_config(self, preprocessor: dict[str, Any]) -> dict[str, Any]:
+        """The generator's ``audio_processor_config.json`` (its speech feature extraction),
+        for a package with an ``audio/`` graph, from the source's processor settings.
+
+        Raises :class:`~mobius.genai.GenAIUnsupportedError` where the generator has no
+        feature extraction for the family: a family overrides this where it does.
+        """
+        from mobius.genai import GenAIUnsupportedError
+
+        raise GenAIUnsupportedError(
+            f"onnxruntime-genai has no audio feature extraction for {self.model_type!r}"
+        )
+
 
 def composed_config(hf_sub_config: Any) -> Any:
     """The normalised config of a sub-model, by the family the registry holds for its type."""

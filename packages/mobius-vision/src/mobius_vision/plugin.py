@@ -56,6 +56,132 @@ CLASSIFY_HELP = (
     "separated by ';' (mobius-vision)."
 )
 
+SEGMENT_HELP = (
+    "A semantic-segmentation package (SegFormer, UperNet, BEiT, DPT) makes the pixels as its\n"
+    "preprocessor_config.json says, upsamples its logits bilinearly to each image's size\n"
+    "and takes the likeliest class of every pixel, as transformers' image-segmentation\n"
+    "pipeline does: the class map goes to a PNG (palette mode, pixel value = class id) and\n"
+    "one line per image lists the classes present with their share of the pixels,\n"
+    "largest first (mobius-vision)."
+)
+
+
+SAM_SEGMENT_HELP = (
+    "A Segment Anything package (SAM: image_encoder/ and prompt_decoder/) segments what the\n"
+    "prompt shows: --point X,Y (repeatable; --background-point for what to leave out)\n"
+    "and/or --box X0,Y0,X1,Y1, in pixels of the image. The pixels and coordinates are\n"
+    "made as transformers' SamProcessor makes them and the masks post-processed as its\n"
+    "post_process_masks does; the mask with the best predicted IoU goes to the PNG (255\n"
+    "inside) and one line per image lists every mask's IoU score (mobius-vision)."
+)
+UNIVERSAL_SEGMENT_HELP = (
+    "A universal-segmentation package (MaskFormer, Mask2Former) scores a class and a mask\n"
+    "per query; each pixel takes the class whose query probabilities times mask\n"
+    "probabilities sum highest, upsampled to the image, as transformers'\n"
+    "post_process_semantic_segmentation does. The class map is written as a PNG (pixel\n"
+    "value = class id) and the classes present are printed with their share of the\n"
+    "pixels (mobius-vision)."
+)
+
+#: ``mobius segment``'s prompt options: dest, flag, metavar, help.
+SAM_PROMPT_OPTIONS = (
+    (
+        "points",
+        "--point",
+        "X,Y",
+        "a point on the object, in pixels of the image (repeat it for several)",
+    ),
+    (
+        "background_points",
+        "--background-point",
+        "X,Y",
+        "a point off the object (repeatable)",
+    ),
+    (
+        "box",
+        "--box",
+        "X0,Y0,X1,Y1",
+        "a box around the object, top-left then bottom-right",
+    ),
+)
+
+DETECT_HELP = (
+    "An object-detection package (DETR, Conditional DETR, DAB-DETR, Table Transformer,\n"
+    "YOLOS...) finds boxes in each image: its preprocessor_config.json makes the pixels (and\n"
+    "pixel_mask) as transformers' image processor does, and the boxes are post-processed as\n"
+    "its post_process_object_detection does (DETR: softmax without the no-object class;\n"
+    "Conditional DETR: a sigmoid per class, top 100). One line per box: IMAGE: label score\n"
+    "x0 y0 x1 y1 (corners in the image's pixels), in the order transformers' pipeline lists\n"
+    "them (mobius-vision)."
+)
+ZERO_SHOT_DETECT_HELP = (
+    "A zero-shot object-detection package (OWL-ViT, OWLv2) finds the objects --labels names:\n"
+    "its text graph embeds the labels once (the package's tokenizer), its image graph scores\n"
+    "each patch of an image against them. Pixels as transformers' OwlViT/Owlv2 image\n"
+    "processor makes them; boxes as its zero-shot-object-detection pipeline lists them: each\n"
+    "label scored alone (a sigmoid), every box above --threshold (the pipeline's default is\n"
+    "0.1), best first. One line per box: IMAGE: label score x0 y0 x1 y1 (mobius-vision)."
+)
+_ZERO_SHOT_DETECTOR = "mobius_vision.zero_shot_detection_runner"
+#: mobius detect's options: (dest, flags, argparse keywords).
+DETECT_OPTIONS = (
+    (
+        "threshold",
+        ("--threshold",),
+        dict(
+            type=float,
+            default=0.5,
+            metavar="SCORE",
+            help="keep the boxes scoring above SCORE, in [0, 1] (default 0.5, as transformers' "
+            "pipeline)",
+        ),
+    ),
+    (
+        "boxes_png",  # "output" is the package directory's dest
+        ("--output",),
+        dict(
+            default=None,
+            metavar="PNG",
+            help="draw the boxes on the image and save it as PNG (one IMAGE only). Example: "
+            "mobius detect detr-out/ street.jpg --output street-boxes.png",
+        ),
+    ),
+)
+
+DEPTH_HELP = (
+    "A depth-estimation package (Depth Anything, DPT...) estimates each image's depth as\n"
+    "transformers' depth-estimation pipeline does: the package's preprocessor_config.json\n"
+    "makes the pixels, the depth is resized back to the image's size (bicubic). Writes a\n"
+    "16-bit grey PNG, the depth stretched from its min (0) to its max (65535): brighter is\n"
+    "a larger model output (Depth Anything's relative depth is inverse: brighter is nearer),\n"
+    "and prints each map's min and max; --raw keeps the float values. A Prompt Depth\n"
+    "Anything package also takes the image's low-resolution depth (--prompt-depth) and\n"
+    "returns metric depth (mobius-vision)."
+)
+
+#: mobius-vision's own commands: name, the line of ``mobius --help``, the paragraph of
+#: ``mobius NAME --help``.
+DENSE_COMMANDS = (
+    (
+        "detect",
+        "find objects in images with a built object-detection package",
+        "Run the object-detection package in OUTPUT_DIR on each IMAGE with ONNX Runtime:\n"
+        "print one line per box found (label, score, corners in pixels) and draw them.",
+    ),
+    (
+        "segment",
+        "segment images with a built segmentation or Segment Anything package",
+        "Run the segmentation package in OUTPUT_DIR on each IMAGE with ONNX Runtime and\n"
+        "write its mask as a PNG.",
+    ),
+    (
+        "depth",
+        "estimate depth maps with a built depth-estimation package",
+        "Run the depth-estimation package in OUTPUT_DIR on each IMAGE with ONNX Runtime and\n"
+        "write its depth map as a PNG.",
+    ),
+)
+
 
 def register_slice(registry) -> None:
     """Register what mobius-vision owns besides its model types (safe to call twice).
@@ -69,8 +195,21 @@ def register_slice(registry) -> None:
     (:mod:`mobius_vision.image_to_text_runner`), and the ``mobius classify`` runner of
     image classifiers and zero-shot packages (:mod:`mobius_vision.classifier`).
     """
-    from mobius.plugins import CliOption, RunnerInfo, SourceInfo, TaskInfo
+    from mobius.plugins import CliOption, CommandInfo, RunnerInfo, SourceInfo, TaskInfo
     from mobius_vision.config import VISION_HEADS, VISION_LANGUAGE_FORMS
+
+    # The dense-prediction commands; their runners and options are registered below.
+    for name, help_line, description in DENSE_COMMANDS:
+        registry.register_command(
+            CommandInfo(
+                name,
+                help_line,
+                description,
+                PACKAGE,
+                inputs_metavar="IMAGE",
+                inputs_help="the images (PNG, JPEG...)",
+            )
+        )
 
     for name, target, heads in (
         ("image-classification", "image_classification:ImageClassificationTask", VISION_HEADS),
@@ -86,7 +225,7 @@ def register_slice(registry) -> None:
         registry.register_task(
             TaskInfo(name, f"{_TASKS}.{target}", PACKAGE, heads, validate=validate)
         )
-    # Images and audio into one decoder (the Omni thinkers, Gemma 4 unified).
+    # Images and audio into one decoder (the Omni thinkers, Gemma 4, Gemma 4 unified).
     registry.register_task(
         TaskInfo(
             "audio-vision-language",
@@ -102,6 +241,60 @@ def register_slice(registry) -> None:
             f"{_TASKS}.image_to_text:ImageToTextTask",
             PACKAGE,
             validate="mobius_vision.validate:validate_image_to_text",
+        )
+    )
+    # Class scores and boxes per image (DETR and its family): mobius detect's packages.
+    # A depth map per image (Depth Anything, DPT, GLPN): mobius depth's packages.
+    registry.register_task(
+        TaskInfo(
+            "depth-estimation",
+            f"{_TASKS}.depth_estimation:DepthEstimationTask",
+            PACKAGE,
+            validate="mobius_vision.validate:validate_depth_estimation",
+        )
+    )
+    registry.register_task(
+        TaskInfo(
+            "object-detection",
+            f"{_TASKS}.object_detection:ObjectDetectionTask",
+            PACKAGE,
+            validate="mobius_vision.validate:validate_object_detection",
+        )
+    )
+    # Boxes found by free-text queries (OWL-ViT, OWLv2): text/ and image/ graphs.
+    registry.register_task(
+        TaskInfo(
+            "zero-shot-object-detection",
+            f"{_TASKS}.zero_shot_detection:ZeroShotObjectDetectionTask",
+            PACKAGE,
+            validate="mobius_vision.validate:validate_zero_shot_object_detection",
+        )
+    )
+    # A class score per position of a coarse grid (SegFormer, UperNet): mobius segment's packages.
+    registry.register_task(
+        TaskInfo(
+            "semantic-segmentation",
+            f"{_TASKS}.semantic_segmentation:SemanticSegmentationTask",
+            PACKAGE,
+            validate="mobius_vision.validate:validate_semantic_segmentation",
+        )
+    )
+    # A class and a mask per learned query (MaskFormer): mobius segment's packages.
+    registry.register_task(
+        TaskInfo(
+            "universal-segmentation",
+            f"{_TASKS}.universal_segmentation:UniversalSegmentationTask",
+            PACKAGE,
+            validate="mobius_vision.validate:validate_universal_segmentation",
+        )
+    )
+    # Promptable masks (Segment Anything): image_encoder/ and prompt_decoder/ graphs.
+    registry.register_task(
+        TaskInfo(
+            "mask-generation",
+            f"{_TASKS}.mask_generation:MaskGenerationTask",
+            PACKAGE,
+            validate="mobius_vision.validate:validate_mask_generation",
         )
     )
     registry.register_option(
@@ -157,8 +350,9 @@ def register_slice(registry) -> None:
                 action="append",
                 default=None,
                 metavar="FILE",
-                help="an audio clip for a package that hears too (Qwen2.5-Omni, Qwen3-Omni: WAV, "
-                "FLAC, OGG, MP3); repeat it for several, in the order of the prompt's audio "
+                help="an audio clip for a package that hears too (one with an audio/ graph: "
+                "Qwen2.5-Omni, Qwen3-Omni, Gemma 4...; WAV, FLAC, OGG, MP3); repeat it for "
+                "several, in the order of the prompt's audio "
                 "placeholders. "
                 'Example: mobius generate omni-out/ "What do you hear?" --audio clip.wav',
             ),
@@ -217,6 +411,46 @@ def register_slice(registry) -> None:
             examples=RUNNER_EXAMPLES,
         )
     )
+    # mobius depth: depth-estimation packages (mobius_vision.depth_runner)
+    registry.register_runner(
+        RunnerInfo(
+            "depth-estimation",
+            accepts="mobius_vision.depth_runner:is_depth_package",
+            run="mobius_vision.depth_runner:run_cli",
+            package=PACKAGE,
+            help=DEPTH_HELP,
+            examples=(
+                "mobius depth depth-anything-out/ room.jpg --output room-depth.png --raw room.npy",
+                "mobius depth dpt-out/ a.png b.png",
+            ),
+            command="depth",
+        )
+    )
+    for dest, flag, metavar, text in (
+        (
+            "depth_png",
+            "--output",
+            "PNG",
+            "where the depth PNG of the (one) image goes; default <image stem>-depth.png here",
+        ),
+        ("depth_raw", "--raw", "NPY", "also save the float32 depth map [height, width] there"),
+        (
+            "depth_prompt",
+            "--prompt-depth",
+            "FILE",
+            "Prompt Depth Anything: the image's low-resolution depth (a 16-bit PNG in "
+            "millimetres, as its processor's prompt_scale_to_meter reads it, or a 2-D .npy)",
+        ),
+    ):
+        registry.register_option(
+            CliOption(
+                command="depth",
+                dest=dest,
+                flags=(flag,),
+                kwargs=dict(default=None, metavar=metavar, help=text),
+                package=PACKAGE,
+            )
+        )
     # mobius classify: image classifiers and zero-shot dual encoders (mobius_vision.classifier)
     registry.register_runner(
         RunnerInfo(
@@ -230,5 +464,125 @@ def register_slice(registry) -> None:
                 'mobius classify clip-out/ cat.png --labels "cat,dog,a red car"',
             ),
             command="classify",
+        )
+    )
+    # mobius segment: semantic-segmentation packages (mobius_vision.segmentation_runner).
+    registry.register_runner(
+        RunnerInfo(
+            "semantic-segmentation",
+            accepts="mobius_vision.segmentation_runner:is_semantic_segmentation_package",
+            run="mobius_vision.segmentation_runner:run_cli",
+            package=PACKAGE,
+            help=SEGMENT_HELP,
+            examples=(
+                "mobius segment segformer-out/ street.png --output street-mask.png",
+                "mobius segment upernet-out/ a.jpg b.jpg --output masks/",
+            ),
+            command="segment",
+        )
+    )
+    registry.register_option(
+        CliOption(
+            command="segment",
+            dest="mask_output",  # "output" is the package directory's dest
+            flags=("--output",),
+            kwargs=dict(
+                default=None,
+                metavar="PATH",
+                help="where the mask PNG goes: a file for one image, a folder (one <stem>.png "
+                "each) for several; default <stem>.segment.png in the current folder",
+            ),
+            package=PACKAGE,
+        )
+    )
+    # mobius segment: universal-segmentation packages (MaskFormer; universal_segmentation_runner).
+    registry.register_runner(
+        RunnerInfo(
+            "universal-segmentation",
+            accepts="mobius_vision.universal_segmentation_runner:is_universal_segmentation_package",
+            run="mobius_vision.universal_segmentation_runner:run_cli",
+            package=PACKAGE,
+            help=UNIVERSAL_SEGMENT_HELP,
+            examples=("mobius segment maskformer-out/ street.png --output street-mask.png",),
+            command="segment",
+        )
+    )
+    # mobius segment: Segment Anything packages, prompted (mobius_vision.sam_runner).
+    registry.register_runner(
+        RunnerInfo(
+            "mask-generation",
+            accepts="mobius_vision.sam_runner:is_mask_generation_package",
+            run="mobius_vision.sam_runner:run_cli",
+            package=PACKAGE,
+            help=SAM_SEGMENT_HELP,
+            examples=(
+                "mobius segment sam-out/ truck.jpg --point 500,375 --output truck-mask.png",
+                "mobius segment sam-out/ truck.jpg --box 75,275,1725,850 --point 575,750",
+            ),
+            command="segment",
+        )
+    )
+    for dest, flag, metavar, help_text in SAM_PROMPT_OPTIONS:
+        registry.register_option(
+            CliOption(
+                command="segment",
+                dest=dest,
+                flags=(flag,),
+                kwargs=dict(
+                    action="store" if dest == "box" else "append",
+                    default=None,
+                    metavar=metavar,
+                    help=help_text,
+                ),
+                group="Segment Anything packages",
+                package=PACKAGE,
+            )
+        )
+    # mobius detect: object detectors (DETR and its family, mobius_vision.detection_runner).
+    registry.register_runner(
+        RunnerInfo(
+            "object-detection",
+            accepts="mobius_vision.detection_runner:is_detection_package",
+            run="mobius_vision.detection_runner:run_cli",
+            package=PACKAGE,
+            help=DETECT_HELP,
+            examples=(
+                "mobius detect detr-out/ street.jpg",
+                "mobius detect detr-out/ street.jpg --threshold 0.9 --output street-boxes.png",
+            ),
+            command="detect",
+        )
+    )
+    for dest, flags, kwargs in DETECT_OPTIONS:
+        registry.register_option(
+            CliOption(command="detect", dest=dest, flags=flags, kwargs=kwargs, package=PACKAGE)
+        )
+    # mobius detect --labels: zero-shot detectors (OWL-ViT, OWLv2; zero_shot_detection_runner).
+    registry.register_runner(
+        RunnerInfo(
+            "zero-shot-object-detection",
+            accepts=f"{_ZERO_SHOT_DETECTOR}:is_zero_shot_detection_package",
+            run=f"{_ZERO_SHOT_DETECTOR}:run_cli",
+            package=PACKAGE,
+            help=ZERO_SHOT_DETECT_HELP,
+            examples=(
+                'mobius detect owlvit-out/ street.jpg --labels "a cat,a remote" --threshold 0.1',
+                'mobius detect owlv2-out/ street.jpg --labels "a bus" --output street-boxes.png',
+            ),
+            command="detect",
+        )
+    )
+    registry.register_option(
+        CliOption(
+            command="detect",
+            dest="labels",
+            flags=("--labels",),
+            kwargs=dict(
+                default=None,
+                metavar="TEXTS",
+                help="what to look for, comma-separated (zero-shot packages: OWL-ViT, OWLv2). "
+                'Example: mobius detect owlvit-out/ street.jpg --labels "a cat,a remote"',
+            ),
+            package=PACKAGE,
         )
     )

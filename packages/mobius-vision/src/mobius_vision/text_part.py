@@ -88,7 +88,12 @@ WHOLE_GRAPHS = {
     "or one model.onnx that takes pixel_values (--form single)",
     "cross-attention-vision-language": "vision/ and decoder/ graphs (the image's "
     "cross-attention cache made once)",
+    "audio-vision-language": "vision/, audio/, embedding/ and decoder/ graphs (--form split, "
+    "the default), or one model.onnx that takes pixel_values and the audio features "
+    "(--form single)",
 }
+#: What an audio-vision-language build of a config without ``audio_config`` makes.
+WITHOUT_AUDIO = "; no audio/ graph: the config has no audio tower"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -308,7 +313,9 @@ def describe(path: Path, registry) -> SourceDescription | None:
     (the build ``--part text`` makes) and says so.
     """
     wrapper = read_wrapper(path)
-    if wrapper is None or _text_decoder(wrapper, registry) is None:
+    if wrapper is None:
+        return _one_level_description(path, registry)
+    if _text_decoder(wrapper, registry) is None:
         return None
     text = (
         f"--part text: the {wrapper.text_type} text decoder alone (a causal-lm package, "
@@ -325,4 +332,22 @@ def describe(path: Path, registry) -> SourceDescription | None:
             plugin={"part": "text"},
         )
     graphs = WHOLE_GRAPHS.get(whole.task, f"the {whole.task} package")
+    if whole.task == "audio-vision-language" and not isinstance(
+        wrapper.raw.get("audio_config"), dict
+    ):
+        graphs = WHOLE_GRAPHS["vision-language"] + WITHOUT_AUDIO
     return SourceDescription((f"{wrapper.model_type} whole: {graphs}", text))
+
+
+def _one_level_description(path: Path, registry) -> SourceDescription | None:
+    """The graphs of a model that sees and hears whose config keeps its decoder's fields at
+    the top (no ``text_config``, so no ``--part text``), for ``mobius info``; None else."""
+    if not path.is_dir() or not (path / "config.json").is_file():
+        return None
+    try:
+        entry = lookup(registry, path)
+    except MobiusError:
+        return None
+    if entry.task != "audio-vision-language":
+        return None
+    return SourceDescription((f"whole: {WHOLE_GRAPHS[entry.task]}",))

@@ -5,13 +5,23 @@ transformers reads it (``from_pretrained``, float32) on the same sample, through
 parity kit's compare functions (:mod:`mobius_vision.testing`):
 
 - ``image-classification``: two random images' pixels at the config's image size;
+- ``semantic-segmentation``: two random images' pixels at the graph's size, the logits
+  compared relative to their scale above 1 (the segmentation parity kit's measure);
+- ``mask-generation``: two random images' pixels at the graph's size and three prompts
+  (points, a point and a box each, boxes alone) through both graphs;
+- ``depth-estimation``: two random images through the package's image processor (and
+  random prompt depths for Prompt Depth Anything), the depth compared relative to its
+  scale above 1 (the depth parity kit's measure);
+- ``object-detection``: two random images at the config's image size (YOLOS) or
+  :data:`DETECTION_IMAGE_SIZE`, the second padded where the graph takes ``pixel_mask``;
 - ``zero-shot-image-classification``: three token sequences of random ids (padded at
   the end, ended by the end token) against the same two images;
 - ``vision-language`` (either form) and ``cross-attention-vision-language``: one short
   prompt with one random image (seeded) through the family's processor, the prefill
   then greedy decode steps through both caches;
 - ``audio-vision-language``: the vision–language sample with one random audio clip too
-  (a whole Omni checkpoint compared through its thinker);
+  (a whole Omni checkpoint compared through its thinker; none for a package without an
+  audio graph);
 - ``image-to-text``: two random sources (pixels at the encoder's size, or Pix2Struct's
   patches) encoded, two decoder tokens prefilled, then greedy steps through both caches,
   and the stream checked against transformers' ``generate``. The processor is mobius's torch-free
@@ -455,16 +465,22 @@ def validate_audio_vision_language(package_dir: Path, source: Path, record: dict
     if model_type not in PROCESSORS:
         raise MobiusError(f"--validate: mobius has no processor for {model_type!r} audio inputs")
     processor = processor_for(package_dir, model_type)
+    onnx_model = OnnxVisionLanguage(package_dir)
+    hears = bool(onnx_model.audio_names)  # a checkpoint without an audio tower: images alone
     size = DEFAULT_IMAGE_SIZE
-    samples = int(SAMPLE_AUDIO_SECONDS * processor.sampling_rate)
-    text = processor.with_audio_placeholders(processor.with_placeholders(SAMPLE_PROMPT, 1), 1)
-    inputs = processor(text, random_images(1, size, SEED), random_clips((samples,), SEED))
+    text = processor.with_placeholders(SAMPLE_PROMPT, 1)
+    clips = []
+    if hears:
+        clips = random_clips((int(SAMPLE_AUDIO_SECONDS * processor.sampling_rate),), SEED)
+        text = processor.with_audio_placeholders(text, 1)
+    inputs = processor(text, random_images(1, size, SEED), clips)
     sample = VisionLanguageSample(
         inputs, f"mobius's {model_type} processor", size, processor.first_position,
         processor.rope_positions(inputs),
     )  # fmt: skip
-    checked = sample.checked.replace("image (", f"image, {SAMPLE_AUDIO_SECONDS} s of audio (")
-    onnx_model = OnnxVisionLanguage(package_dir)
+    checked = sample.checked
+    if hears:
+        checked = checked.replace("image (", f"image, {SAMPLE_AUDIO_SECONDS} s of audio (")
     if not reference:
         outputs = _greedy_vision_language(onnx_model, sample)
         return smoke_report("audio-vision-language", checked, outputs)
@@ -477,9 +493,25 @@ def validate_audio_vision_language(package_dir: Path, source: Path, record: dict
         SAMPLE_DECODE_STEPS,
         sample.first_position,
         rope,
-        prefill_model=_with_token_types(sample.inputs),
+        prefill_model=_reference_prefill(sample.inputs, processor),
     )
     return _decode_report("audio-vision-language", torch_model, checked, result)
+
+
+def _reference_prefill(inputs: dict[str, np.ndarray], processor):
+    """The kit's ``prefill_model``: the reference's prefill fed the inputs under its own
+    names (``processor.reference_inputs``), with the token types where it reads them."""
+    with_types = _with_token_types(inputs)
+
+    def prefill(torch_model):
+        model = torch_model if with_types is None else with_types(torch_model)
+
+        def forward(**feeds):
+            return model(**processor.reference_inputs(feeds))
+
+        return forward
+
+    return prefill
 
 
 def _with_token_types(inputs: dict[str, np.ndarray]):
@@ -508,9 +540,195 @@ def _with_token_types(inputs: dict[str, np.ndarray]):
 
 def _audio_reference(source: Path, config):
     """The source's model that turns images and audio into text: its image-text-to-text
-    class, or a whole Omni model's thinker alone, read from the whole checkpoint with the
+    class (else its multimodal-LM one), or a whole Omni model's thinker alone, read from the whole checkpoint with the
     ``thinker_config`` (the whole model's loader also reads the talker's speaker pickle)."""
     thinker = getattr(config, "thinker_config", None)
     if thinker is not None:
         return load_reference("AutoModelForImageTextToText", source, config=thinker)
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    if config.model_type not in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:  # Phi-4-multimodal
+        return load_reference("AutoModelForMultimodalLM", source)
     return load_reference("AutoModelForImageTextToText", source)
+
+
+# -- semantic segmentation -------------------------------------------------------------
+
+
+def validate_semantic_segmentation(package_dir: Path, source: Path, record: dict, reference: bool):
+    """The ``logits`` of two random images at the graph's size, against
+    ``AutoModelForSemanticSegmentation`` (relative to the logits' scale above 1)."""
+    from mobius_vision.testing._segmentation_parity import random_image_batch, scaled_difference
+    from mobius_vision.vl_model import cpu_session
+
+    session = cpu_session(package_dir / "model.onnx")
+    channels, height, width = session.get_inputs()[0].shape[1:]
+    pixels = random_image_batch(SAMPLE_IMAGES, channels, (height, width), SEED)
+    checked = f"{SAMPLE_IMAGES} random images of {height}x{width} pixels"
+    outputs = _run(session, {"pixel_values": pixels})
+    if not reference:
+        return smoke_report("semantic-segmentation", checked, outputs)
+    import torch
+
+    torch_model = load_reference("AutoModelForSemanticSegmentation", source)
+    with torch.no_grad():
+        expected = torch_model(pixel_values=torch.from_numpy(pixels)).logits.numpy()
+    report = ValidationReport("semantic-segmentation", _reference_name(torch_model), checked)
+    report.diffs = {"logits": scaled_difference(outputs["logits"], expected)}
+    return report
+
+
+# -- universal segmentation (MaskFormer, Mask2Former) -----------------------------------
+
+#: The image size ``--validate`` feeds a universal-segmentation graph (it takes any; 64 is a
+#: multiple of the backbones' stride 32).
+UNIVERSAL_SEGMENTATION_IMAGE_SIZE = (64, 64)
+
+
+def validate_universal_segmentation(package_dir: Path, source: Path, record: dict, reference: bool):
+    """``class_queries_logits`` and ``masks_queries_logits`` of two random 64x64 images,
+    against ``AutoModelForUniversalSegmentation`` (each relative to its scale above 1)."""
+    from mobius_vision.tasks.universal_segmentation import UNIVERSAL_SEGMENTATION_OUTPUTS
+    from mobius_vision.testing._segmentation_parity import random_image_batch, scaled_difference
+    from mobius_vision.vl_model import cpu_session
+
+    session = cpu_session(package_dir / "model.onnx")
+    channels = _count(_config(package_dir), "num_channels", 3)
+    size = UNIVERSAL_SEGMENTATION_IMAGE_SIZE
+    pixels = random_image_batch(SAMPLE_IMAGES, channels, size, SEED)
+    checked = f"{SAMPLE_IMAGES} random images of {size[0]}x{size[1]} pixels"
+    outputs = _run(session, {"pixel_values": pixels})
+    if not reference:
+        return smoke_report("universal-segmentation", checked, outputs)
+    import torch
+
+    torch_model = load_reference("AutoModelForUniversalSegmentation", source)
+    with torch.no_grad():
+        expected = torch_model(pixel_values=torch.from_numpy(pixels))
+    report = ValidationReport("universal-segmentation", _reference_name(torch_model), checked)
+    report.diffs = {
+        name: scaled_difference(outputs[name], getattr(expected, name).numpy())
+        for name in UNIVERSAL_SEGMENTATION_OUTPUTS
+    }
+    return report
+
+
+# -- mask generation (Segment Anything) --------------------------------------------------
+
+
+def validate_mask_generation(package_dir: Path, source: Path, record: dict, reference: bool):
+    """Both graphs on two random images' pixels at the graph's size and three prompts
+    (points, a point and a box each, boxes alone), against transformers' ``AutoModel``
+    (``SamModel``, ``SamHQModel``): ``get_image_embeddings``, then ``forward`` given them."""
+    from mobius_vision.testing._sam_parity import compare_mask_generation, sam_prompts
+    from mobius_vision.vl_model import cpu_session
+
+    encoder = cpu_session(package_dir / "image_encoder" / "model.onnx")
+    decoder = cpu_session(package_dir / "prompt_decoder" / "model.onnx")
+    channels, height, width = encoder.get_inputs()[0].shape[1:]
+    pixels = np.random.default_rng(SEED).standard_normal((SAMPLE_IMAGES, channels, height, width))
+    pixels = pixels.astype(np.float32)
+    prompts = sam_prompts(height, SAMPLE_IMAGES, SEED)
+    checked = f"{SAMPLE_IMAGES} random images of {height}x{width} pixels, {len(prompts)} prompts"
+    if not reference:
+        image = _run(encoder, {"pixel_values": pixels})
+        outputs = dict(image)
+        for name, prompt in prompts.items():
+            for key, value in _run(decoder, {**image, **prompt}).items():
+                outputs[f"{name}/{key}"] = value
+        return smoke_report("mask-generation", checked, outputs)
+    torch_model = load_reference("AutoModel", source)
+    report = ValidationReport("mask-generation", _reference_name(torch_model), checked)
+    report.diffs = compare_mask_generation(
+        torch_model, encoder, decoder, pixels, prompts, checked=False
+    )
+    return report
+
+
+# -- depth estimation -----------------------------------------------------------------
+
+
+def validate_depth_estimation(package_dir: Path, source: Path, record: dict, reference: bool):
+    """``predicted_depth`` of two random images made into pixels by the package's own image
+    processor (:mod:`mobius_vision.depth_runner`: sizes the family takes), and random prompt
+    depths where the graph takes them, compared relative to the depth's scale above 1."""
+    from mobius_vision.depth_runner import load_depth_processor
+    from mobius_vision.testing._depth_parity import compare_depth
+    from mobius_vision.vl_model import cpu_session
+
+    session = cpu_session(package_dir / "model.onnx")
+    processor = load_depth_processor(package_dir)
+    rng = np.random.default_rng(SEED)
+    images = rng.integers(0, 256, (SAMPLE_IMAGES, *DEFAULT_IMAGE_SIZE, 3), dtype=np.uint8)
+    feeds = {"pixel_values": np.stack([processor(image) for image in images])}
+    if "prompt_depth" in {i.name for i in session.get_inputs()}:
+        feeds["prompt_depth"] = rng.uniform(0.5, 5.0, (SAMPLE_IMAGES, 1, 8, 8)).astype(np.float32)
+    height, width = feeds["pixel_values"].shape[2:]
+    checked = f"{SAMPLE_IMAGES} random images as {height}x{width} pixels"
+    if not reference:
+        return smoke_report("depth-estimation", checked, _run(session, feeds))
+    torch_model = load_reference("AutoModelForDepthEstimation", source)
+    report = ValidationReport("depth-estimation", _reference_name(torch_model), checked)
+    report.diffs = compare_depth(torch_model, session, feeds)
+    return report
+
+
+#: The detection sample's image size where the config names none (DETR takes any size).
+DETECTION_IMAGE_SIZE = (96, 128)
+
+
+def validate_object_detection(package_dir: Path, source: Path, record: dict, reference: bool):
+    """``logits`` and ``pred_boxes`` of two random images (the second padded at the bottom and
+    right, its ``pixel_mask`` 0 there, where the graph takes a mask)."""
+    from mobius_vision.testing._detection_parity import compare_detection, detection_inputs
+    from mobius_vision.vl_model import cpu_session
+
+    session = cpu_session(package_dir / "model.onnx")
+    config = _config(package_dir)
+    padded = any(i.name == "pixel_mask" for i in session.get_inputs())
+    size = DETECTION_IMAGE_SIZE if padded else _image_geometry(config).image_size
+    channels = _count(config, "num_channels", 3)
+    feeds = detection_inputs(tuple(size), SAMPLE_IMAGES, SEED, padded, channels)
+    checked = f"{SAMPLE_IMAGES} random images of {size[0]}x{size[1]} pixels"
+    if not reference:
+        return smoke_report("object-detection", checked, _run(session, feeds))
+    torch_model = load_reference("AutoModelForObjectDetection", source)
+    report = ValidationReport("object-detection", _reference_name(torch_model), checked)
+    report.diffs = compare_detection(torch_model, session, feeds, min_spread=0.0)
+    return report
+
+
+# -- zero-shot object detection -------------------------------------------------------
+
+
+def validate_zero_shot_object_detection(
+    package_dir: Path, source: Path, record: dict, reference: bool
+):
+    """Both graphs on three random query texts and two random images at the config's image
+    size, against transformers' ``AutoModelForZeroShotObjectDetection`` (OWL-ViT, OWLv2)."""
+    from mobius_vision.testing._zero_shot_detection_parity import (
+        compare_zero_shot_detection,
+        query_batch,
+    )
+    from mobius_vision.vl_model import cpu_session
+
+    sessions = tuple(cpu_session(package_dir / g / "model.onnx") for g in ("text", "image"))
+    config = _config(package_dir)
+    vocab = _count(_section(config, "text_config"), "vocab_size", None, low=3)
+    input_ids, attention_mask = query_batch((6, 3, 5), vocab, SEED)
+    vision = _image_geometry(_section(config, "vision_config"))
+    height, width = vision.image_size
+    rng = np.random.default_rng(SEED)
+    pixels = rng.standard_normal((SAMPLE_IMAGES, vision.num_channels, height, width))
+    pixels = pixels.astype(np.float32)
+    checked = f"3 query texts, {SAMPLE_IMAGES} random images of {height}x{width} pixels"
+    if not reference:
+        text = _run(sessions[0], {"input_ids": input_ids, "attention_mask": attention_mask})
+        outputs = {**text, **_run(sessions[1], {"pixel_values": pixels, **text})}
+        return smoke_report("zero-shot-object-detection", checked, outputs)
+    torch_model = load_reference("AutoModelForZeroShotObjectDetection", source)
+    report = ValidationReport("zero-shot-object-detection", _reference_name(torch_model), checked)
+    report.diffs = compare_zero_shot_detection(
+        torch_model, sessions, input_ids, attention_mask, pixels, min_spread=0.0
+    )
+    return report

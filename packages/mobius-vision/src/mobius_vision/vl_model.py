@@ -21,8 +21,14 @@ TEXT_INPUTS = ("input_ids", "attention_mask", "position_ids", "token_type_ids")
 #: The split form's encoder graphs, each a folder beside embedding/ and decoder/ (vision/
 #: always; audio/ where the package hears: :mod:`mobius_vision.tasks.audio_vision_language`).
 ENCODERS = ("vision", "audio")
-#: (int64: a processor's bool masks go into int64 mask inputs, Aria's ``pixel_mask``.)
-_ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64}
+#: (int64: a processor's bool masks go into int64 mask inputs, Aria's ``pixel_mask``; bool:
+#: the masks a graph takes as onnxruntime-genai feeds them, Phi-4-multimodal's audio mask.)
+_ORT_TYPES = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(int64)": np.int64,
+    "tensor(bool)": np.bool_,
+}
 
 
 def cpu_session(path: Path):

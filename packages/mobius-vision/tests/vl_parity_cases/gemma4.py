@@ -1,5 +1,10 @@
-"""Gemma 4: the patch tower over a wide and a tall image (both padded to the patch budget),
-2x2 position pooling, and the Gemma 4 text decoder with per-layer inputs and KV sharing.
+"""Gemma 4's tiny configs and processor: the patch tower over a wide and a tall image (both
+padded to the patch budget), 2x2 position pooling, and the Gemma 4 text decoder with
+per-layer inputs and KV sharing.
+
+Gemma 4 builds on the audio-vision-language contract: its parity cases (built from these
+pieces, with and without an audio tower) are in ``omni_parity_cases_gemma4.py``, so this
+module adds none to the vision–language kit's.
 
 The real ``Gemma4Processor`` (its PIL image processor, 4-pixel patches, at most 70 soft
 tokens after 2x2 pooling, so 280 patches) resizes 37x45 (height x width) to 56x72 and
@@ -94,8 +99,20 @@ def gemma4_config(vision=VISION, text=TEXT, **fields):
     )
 
 
-class ImageGemma4Processor(VideoProcessorOptional, Gemma4Processor):
-    """Gemma4Processor over images (its audio feature extractor is numpy)."""
+class ImagesByPrompt:
+    """Mixed in before a Gemma processor class: a flat list of images (the audio kit's) goes
+    to the prompts in order, as many as each holds (the processor wants one list per prompt)."""
+
+    def __call__(self, text=None, images=None, **kwargs):
+        if images and isinstance(text, list) and not isinstance(images[0], list):
+            flat = iter(images)
+            images = [[next(flat) for _ in range(t.count(self.image_token))] for t in text]
+        return super().__call__(text=text, images=images, **kwargs)
+
+
+class ImageGemma4Processor(ImagesByPrompt, VideoProcessorOptional, Gemma4Processor):
+    """Gemma4Processor over images and audio (no video processor; its audio feature
+    extractor is numpy)."""
 
 
 def gemma4_processor(config):
@@ -105,8 +122,10 @@ def gemma4_processor(config):
         pooling_kernel_size=vision.pooling_kernel_size,
         max_soft_tokens=70,
     )
+    audio = config.audio_config  # the tower reads as many mel bins as its first channels
+    mel_bins = 128 if audio is None else audio.subsampling_conv_channels[0]
     return ImageGemma4Processor(
-        feature_extractor=Gemma4AudioFeatureExtractor(),
+        feature_extractor=Gemma4AudioFeatureExtractor(feature_size=mel_bins),
         image_processor=image_processor,
         tokenizer=tiny_tokenizer(config.text_config.vocab_size, SPECIAL_TOKENS, NAMED_TOKENS),
         video_processor=None,
@@ -114,7 +133,6 @@ def gemma4_processor(config):
     )
 
 
-OPTIONS = dict(prompts=PROMPTS, images_per_prompt=True, image_sizes=((37, 45), (29, 21)))
 # 3x3 pooling (the checkpoints'; transformers keeps padding rows without pooling, so 1 is
 # not a case), standardised tokens, clipped linears (their bounds stay
 # infinite: the kit perturbs them by a finite amount), no per-layer inputs, no KV sharing,
@@ -123,12 +141,6 @@ PLAIN_VISION = dict(
     VISION, pooling_kernel_size=3, num_key_value_heads=2, standardize=True, use_clipped_linears=True
 )
 PLAIN_TEXT = dict(TEXT, hidden_size_per_layer_input=0, num_kv_shared_layers=0)
-CASES = {
-    "gemma4": ("gemma4", gemma4_config(), gemma4_processor, OPTIONS),
-    "gemma4-pool3-standardized-plain-text": (
-        "gemma4",
-        gemma4_config(PLAIN_VISION, PLAIN_TEXT, tie_word_embeddings=False),
-        gemma4_processor,
-        OPTIONS,
-    ),
-}
+#: The image prompts' options (test_gemma4_bidirectional_parity.py).
+OPTIONS = dict(prompts=PROMPTS, images_per_prompt=True, image_sizes=((37, 45), (29, 21)))
+CASES: dict[str, tuple] = {}  # Gemma 4's run through the audio kit (module docstring)

@@ -6,6 +6,7 @@ noise, saved with ``save_pretrained``, built through the same path as
 """
 
 from mobius.testing._blocks import run_kept_blocks
+from mobius.testing._cases import collect_cases
 from mobius.testing._encoder_parity import (
     EncoderParity,
     check_encoder_parity,
@@ -38,6 +39,7 @@ from mobius.testing._tokenizer import tiny_tokenizer
 from mobius.testing._validation import assert_smoke_passes, assert_validation_fails, broken_copy
 
 __all__ = [
+    "collect_cases",
     "text_forward",
     "assert_smoke_passes",
     "assert_validation_fails",

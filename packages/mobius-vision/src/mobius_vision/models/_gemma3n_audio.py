@@ -1,6 +1,6 @@
 """Gemma 3n's audio encoder (transformers' ``Gemma3nAudioEncoder``, a USM-style conformer), as ONNX.
 
-Not wired into the ``gemma3n`` build yet (no ``audio/`` graph): a verified building block.
+The ``gemma3n`` build's ``audio/`` graph (:mod:`.gemma3n`), checked alone too.
 
 - Subsampling: two 2-D convolutions over ``[time, mel]`` (time padded causally, mel by one
   each side), each followed by a *cumulative* group norm (statistics over all channels

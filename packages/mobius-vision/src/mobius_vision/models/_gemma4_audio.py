@@ -1,6 +1,6 @@
 """Gemma 4's audio encoder (transformers' ``Gemma4AudioModel``, a USM-style conformer), as ONNX.
 
-Not wired into the ``gemma4`` build yet (no ``audio/`` graph): a verified building block.
+The ``gemma4`` build's ``audio/`` graph runs it (:mod:`.gemma4`).
 
 - Subsampling: two 3x3 stride-2 convolutions over ``[time, mel]`` (padding 1), each on
   input zeroed at padded frames and followed by a bias-free LayerNorm over channels and
@@ -237,7 +237,8 @@ class Gemma4AudioAttention(nn.Module):
     def _relative_logits(self, op, q, sinusoids, length):
         """``[batch, heads, time, time]``: ``q_i . r[j - i + left - 1]``, zero past the table."""
         c = self.config
-        r = self.relative_k_proj(op, op.Constant(value=ir.tensor(sinusoids)))  # [P, d]
+        table = op.CastLike(op.Constant(value=ir.tensor(sinusoids)), self.relative_k_proj.weight)
+        r = op.Cast(self.relative_k_proj(op, table), to=ir.DataType.FLOAT)  # [P, d], as q
         r = op.Transpose(
             op.Reshape(r, op.Constant(value_ints=[-1, self.heads, self.head_dim])), perm=[1, 2, 0]
         )

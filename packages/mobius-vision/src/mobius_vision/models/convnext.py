@@ -4,11 +4,15 @@ The module tree follows ``ConvNextFor*`` checkpoints (``convnext.embeddings.patc
 ``convnext.encoder.stages.1.downsampling_layer.1``, ``...layers.0.pwconv1``, ``classifier``);
 a bare ``ConvNextModel`` checkpoint gets the ``convnext.`` prefix. ``last_hidden_state``
 is ``[batch, C, h, w]``; ``pooler_output`` is the LayerNorm of its spatial mean, ``[batch, C]``.
+
+:class:`ConvNextBackbone` is transformers' ``ConvNextBackbone`` under a dense head (UperNet's
+``backbone_config``): the stem's and stages' maps that ``out_features`` names, each through
+its own channels-first LayerNorm (``hidden_states_norms.stage1``...).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from onnxscript import nn
@@ -16,6 +20,12 @@ from onnxscript import nn
 from mobius.components import LayerNorm, Linear
 from mobius.errors import ConfigError
 from mobius_vision.config import VisionConfig, image_size_pair
+from mobius_vision.models._backbone_config import (
+    StageNorms,
+    out_features,
+    require_backbone_type,
+    stage_names,
+)
 from mobius_vision.models._conv import (
     ChannelsLayerNorm,
     Conv2d,
@@ -137,10 +147,79 @@ class ConvNextModel(nn.Module):
         return x, self.layernorm(op, pooled)
 
 
+@dataclass
+class ConvNextBackboneConfig(ConvNextConfig):
+    """ConvNeXt as a backbone: the maps it returns, by transformers' stage names."""
+
+    out_features: tuple[str, ...] = field(default=("stage4",))
+
+    @classmethod
+    def hf_fields(cls, hf_config: Any) -> dict[str, Any]:
+        # A variant's classifier (swinv2, convnextv2...) inherits this class's backbone_class.
+        require_backbone_type(hf_config, "convnext")
+        fields = super().hf_fields(hf_config)
+        return dict(fields, out_features=out_features(hf_config, len(fields["depths"])))
+
+    def feature_channels(self) -> list[int]:
+        """The channels of each returned map."""
+        names = stage_names(len(self.depths))
+        channels = dict(zip(names, [self.hidden_sizes[0], *self.hidden_sizes], strict=True))
+        return [channels[name] for name in self.out_features]
+
+    def feature_grids(self) -> list[tuple[int, int]]:
+        """The ``(h, w)`` of each returned map: the stem's stride, then half per stage."""
+        h, w = (s // self.patch_size for s in self.image_size)
+        grids = {"stem": (h, w), "stage1": (h, w)}
+        for i in range(2, len(self.depths) + 1):
+            h, w = h // 2, w // 2
+            grids[f"stage{i}"] = (h, w)
+        return [grids[name] for name in self.out_features]
+
+
+class ConvNextStagesEncoder(ConvNextEncoder):
+    """The encoder returning every stage's output, in order."""
+
+    def forward(self, op, x) -> list:
+        outputs = []
+        for stage in self.stages:
+            x = stage(op, x)
+            outputs.append(x)
+        return outputs
+
+
+class ConvNextBackbone(nn.Module):
+    """transformers' ``ConvNextBackbone``: ``feature_maps``, one per ``out_features`` entry."""
+
+    config_class = ConvNextBackboneConfig
+    #: Checkpoint tensors a backbone leaves unread.
+    ignored: tuple[str, ...] = ()
+
+    def __init__(self, config: ConvNextBackboneConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embeddings = ConvNextEmbeddings(config)
+        self.encoder = ConvNextStagesEncoder(config)
+        channels = zip(config.out_features, config.feature_channels(), strict=True)
+        self.hidden_states_norms = StageNorms(
+            {name: ChannelsLayerNorm(count, eps=1e-6) for name, count in channels}
+        )
+
+    def feature_channels(self) -> list[int]:
+        return self.config.feature_channels()
+
+    def forward(self, op, pixel_values) -> list:
+        x = self.embeddings(op, pixel_values)
+        stages = self.encoder(op, x)
+        maps = dict(zip(stage_names(len(stages)), [x, *stages], strict=True))
+        return self.hidden_states_norms(op, maps)
+
+
 class ConvNextForImageClassification(ConvNetForImageClassification):
     config_class = ConvNextConfig
     model_class = ConvNextModel
     base_model_prefix = "convnext"
+    #: What a dense head (UperNet) puts under itself (:mod:`._backbone`).
+    backbone_class = ConvNextBackbone
 
     def make_classifier(self, config) -> nn.Module:
         return Linear(config.hidden_sizes[-1], config.num_labels, bias=True)

@@ -6,6 +6,11 @@ Checkpoint keys as transformers saves them (``dinov2.encoder.layer.0.norm1``,
 image size, so no interpolation happens; transformers interpolates whenever the
 image is not square, so non-square sizes are refused. ``pooler_output`` is the
 final class token; the classifier reads ``[cls, mean(patches)]``.
+
+:class:`Dinov2Backbone` is transformers' ``Dinov2Backbone`` under a dense head (Depth
+Anything, DPT): the hidden states of ``out_indices``, layer-normed and reshaped to maps
+as the backbone config says, at any image size (its positions are resized bicubically
+to the image's patch grid, as transformers' ``interpolate_pos_encoding`` does).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from mobius_vision.config import VisionConfig
 from mobius_vision.models.vit import (
     ViTAttention,
     ViTConfig,
+    ViTEmbeddings,
     ViTForImageClassification,
     ViTModel,
 )
@@ -127,12 +133,139 @@ class Dinov2Model(ViTModel):
         return x, op.Gather(x, op.Constant(value_int=0), axis=1) if self.pools else None
 
 
+@dataclass
+class Dinov2BackboneConfig(Dinov2Config):
+    """DINOv2 as a backbone: which hidden states it returns (0 is the embeddings), and how."""
+
+    out_indices: tuple[int, ...] = ()
+    apply_layernorm: bool = True
+    reshape_hidden_states: bool = True
+
+    @classmethod
+    def hf_fields(cls, hf_config: Any) -> dict[str, Any]:
+        fields = super().hf_fields(hf_config)
+        layers = fields["num_hidden_layers"]
+        out_indices = getattr(hf_config, "out_indices", None) or [layers]
+        if not all(isinstance(i, int) and -layers - 1 <= i <= layers for i in out_indices):
+            raise ConfigError(
+                f"{hf_config.model_type} backbone: out_indices {out_indices!r} must be hidden-state "
+                f"indices in [0, {layers}]"
+            )
+        return dict(
+            fields,
+            out_indices=tuple(i % (layers + 1) for i in out_indices),
+            apply_layernorm=bool(getattr(hf_config, "apply_layernorm", True)),
+            reshape_hidden_states=bool(getattr(hf_config, "reshape_hidden_states", True)),
+        )
+
+
+def patch_grid(op, pixel_values, patch_size: int):
+    """``[height // patch, width // patch]`` of ``pixel_values`` (int64, from its shape)."""
+    return op.Div(op.Shape(pixel_values, start=2, end=4), op.Constant(value_ints=[patch_size]))
+
+
+class Dinov2BackboneEmbeddings(ViTEmbeddings):
+    """``[cls, patches] + positions``, the patch positions resized to the image's grid."""
+
+    def __init__(self, config: Dinov2BackboneConfig) -> None:
+        super().__init__(config)
+        self.hidden_size = config.hidden_size
+        self.patch_size = config.patch_size
+        self.table_side = config.image_size[0] // config.patch_size
+
+    def positions(self, op, pixel_values):
+        """transformers' ``interpolate_pos_encoding``: bicubic, ``align_corners=False``
+        (a resize to the table's own size is the identity, so it is always applied)."""
+        side, dim = self.table_side, self.hidden_size
+        table = self.position_embeddings
+        cls_position = op.Slice(table, [0], [1], [1])
+        grid = op.Reshape(op.Slice(table, [1], [2**62], [1]), [1, side, side, dim])
+        grid = op.Transpose(grid, perm=[0, 3, 1, 2])  # [1, dim, side, side]
+        sizes = op.Concat(
+            op.Constant(value_ints=[1, dim]), patch_grid(op, pixel_values, self.patch_size), axis=0
+        )
+        grid = op.Resize(
+            grid,
+            None,
+            None,
+            sizes,
+            mode="cubic",
+            cubic_coeff_a=-0.75,  # PyTorch's bicubic
+            coordinate_transformation_mode="half_pixel",
+        )
+        grid = op.Reshape(op.Transpose(grid, perm=[0, 2, 3, 1]), [1, -1, dim])
+        return op.Concat(cls_position, grid, axis=1)
+
+    def forward(self, op, pixel_values):
+        patches = self.patch_embeddings(op, pixel_values)  # [batch, patches, hidden]
+        batch = op.Shape(pixel_values, start=0, end=1)
+        cls = op.Expand(self.cls_token, op.Concat(batch, op.Constant(value_ints=[1, 1]), axis=0))
+        x = op.Concat(cls, patches, axis=1)
+        return op.Add(x, self.positions(op, pixel_values))
+
+
+class Dinov2BackboneEncoder(Dinov2Encoder):
+    """The encoder returning every hidden state: the embeddings, then each layer's output."""
+
+    def forward(self, op, x) -> list:
+        hidden_states = [x]
+        for layer in self.layer:
+            hidden_states.append(layer(op, hidden_states[-1]))
+        return hidden_states
+
+
+class Dinov2Backbone(nn.Module):
+    """transformers' ``Dinov2Backbone``: ``feature_maps``, one per ``out_indices`` entry.
+
+    Each is the hidden state after that many layers, layer-normed with ``apply_layernorm``;
+    with ``reshape_hidden_states`` the class token is dropped and the patches become a
+    ``[batch, hidden, height // patch, width // patch]`` map, else ``[batch, tokens, hidden]``.
+    """
+
+    config_class = Dinov2BackboneConfig
+
+    def __init__(self, config: Dinov2BackboneConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embeddings = Dinov2BackboneEmbeddings(config)
+        self.encoder = Dinov2BackboneEncoder(config)
+        self.layernorm = LayerNorm(config.hidden_size, config.layer_norm_eps)
+
+    @property
+    def unused(self) -> tuple[str, ...]:
+        """Checkpoint tensors of the backbone its graph does not read (relative names)."""
+        return ("embeddings.mask_token",) + (
+            () if self.config.apply_layernorm else ("layernorm.*",)
+        )
+
+    def forward(self, op, pixel_values) -> list:
+        config = self.config
+        hidden_states = self.encoder(op, self.embeddings(op, pixel_values))
+        maps = []
+        for index in config.out_indices:
+            x = hidden_states[index]
+            if config.apply_layernorm:
+                x = self.layernorm(op, x)
+            if config.reshape_hidden_states:
+                x = op.Transpose(op.Slice(x, [1], [2**62], [1]), perm=[0, 2, 1])
+                shape = op.Concat(
+                    op.Shape(x, start=0, end=2),
+                    patch_grid(op, pixel_values, config.patch_size),
+                    axis=0,
+                )
+                x = op.Reshape(x, shape)
+            maps.append(x)
+        return maps
+
+
 class Dinov2ForImageClassification(ViTForImageClassification):
     """The classifier on ``[cls, mean of the patch tokens]`` (``2 * hidden`` features)."""
 
     config_class = Dinov2Config
     base_model_prefix = "dinov2"
     model_class = Dinov2Model
+    #: What a dense head (Depth Anything, DPT) puts under itself (:mod:`._backbone`).
+    backbone_class = Dinov2Backbone
 
     def __init__(self, config: Dinov2Config) -> None:
         super().__init__(config)

@@ -52,6 +52,9 @@ class Dinov2WithRegistersForImageClassification(Dinov2ForImageClassification):
     config_class = Dinov2WithRegistersConfig
     base_model_prefix = "dinov2_with_registers"
     model_class = Dinov2WithRegistersModel
+    backbone_class = (
+        None  # its backbone (registers between the class token and patches) is not built
+    )
 
 
 MODEL_TYPES = {"dinov2_with_registers": Dinov2WithRegistersForImageClassification}

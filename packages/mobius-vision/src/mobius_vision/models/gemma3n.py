@@ -12,14 +12,22 @@ text decoder (AltUp, per-layer inputs).
   decoder does not take: the embedding graph also returns ``per_layer_inputs``
   ``[batch, sequence, layers, per_layer_dim]`` (the table rows; ids past it read row 0),
   and the decoder graph takes them beside ``inputs_embeds``.
-- Audio is not taken yet: the conformer encoder (:mod:`._gemma3n_audio`) has no graph
-  in this build, so ``audio_tower`` weights are ignored; audio-range token ids still
-  embed through ``embed_audio``'s hard path.
+- Audio (the :mod:`~mobius_vision.tasks.audio_vision_language` contract): the audio graph
+  takes the feature extractor's log-mel frames ``input_features [num_audios, frames,
+  mel_bins]`` and ``input_features_mask [num_audios, frames]`` (1 on real frames), runs
+  the conformer ``audio_tower`` (:mod:`._gemma3n_audio`) and ``embed_audio``'s soft path.
+  As transformers' ``Gemma3nModel``, every clip gives exactly ``audio_soft_tokens_per_image``
+  tokens (the processor's fixed audio block): the encoder's padded rows, and the rows
+  past its output, are the embedding of the padding token (the text vocabulary's last id,
+  through ``embed_audio``'s hard path). They replace the audio placeholders in order. A
+  config whose last id is outside ``embed_audio``'s table (transformers cannot take its
+  audio) builds no audio graph, its ``audio_tower`` weights ignored, and says so.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -34,8 +42,11 @@ from mobius.model import Model
 from mobius_text.models.gemma3n_text import rms_normalize
 from mobius_vision.config import VisionLanguageConfig, composed_config
 from mobius_vision.models._compose import embeddings_given, merge_image_features
+from mobius_vision.models._gemma3n_audio import Gemma3nAudioConfig, Gemma3nAudioEncoder
 from mobius_vision.models._mobilenetv5 import MobileNetV5Config, TimmWrapper, _tokens
 from mobius_vision.models._vl import VisionLanguageModel, flatten_images, text_decoder
+
+logger = logging.getLogger("mobius")
 
 
 @dataclass
@@ -59,12 +70,23 @@ class EmbedderConfig:
                 raise ConfigError(f"gemma3n: {name}_config.{field} {value!r} is not a count")
         return cls(**fields, eps=float(sub_config.rms_norm_eps))
 
+    def holds(self, token_id: int) -> bool:
+        """Whether ``token_id`` is in the modality's range (its table has a row for it)."""
+        return self.vocab_offset <= token_id < self.vocab_offset + self.vocab_size
+
 
 @dataclass
 class Gemma3nConfig(VisionLanguageConfig):
     vision_embedder: EmbedderConfig | None = None
     audio_embedder: EmbedderConfig | None = None
     vision_soft_tokens_per_image: int = 256
+    audio: Gemma3nAudioConfig | None = None
+    audio_token_id: int = 0
+    #: The tokens every clip gives (the processor's ``audio_seq_length``).
+    audio_soft_tokens_per_image: int = 188
+    #: The id whose ``embed_audio`` hard embedding pads each clip's tokens (the text
+    #: vocabulary's last, as transformers; outside that table: no audio graph).
+    audio_padding_id: int = 0
     text_head_applied: ClassVar[tuple[str, ...]] = ("final_logit_softcapping",)
 
     @classmethod
@@ -85,7 +107,32 @@ class Gemma3nConfig(VisionLanguageConfig):
             vision_embedder=EmbedderConfig.from_hf(hf_config.vision_config, "vision"),
             audio_embedder=EmbedderConfig.from_hf(hf_config.audio_config, "audio"),
             vision_soft_tokens_per_image=tokens,
+            audio=Gemma3nAudioConfig.from_hf(hf_config.audio_config),
+            audio_token_id=_count(hf_config, "audio_token_id"),
+            audio_soft_tokens_per_image=_count(hf_config, "audio_soft_tokens_per_image"),
+            audio_padding_id=_audio_padding_id(hf_config),
         )
+
+
+def _count(hf_config: Any, name: str) -> int:
+    value = getattr(hf_config, name)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"gemma3n: {name} {value!r} is not a count")
+    return value
+
+
+def _audio_padding_id(hf_config: Any) -> int:
+    """The text vocabulary's last id, which transformers embeds with ``embed_audio``'s table
+    to pad each clip's tokens; where it is outside that table, transformers cannot take
+    audio and the build holds no audio graph (said here, once)."""
+    padding = _count(hf_config.text_config, "vocab_size") - 1
+    if not EmbedderConfig.from_hf(hf_config.audio_config, "audio").holds(padding):
+        logger.warning(
+            "gemma3n: the text vocabulary's last id %d (which pads each clip's audio tokens) "
+            "is outside embed_audio's table: no audio graph, audio_tower weights ignored",
+            padding,
+        )
+    return padding
 
 
 class Gemma3nMultimodalEmbedder(nn.Module):
@@ -119,9 +166,13 @@ class Gemma3nMultimodalEmbedder(nn.Module):
         first, last = c.vocab_offset, c.vocab_offset + c.vocab_size
         mine = op.And(op.GreaterOrEqual(input_ids, first), op.Less(input_ids, last))
         # other ids read the table's last row, as transformers' dummy token does; unused
-        rows = op.Sub(op.Where(mine, input_ids, op.Constant(value_int=last - 1)), first)
-        embedded = self.project(op, self.hard_embedding_norm(op, self.embedding(op, rows)))
+        embedded = self.by_id(op, op.Where(mine, input_ids, op.Constant(value_int=last - 1)))
         return op.Where(op.Unsqueeze(mine, [-1]), embedded, inputs_embeds)
+
+    def by_id(self, op, ids):
+        """The embeddings of ``ids``, all in the modality's range."""
+        rows = op.Sub(ids, op.Constant(value_int=self.config.vocab_offset))
+        return self.project(op, self.hard_embedding_norm(op, self.embedding(op, rows)))
 
 
 @contextlib.contextmanager
@@ -137,8 +188,10 @@ def per_layer_rows_given(decoder: nn.Module, rows) -> Iterator:
 
 
 class Gemma3nForConditionalGeneration(VisionLanguageModel):
-    """``vision_tower`` (timm MobileNet-V5), ``embed_vision``, ``embed_audio``, ``language_model``."""
+    """``vision_tower`` (timm MobileNet-V5), ``audio_tower``, ``embed_vision``, ``embed_audio``,
+    ``language_model`` (module docstring)."""
 
+    task = "audio-vision-language"
     config_class = Gemma3nConfig
     renames: ClassVar[dict[str, str]] = {
         "model.vision_tower.": "vision_tower.",
@@ -156,6 +209,7 @@ class Gemma3nForConditionalGeneration(VisionLanguageModel):
         text_hidden = config.text.hidden_size
         self.embed_vision = Gemma3nMultimodalEmbedder(config.vision_embedder, text_hidden)
         self.embed_audio = Gemma3nMultimodalEmbedder(config.audio_embedder, text_hidden)
+        self.audio_tower = Gemma3nAudioEncoder(config.audio)
         self.language_model = text_decoder(config.text)
 
     def vision_inputs(self, dtype) -> list[tuple]:
@@ -172,13 +226,56 @@ class Gemma3nForConditionalGeneration(VisionLanguageModel):
         scale = op.CastLike(op.Constant(value=ir.tensor(np.float32(hidden**0.5))), tokens)
         return flatten_images(op, self.embed_vision(op, "soft", op.Mul(tokens, scale)))
 
+    @property
+    def hears(self) -> bool:
+        """Whether the audio padding id is in ``embed_audio``'s range (the hub's layout);
+        transformers cannot take audio otherwise, and the build holds no audio graph."""
+        return self.config.audio_embedder.holds(self.config.audio_padding_id)
+
+    def audio_modules(self) -> list[nn.Module]:
+        """The audio tower and its embedder; none where the audio cannot be padded."""
+        return [self.audio_tower, self.embed_audio] if self.hears else []
+
+    def audio_inputs(self, dtype) -> list[tuple]:
+        frames = ["num_audios", "audio_frames"]
+        return [
+            ("input_features", dtype, [*frames, self.config.audio.input_feat_size]),
+            ("input_features_mask", ir.DataType.INT64, frames),
+        ]
+
+    def audio_outputs(self) -> list[tuple]:
+        return [("audio_features", ["num_audio_tokens", self.config.text.hidden_size])]
+
+    def audio_features(self, op, input_features, input_features_mask):
+        """``audio_soft_tokens_per_image`` tokens per clip ``[clips * tokens, hidden]``: the
+        encoder's real rows embedded, the rest the padding token's embedding."""
+        c = self.config
+        states, valid = self.audio_tower(
+            op, input_features, op.Cast(input_features_mask, to=ir.DataType.BOOL)
+        )
+        embedded = self.embed_audio(op, "soft", states)  # [clips, length, hidden]
+        with module_scope(op, self.embed_audio):
+            padding = self.embed_audio.by_id(op, op.Constant(value_ints=[c.audio_padding_id]))
+        embedded = op.Where(op.Unsqueeze(valid, [-1]), embedded, padding)
+        # then as many padding rows as there are tokens (a longer clip would be refused by
+        # transformers; the graph keeps its first tokens)
+        tokens = c.audio_soft_tokens_per_image
+        clips = op.Shape(embedded, start=0, end=1)
+        shape = op.Concat(clips, op.Constant(value_ints=[tokens, c.text.hidden_size]), axis=0)
+        embedded = op.Concat(embedded, op.Expand(padding, shape), axis=1)
+        embedded = op.Slice(
+            embedded, op.Constant(value_ints=[0]), op.Constant(value_ints=[tokens]), [1]
+        )
+        return op.Reshape(embedded, op.Constant(value_ints=[-1, c.text.hidden_size]))
+
     def embedding_outputs(self) -> list[tuple]:
         text = self.config.text
         shape = ["batch", "sequence", text.num_hidden_layers, text.hidden_size_per_layer_input]
         return [("per_layer_inputs", shape)]
 
-    def embed(self, op, input_ids, image_features):
-        """Text, vision-range and audio-range embeddings, the images merged; the per-layer rows."""
+    def embed(self, op, input_ids, image_features, audio_features=None):
+        """Text, vision-range and audio-range embeddings, the images and audio merged; the
+        per-layer rows."""
         model = self.language_model.model
         with module_scope(op, self.language_model, model):
             embeds = model.embed_tokens(op, input_ids)  # [batch, sequence, hidden]
@@ -188,18 +285,22 @@ class Gemma3nForConditionalGeneration(VisionLanguageModel):
         embeds = merge_image_features(
             op, embeds, input_ids, image_features, self.config.image_token_id
         )
+        if audio_features is not None:
+            embeds = merge_image_features(
+                op, embeds, input_ids, audio_features, self.config.audio_token_id
+            )
         return embeds, rows
+
+    @property
+    def ignored(self) -> tuple[str, ...]:
+        if self.hears:
+            return super().ignored
+        return (*super().ignored, "audio_tower.*", "embed_audio.soft_embedding_norm.*")
 
     def decode(self, op, inputs_embeds, attention_mask, position_ids, past, per_layer_inputs):
         decoder = self.language_model
         with embeddings_given(op, decoder), per_layer_rows_given(decoder, per_layer_inputs):
             return decoder(op, inputs_embeds, attention_mask, position_ids, past)
-
-    @property
-    def ignored(self) -> tuple[str, ...]:
-        # the audio encoder is not built yet (audio inputs are not taken): its states'
-        # soft embedding goes with it
-        return (*super().ignored, "audio_tower.*", "embed_audio.soft_embedding_norm.*")
 
 
 MODEL_TYPES = {"gemma3n": Gemma3nForConditionalGeneration}

@@ -10,8 +10,14 @@
   embedding graph therefore returns ``per_layer_inputs`` [batch, sequence, layers,
   per_layer] beside ``inputs_embeds``, and the decoder graph takes it in place of its
   own table lookup (its projection of the merged embeddings stays in the decoder).
-- The checkpoint's audio tower (``audio_config``) is not built: the build takes images
-  and text, and ignores ``model.audio_tower.*`` and ``model.embed_audio.*`` on purpose.
+- Audio (the :mod:`~mobius_vision.tasks.audio_vision_language` contract): the audio graph
+  takes the feature extractor's log-mel frames ``input_features [num_audios, frames,
+  mel_bins]`` and ``input_features_mask [num_audios, frames]`` (1 on real frames), runs
+  the conformer ``audio_tower`` (:mod:`._gemma4_audio`, 4x fewer frames) and
+  ``embed_audio`` (the same embedder as images), and keeps the rows the tower's own mask
+  marks real, clip by clip: the audio tokens, which replace the audio placeholders in
+  order, as transformers' ``Gemma4Model`` does. A checkpoint without ``audio_config``
+  (the larger Gemma 4 models) builds no audio graph, and its single form takes no audio.
 
 - With ``use_bidirectional_attention="vision"`` (the larger checkpoints) each run of image
   tokens attends both ways on the sliding layers (within their window); full layers stay
@@ -39,6 +45,7 @@ from mobius.model import Model
 from mobius_text.models.gemma3n_text import rms_normalize
 from mobius_vision.config import VisionLanguageConfig, composed_config
 from mobius_vision.models._compose import merge_image_features
+from mobius_vision.models._gemma4_audio import Gemma4AudioConfig, Gemma4AudioEncoder
 from mobius_vision.models._vl import VisionLanguageModel, text_decoder
 from mobius_vision.models.gemma3 import image_blocks
 from mobius_vision.models.gemma4_vision import Gemma4VisionConfig, Gemma4VisionTower
@@ -52,6 +59,9 @@ class Gemma4Config(VisionLanguageConfig):
     #: The ids of image and video tokens, whose runs attend both ways on sliding layers
     #: (``use_bidirectional_attention="vision"``); empty where they do not.
     block_token_ids: tuple[int, ...] = ()
+    #: The audio tower's sizes; None for a checkpoint without one (no audio graph).
+    audio: Gemma4AudioConfig | None = None
+    audio_token_id: int = 0
     text_head_applied = ("final_logit_softcapping",)
 
     @classmethod
@@ -70,11 +80,14 @@ class Gemma4Config(VisionLanguageConfig):
             text.use_bidirectional_attention = None
             blocks = _ids(hf_config.image_token_id, hf_config.video_token_id)
         ids = _ids(hf_config.image_token_id, hf_config.video_token_id, hf_config.audio_token_id)
+        audio = hf_config.audio_config
         return dict(
             model_type=hf_config.model_type,
             vision=Gemma4VisionConfig.from_hf(hf_config.vision_config),
+            audio=None if audio is None else Gemma4AudioConfig.from_hf(audio),
             text=composed_config(text),
             image_token_id=int(hf_config.image_token_id),
+            audio_token_id=_token_id(hf_config, "audio_token_id"),
             pad_token_id=int(text.pad_token_id or 0),
             placeholder_ids=ids,
             block_token_ids=blocks,
@@ -83,6 +96,18 @@ class Gemma4Config(VisionLanguageConfig):
 
 def _ids(*ids) -> tuple[int, ...]:
     return tuple(int(i) for i in ids if i is not None)
+
+
+def _token_id(hf_config: Any, name: str) -> int:
+    value = getattr(hf_config, name)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{hf_config.model_type}: {name} {value!r} is not a token id")
+    return value
+
+
+def real_rows(op, features, real):
+    """The rows of ``features [n, length, hidden]`` where ``real [n, length]`` holds, in order."""
+    return op.GatherND(features, op.Transpose(op.NonZero(real), perm=[1, 0]))
 
 
 def any_of(op, input_ids, ids: tuple[int, ...]):
@@ -132,6 +157,10 @@ def attention_bias_given(layers: list[nn.Module], bias) -> Iterator:
 
 
 class Gemma4ForConditionalGeneration(VisionLanguageModel):
+    """The vision tower, the audio tower where the checkpoint has one, their embedders and
+    the ``gemma4_text`` decoder (module docstring)."""
+
+    task = "audio-vision-language"
     config_class = Gemma4Config
     renames = {
         "model.vision_tower.": "vision_tower.",
@@ -150,6 +179,12 @@ class Gemma4ForConditionalGeneration(VisionLanguageModel):
         self.embed_vision = Gemma4MultimodalEmbedder(
             vision.hidden_size, config.text.hidden_size, vision.rms_norm_eps
         )
+        audio = config.audio
+        if audio is not None:
+            self.audio_tower = Gemma4AudioEncoder(audio)
+            self.embed_audio = Gemma4MultimodalEmbedder(
+                audio.output_proj_dims, config.text.hidden_size, audio.rms_norm_eps
+            )
         self.language_model = text_decoder(config.text)
 
     @property
@@ -171,6 +206,28 @@ class Gemma4ForConditionalGeneration(VisionLanguageModel):
             tokens = self.vision_tower.soft_tokens(op, pixel_values, image_position_ids)
         return self.embed_vision(op, tokens)
 
+    def audio_modules(self) -> list[nn.Module]:
+        """The audio tower and its embedder; none without ``audio_config`` (no audio graph)."""
+        return [] if self.config.audio is None else [self.audio_tower, self.embed_audio]
+
+    def audio_inputs(self, dtype) -> list[tuple]:
+        frames = ["num_audios", "audio_frames"]
+        # the tower's projection is sized for as many mel bins as its first conv's channels
+        mel_bins = self.config.audio.subsampling_conv_channels[0]
+        return [
+            ("input_features", dtype, [*frames, mel_bins]),
+            ("input_features_mask", ir.DataType.INT64, frames),
+        ]
+
+    def audio_outputs(self) -> list[tuple]:
+        return [("audio_features", ["num_audio_tokens", self.config.text.hidden_size])]
+
+    def audio_features(self, op, input_features, input_features_mask):
+        """The real audio tokens' embeddings ``[audio_tokens, hidden]``, clip by clip."""
+        valid = op.Cast(input_features_mask, to=ir.DataType.BOOL)
+        states, valid = self.audio_tower(op, input_features, valid)
+        return real_rows(op, self.embed_audio(op, states), valid)
+
     def embedding_outputs(self) -> list[tuple]:
         outputs = []
         if self.per_layer:
@@ -180,7 +237,9 @@ class Gemma4ForConditionalGeneration(VisionLanguageModel):
             outputs.append(("image_tokens", ["batch", "sequence"]))
         return outputs
 
-    def embed(self, op, input_ids, image_features):
+    def embed(self, op, input_ids, image_features, audio_features=None):
+        """The ids' embeddings, placeholders as the pad token, then the image and audio
+        placeholders replaced in order (``audio_features`` None: the model has no audio)."""
         is_placeholder = any_of(op, input_ids, self.config.placeholder_ids)
         text_ids = op.Where(
             is_placeholder, op.Constant(value_int=self.config.pad_token_id), input_ids
@@ -194,6 +253,10 @@ class Gemma4ForConditionalGeneration(VisionLanguageModel):
         embeds = merge_image_features(
             op, embeds, input_ids, image_features, self.config.image_token_id
         )
+        if audio_features is not None:
+            embeds = merge_image_features(
+                op, embeds, input_ids, audio_features, self.config.audio_token_id
+            )
         extras = [] if per_layer is None else [per_layer]
         if self.config.block_token_ids:
             image_tokens = any_of(op, input_ids, self.config.block_token_ids)
@@ -222,11 +285,6 @@ class Gemma4ForConditionalGeneration(VisionLanguageModel):
         with bidirectional_blocks(image_blocks(op, types)):
             window = self.config.text.sliding_window
             return attention_bias(op, attention_mask, seq_len, inputs_embeds.dtype, window)
-
-    @property
-    def ignored(self) -> tuple[str, ...]:
-        # images and text only: the audio tower and its embedder are not built
-        return (*super().ignored, "audio_tower.*", "embed_audio.*")
 
 
 MODEL_TYPES = {"gemma4": Gemma4ForConditionalGeneration}

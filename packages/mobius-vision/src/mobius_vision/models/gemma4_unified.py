@@ -32,7 +32,6 @@ from mobius.components import LayerNorm, Linear, bidirectional_blocks
 from mobius.errors import ConfigError
 from mobius.model import Model
 from mobius_vision.config import composed_config
-from mobius_vision.models._compose import merge_image_features
 from mobius_vision.models._vl import VisionLanguageModel, text_decoder
 from mobius_vision.models.gemma3 import image_blocks
 from mobius_vision.models.gemma4 import (
@@ -40,6 +39,7 @@ from mobius_vision.models.gemma4 import (
     Gemma4ForConditionalGeneration,
     Gemma4MultimodalEmbedder,
     _ids,
+    real_rows,
 )
 
 
@@ -92,7 +92,6 @@ class Gemma4UnifiedAudioConfig:
 @dataclass
 class Gemma4UnifiedConfig(Gemma4Config):
     audio: Gemma4UnifiedAudioConfig | None = None
-    audio_token_id: int = 0
 
     @classmethod
     def hf_fields(cls, hf_config: Any) -> dict[str, Any]:
@@ -149,11 +148,6 @@ class Gemma4UnifiedPatchEmbedder(nn.Module):
             )  # [images, patches, width]
             x = op.Add(x, op.Where(missing, zero, rows))
         return self.pos_norm(op, x)
-
-
-def real_rows(op, features, real):
-    """The rows of ``features [n, length, hidden]`` where ``real [n, length]`` holds, in order."""
-    return op.GatherND(features, op.Transpose(op.NonZero(real), perm=[1, 0]))
 
 
 class Gemma4UnifiedForConditionalGeneration(Gemma4ForConditionalGeneration):
@@ -219,14 +213,6 @@ class Gemma4UnifiedForConditionalGeneration(Gemma4ForConditionalGeneration):
         real = op.Cast(input_features_mask, to=ir.DataType.BOOL)
         return real_rows(op, self.embed_audio(op, input_features), real)
 
-    def embed(self, op, input_ids, image_features, audio_features):
-        """Gemma 4's embeddings of the images, then the audio placeholders replaced in order."""
-        embeds, *extras = _values(super().embed(op, input_ids, image_features))
-        embeds = merge_image_features(
-            op, embeds, input_ids, audio_features, self.config.audio_token_id
-        )
-        return (embeds, *extras) if extras else embeds
-
     def decode(self, op, inputs_embeds, attention_mask, position_ids, past, *extras):
         """The decoder, image runs attending both ways on every layer where the config says so."""
         with contextlib.ExitStack() as stack:
@@ -242,10 +228,6 @@ class Gemma4UnifiedForConditionalGeneration(Gemma4ForConditionalGeneration):
     def ignored(self) -> tuple[str, ...]:
         # every tensor is read: none of Gemma 4's towers to leave out
         return VisionLanguageModel.ignored.fget(self)
-
-
-def _values(result) -> list:
-    return list(result) if isinstance(result, (tuple, list)) else [result]
 
 
 MODEL_TYPES = {"gemma4_unified": Gemma4UnifiedForConditionalGeneration}

@@ -11,6 +11,9 @@ prefix (``embedder.stem2a.convolution``, ``encoder.stages.1.blocks.0.layers.0.co
 ``encoder.stages.0.blocks.0.aggregation.1``, ``fc``); ``HGNetV2Backbone`` checkpoints share
 the layout. ``last_hidden_state`` is the last stage's ``[batch, C, h, w]``; transformers has
 no pooled output outside the classifier, so none is given.
+
+:class:`HGNetV2Backbone` is transformers' ``HGNetV2Backbone`` under a dense head (D-FINE's
+``backbone_config``): the stem's and stages' maps ``out_features`` names.
 """
 
 from __future__ import annotations
@@ -20,10 +23,11 @@ from typing import Any
 
 from onnxscript import nn
 
-from mobius.components import Linear
+from mobius.components import Linear, module_scope
 from mobius.errors import ConfigError
 from mobius.model import Model
 from mobius_vision.config import VisionConfig
+from mobius_vision.models._backbone_config import out_features, stage_names
 from mobius_vision.models._conv import BATCHNORM_COUNTERS, BatchNorm2d, Conv2d, activation
 
 
@@ -221,11 +225,57 @@ class HGNetV2Encoder(nn.Module):
         return x
 
 
+@dataclass
+class HGNetV2BackboneConfig(HGNetV2Config):
+    """HGNetV2 as a backbone: the maps it returns, by transformers' stage names."""
+
+    out_features: tuple[str, ...] = ()
+
+    @classmethod
+    def hf_fields(cls, hf_config: Any) -> dict[str, Any]:
+        fields = super().hf_fields(hf_config)
+        stages = len(fields["stage_in_channels"])
+        return dict(fields, out_features=out_features(hf_config, stages))
+
+    def feature_channels(self) -> list[int]:
+        """The channels of each returned map."""
+        names = stage_names(len(self.stage_in_channels))
+        widths = [self.stem_channels[-1], *self.stage_out_channels]
+        channels = dict(zip(names, widths, strict=True))
+        return [channels[name] for name in self.out_features]
+
+
+class HGNetV2Backbone(nn.Module):
+    """transformers' ``HGNetV2Backbone``: ``feature_maps``, one per ``out_features`` entry
+    (``stem`` is the stem's output, ``stageN`` stage N's)."""
+
+    config_class = HGNetV2BackboneConfig
+    #: Checkpoint tensors no graph reads: BatchNorm's step counters.
+    ignored = (BATCHNORM_COUNTERS,)
+
+    def __init__(self, config: HGNetV2BackboneConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embedder = HGNetV2Embeddings(config)
+        self.encoder = HGNetV2Encoder(config)
+
+    def forward(self, op, pixel_values) -> list:
+        hidden = self.embedder(op, pixel_values)
+        maps = {"stem": hidden}
+        with module_scope(op, self.encoder):  # each stage's output, under the encoder's names
+            for index, stage in enumerate(self.encoder.stages, start=1):
+                hidden = stage(op, hidden)
+                maps[f"stage{index}"] = hidden
+        return [maps[name] for name in self.config.out_features]
+
+
 class HGNetV2ForImageClassification(Model):
     """The backbone and, with ``--head image-classification``, ``fc`` on the average pool."""
 
     config_class = HGNetV2Config
     task = "image-classification"
+    #: What a dense head (D-FINE) puts under itself (:mod:`._backbone`).
+    backbone_class = HGNetV2Backbone
 
     def __init__(self, config: HGNetV2Config) -> None:
         super().__init__()

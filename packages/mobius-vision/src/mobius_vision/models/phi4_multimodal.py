@@ -1,4 +1,4 @@
-"""Phi-4-multimodal: a SigLIP tower over HD crops, Phi-3's decoder; images only for now.
+"""Phi-4-multimodal: a SigLIP tower over HD crops, a conformer audio encoder, Phi-3's decoder.
 
 ``Phi4MultimodalForCausalLM`` (transformers 5) keeps one flat config: the top level
 is the Phi-3 style decoder (fused ``qkv_proj`` and ``gate_up_proj``, partial LongRoPE),
@@ -7,7 +7,8 @@ built here by mobius-text's Phi-3 from that same config. Its image path
 
 - the tower (``img_processor``): Idefics3's (SigLIP layers, real patches' positions
   bucketized, padded patches masked as keys) over every crop of every image, each with
-  its patch mask (``image_attention_mask``); ``hidden_states[feature_layer]`` is read;
+  its patch mask (``image_attention_mask``, float as onnxruntime-genai feeds it: 1.0 on
+  a real patch); ``hidden_states[feature_layer]`` is read;
 - each crop's patch grid averaged over 2x2 blocks (``base`` = half the patches a side);
 - the HD transform, per image: the sub-crops laid out as their grid of
   ``base x base`` blocks, cut to the rows and columns the mask says are real, each row
@@ -19,17 +20,28 @@ The graph does the HD transform with index arithmetic over the largest grid of t
 batch (no loop over images): each image's candidate positions are listed in output
 order, the real ones kept.
 
-Audio (the conformer encoder, ``audio_embed``) is not built yet: its weights are ignored
-and the package takes no audio inputs (``mobius generate --audio`` refuses it). The hub
-checkpoints that keep the vision and speech LoRA adapters apart (``base_layer``,
-``lora_A``...) are not the layout transformers' class loads; what is built is what
-transformers builds from its own layout.
+Its audio path (``model.embed_tokens_extend.audio_embed``, built as ``audio_tower``) is
+:mod:`._phi4mm_audio`; the contract is :mod:`mobius_vision.tasks.audio_vision_language`,
+and the audio graph takes what onnxruntime-genai's ``phi4mm`` speech section feeds:
+
+- ``input_features`` float [num_audios, audio_frames, mel_bins]: the log-mels of each
+  clip, padded at the end (the processor's ``audio_input_features``);
+- ``feature_attention_mask`` bool [num_audios, audio_frames]: True on a real frame;
+- ``audio_sizes`` int64 [num_audios]: the tokens each clip keeps (the processor's
+  ``audio_embed_sizes``: ``ceil(frames / time_reduction)``);
+- ``audio_projection_mode`` int64 [1]: odd when the prompt has an image (the
+  vision-speech projections), even when not (the speech ones), as transformers
+  chooses; mobius' processor gives 1 or 0, onnxruntime-genai's 3 or 2;
+
+and writes ``audio_features`` [num_audio_tokens, hidden], into the audio placeholders
+in order. The hub checkpoints that keep the vision and speech LoRA adapters apart
+(``base_layer``, ``lora_A``...) are not the layout transformers' class loads; what is
+built is what transformers builds from its own layout.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -41,17 +53,24 @@ from mobius.components import Linear, get_activation, module_scope
 from mobius.errors import ConfigError
 from mobius_text.models.phi3 import Phi3Config, Phi3ForCausalLM
 from mobius_vision.config import VisionLanguageConfig
+from mobius_vision.models import phi4_multimodal_genai
+from mobius_vision.models._omni import HearingMixin
+from mobius_vision.models._phi4mm_audio import (
+    Phi4MultimodalAudioConfig,
+    Phi4MultimodalAudioEmbedding,
+)
 from mobius_vision.models._vl import VisionLanguageModel, layer_index
 from mobius_vision.models.idefics3_vision import Idefics3VisionConfig, Idefics3VisionTransformer
 
 INT64 = ir.DataType.INT64
-logger = logging.getLogger("mobius")
 
 
 def _positive_int(hf_config: Any, name: str) -> int:
     value = getattr(hf_config, name, None)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"phi4_multimodal: vision_config.{name} {value!r} is not a positive int")
+        raise ConfigError(
+            f"phi4_multimodal: {hf_config.model_type}.{name} {value!r} is not a positive int"
+        )
     return value
 
 
@@ -59,6 +78,8 @@ def _positive_int(hf_config: Any, name: str) -> int:
 class Phi4MultimodalConfig(VisionLanguageConfig):
     crop_size: int = 448
     feature_layer: int = -2
+    audio: Phi4MultimodalAudioConfig | None = None
+    audio_token_id: int = 0
 
     @classmethod
     def hf_fields(cls, hf_config: Any) -> dict[str, Any]:
@@ -88,7 +109,17 @@ class Phi4MultimodalConfig(VisionLanguageConfig):
             image_token_id=_positive_int(vision_hf, "image_token_id"),
             crop_size=crop,
             feature_layer=layer,
+            audio=Phi4MultimodalAudioConfig.from_hf(hf_config.audio_config),
+            audio_token_id=_positive_int(hf_config.audio_config, "audio_token_id"),
         )
+
+    def genai_processor_config(self, preprocessor: dict[str, Any]) -> dict[str, Any]:
+        """onnxruntime-genai's image preprocessing (:mod:`.phi4_multimodal_genai`)."""
+        return phi4_multimodal_genai.processor_config(self, preprocessor)
+
+    def genai_audio_processor_config(self, preprocessor: dict[str, Any]) -> dict[str, Any]:
+        """onnxruntime-genai's log-mel features (:mod:`.phi4_multimodal_genai`)."""
+        return phi4_multimodal_genai.audio_processor_config(self, preprocessor)
 
 
 class Phi4MultimodalImageProjector(nn.Module):
@@ -185,31 +216,27 @@ def hd_token_indices(op, image_sizes, pooled_mask, base: int, crop_size: int):
     return op.Compress(op.Reshape(index, [-1]), op.Reshape(keep, [-1]))
 
 
-class Phi4MultimodalForCausalLM(VisionLanguageModel):
-    """Phi-4-multimodal's image path into Phi-3's decoder (module docstring)."""
+class Phi4MultimodalForCausalLM(HearingMixin, VisionLanguageModel):
+    """Phi-4-multimodal's image and audio paths into Phi-3's decoder (module docstring)."""
 
     config_class = Phi4MultimodalConfig
     renames: ClassVar[dict[str, str]] = {
         "model.embed_tokens_extend.image_embed.img_processor.": "vision_tower.",
         "model.embed_tokens_extend.image_embed.": "multi_modal_projector.",
-        "model.embed_tokens_extend.audio_embed.": "audio_embed.",
+        "model.embed_tokens_extend.audio_embed.": "audio_tower.",
         "model.": "language_model.model.",
         "lm_head.": "language_model.lm_head.",
     }
 
     def __init__(self, config: Phi4MultimodalConfig) -> None:
-        nn.Module.__init__(self)  # the tower and decoder are fixed, not looked up by type
+        nn.Module.__init__(self)  # the towers and decoder are fixed, not looked up by type
         self.config = config
         self.vision_tower = Idefics3VisionTransformer(config.vision)
         self.multi_modal_projector = Phi4MultimodalImageProjector(
             config.vision.hidden_size, config.text.hidden_size
         )
+        self.audio_tower = Phi4MultimodalAudioEmbedding(config.audio, config.text.hidden_size)
         self.language_model = Phi3ForCausalLM(config.text)
-        logger.warning(
-            "%s: the image path is built; the audio encoder is not built yet (its weights "
-            "are ignored and the package takes no audio)",
-            config.model_type,
-        )
 
     def vision_inputs(self, dtype) -> list[tuple]:
         size, side = self.config.vision.image_size[0], self.config.vision.patches_per_side
@@ -217,8 +244,25 @@ class Phi4MultimodalForCausalLM(VisionLanguageModel):
         return [
             ("image_pixel_values", dtype, ["num_images", "num_crops", channels, size, size]),
             ("image_sizes", INT64, ["num_images", 2]),
-            ("image_attention_mask", INT64, ["num_images", "num_crops", side, side]),
+            # float, as onnxruntime-genai feeds it (1.0 on a real patch)
+            ("image_attention_mask", dtype, ["num_images", "num_crops", side, side]),
         ]
+
+    def audio_inputs(self, dtype) -> list[tuple]:
+        clips = "num_audios"
+        return [
+            ("input_features", dtype, [clips, "audio_frames", self.config.audio.input_size]),
+            ("feature_attention_mask", ir.DataType.BOOL, [clips, "audio_frames"]),
+            ("audio_sizes", INT64, [clips]),
+            ("audio_projection_mode", INT64, [1]),
+        ]
+
+    def audio_features(
+        self, op, input_features, feature_attention_mask, audio_sizes, audio_projection_mode
+    ):
+        return self.audio_tower(
+            op, input_features, feature_attention_mask, audio_sizes, audio_projection_mode
+        )
 
     @property
     def depth(self) -> int:
@@ -238,7 +282,8 @@ class Phi4MultimodalForCausalLM(VisionLanguageModel):
         projector = self.multi_modal_projector
         with module_scope(op, projector):
             table = op.Concat(table, projector.separators(op), axis=0)
-        pooled_mask = op.Slice(image_attention_mask, [0, 0], [side, side], [2, 3], [2, 2])
+        real = op.Cast(op.Cast(image_attention_mask, to=ir.DataType.BOOL), to=INT64)
+        pooled_mask = op.Slice(real, [0, 0], [side, side], [2, 3], [2, 2])
         rows = hd_token_indices(op, image_sizes, pooled_mask, side // 2, self.config.crop_size)
         return projector(op, op.Gather(table, rows, axis=0))
 
@@ -251,7 +296,6 @@ class Phi4MultimodalForCausalLM(VisionLanguageModel):
             *unused,
             "vision_tower.post_layernorm.*",
             "vision_tower.head.*",
-            "audio_embed.*",  # the audio encoder is not built yet (module docstring)
         )
 
 

@@ -4,18 +4,27 @@ The module tree follows ``ResNetFor*`` checkpoints (``resnet.embedder.embedder.c
 ``resnet.encoder.stages.0.layers.0.layer.1.normalization``..., ``classifier.1``);
 a bare ``ResNetModel`` checkpoint gets the ``resnet.`` prefix. ``last_hidden_state``
 is ``[batch, C, h, w]`` and ``pooler_output`` ``[batch, C, 1, 1]``, as transformers returns them.
+
+:class:`ResNetBackbone` is transformers' ``ResNetBackbone`` under a dense head (DETR's
+``backbone_config``): the stem's and stages' maps that ``out_features`` names, at any
+image size. The timm ResNets that DETR checkpoints name (``use_timm_backbone``:
+``resnet18`` to ``resnet152``) are the same networks under other names:
+:meth:`ResNetBackboneConfig.from_timm` and :func:`timm_to_transformers_name` map them.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from onnxscript import nn
 
+from mobius.components import module_scope
 from mobius.errors import ConfigError
 from mobius_vision.config import VisionConfig
 from mobius_vision.models._conv import (
+    BATCHNORM_COUNTERS,
     BatchNorm2d,
     Conv2d,
     ConvNetForImageClassification,
@@ -55,6 +64,99 @@ class ResNetConfig(VisionConfig):
     def stage_strides(self) -> list[int]:
         first = 2 if self.downsample_in_first_stage else 1
         return [first] + [2] * (len(self.depths) - 1)
+
+
+def stage_names(stages: int) -> list[str]:
+    """transformers' names of a backbone's outputs: ``stem``, then ``stage1``..."""
+    return ["stem", *(f"stage{i}" for i in range(1, stages + 1))]
+
+
+@dataclass
+class ResNetBackboneConfig(ResNetConfig):
+    """ResNet as a backbone: the maps it returns, by transformers' stage names
+    (``stem``, ``stage1``...), in that order."""
+
+    out_features: tuple[str, ...] = ()
+
+    def feature_channels(self) -> list[int]:
+        """The channels of each returned map."""
+        names = stage_names(len(self.depths))
+        channels = dict(zip(names, [self.embedding_size, *self.hidden_sizes], strict=True))
+        return [channels[name] for name in self.out_features]
+
+    @classmethod
+    def hf_fields(cls, hf_config: Any) -> dict[str, Any]:
+        fields = super().hf_fields(hf_config)
+        names = stage_names(len(fields["depths"]))
+        out_features = getattr(hf_config, "out_features", None) or names[-1:]
+        if not isinstance(out_features, (list, tuple)) or not all(
+            name in names for name in out_features
+        ):
+            raise ConfigError(
+                f"resnet backbone: out_features {out_features!r} must name stages of {names}"
+            )
+        return dict(fields, out_features=tuple(out_features))
+
+    @classmethod
+    def from_timm(cls, timm_config: Any) -> ResNetBackboneConfig:
+        """The config of a timm ResNet backbone (transformers' ``TimmBackboneConfig``:
+        ``backbone`` names it, ``out_indices`` counts its stages from 1)."""
+        name = getattr(timm_config, "backbone", None)
+        if name not in TIMM_RESNETS:
+            raise ConfigError(
+                f"timm backbone {name!r} is not one mobius maps (it maps {', '.join(TIMM_RESNETS)})"
+            )
+        if getattr(timm_config, "output_stride", None) not in (None, 32):
+            raise ConfigError(f"timm backbone {name} with a dilated last stage is not supported")
+        layer_type, depths = TIMM_RESNETS[name]
+        widths = (64, 128, 256, 512) if layer_type == "basic" else (256, 512, 1024, 2048)
+        indices = getattr(timm_config, "out_indices", None) or [4]
+        if not all(isinstance(i, int) and 0 <= i <= 4 for i in indices):
+            raise ConfigError(f"timm backbone out_indices {indices!r} must be stages 0 to 4")
+        return cls(
+            model_type="resnet",
+            image_size=(224, 224),
+            num_channels=int(getattr(timm_config, "num_channels", 3)),
+            embedding_size=64,
+            hidden_sizes=widths,
+            depths=depths,
+            layer_type=layer_type,
+            out_features=tuple(stage_names(4)[i] for i in indices),
+        )
+
+
+#: timm's plain ResNets: (layer type, blocks per stage). Their stride sits on the 3x3 conv,
+#: as in transformers' ResNet (``downsample_in_bottleneck`` false).
+TIMM_RESNETS = {
+    "resnet18": ("basic", (2, 2, 2, 2)),
+    "resnet34": ("basic", (3, 4, 6, 3)),
+    "resnet50": ("bottleneck", (3, 4, 6, 3)),
+    "resnet101": ("bottleneck", (3, 4, 23, 3)),
+    "resnet152": ("bottleneck", (3, 8, 36, 3)),
+}
+#: timm's stem, and its block parts: ``layer2.0.conv1.`` / ``bn1.`` / ``downsample.0.``.
+_TIMM_STEM = {
+    "conv1.": "embedder.embedder.convolution.",
+    "bn1.": "embedder.embedder.normalization.",
+}
+_TIMM_BLOCK = re.compile(r"^layer(\d+)\.(\d+)\.(conv|bn|downsample\.)(\d)\.(.+)$")
+
+
+def timm_to_transformers_name(name: str) -> str:
+    """A timm ResNet tensor name (``layer1.0.conv2.weight``) as transformers' ResNet names it
+    (``encoder.stages.0.layers.0.layer.1.convolution.weight``); others are returned as they are."""
+    for timm, ours in _TIMM_STEM.items():
+        if name.startswith(timm):
+            return ours + name[len(timm) :]
+    match = _TIMM_BLOCK.match(name)
+    if match is None:
+        return name
+    stage, block, kind, index, rest = match.groups()
+    if kind == "downsample.":  # a 1x1 strided conv (0), then its BatchNorm (1)
+        part = "shortcut." + ("convolution" if index == "0" else "normalization")
+    else:  # convN / bnN: the Nth conv layer of the residual branch
+        part = f"layer.{int(index) - 1}." + ("convolution" if kind == "conv" else "normalization")
+    return f"encoder.stages.{int(stage) - 1}.layers.{block}.{part}.{rest}"
 
 
 class ResNetConvLayer(nn.Module):
@@ -180,12 +282,36 @@ class ResNetModel(nn.Module):
         return x, global_average_pool(op, x)
 
 
+class ResNetBackbone(ResNetModel):
+    """transformers' ``ResNetBackbone``: ``feature_maps``, one per ``out_features`` entry
+    (``stem`` is the max-pooled stem, ``stageN`` the output of stage N)."""
+
+    config_class = ResNetBackboneConfig
+    #: Checkpoint tensors no graph reads: BatchNorm's step counters.
+    ignored = (BATCHNORM_COUNTERS,)
+
+    def __init__(self, config: ResNetBackboneConfig) -> None:
+        super().__init__(config)
+        self.config = config
+
+    def forward(self, op, pixel_values) -> list:
+        hidden = self.embedder(op, pixel_values)
+        maps = {"stem": hidden}
+        with module_scope(op, self.encoder):  # each stage's output, under the encoder's names
+            for index, stage in enumerate(self.encoder.stages, start=1):
+                hidden = stage(op, hidden)
+                maps[f"stage{index}"] = hidden
+        return [maps[name] for name in self.config.out_features]
+
+
 class ResNetForImageClassification(ConvNetForImageClassification):
     config_class = ResNetConfig
     model_class = ResNetModel
     base_model_prefix = "resnet"
 
     stem_strides = (2, 2)  # stem conv, max pool
+    #: What a dense head (DETR) puts under itself (:mod:`._backbone`).
+    backbone_class = ResNetBackbone
 
     def output_shapes(self) -> dict[str, list]:
         c = self.config

@@ -7,12 +7,18 @@ The module tree follows ``SwinFor*`` checkpoints as transformers saves them
 is static (the image size is fixed), so the shift masks and the relative-position
 lookups are constants. ``last_hidden_state`` is ``[batch, tokens, C]`` and
 ``pooler_output`` ``[batch, C]``.
+
+:class:`SwinBackbone` is transformers' ``SwinBackbone`` under a dense head (UperNet's
+``backbone_config``): the embeddings' and each stage's tokens before its patch merging, as
+``[batch, C, h, w]`` maps through their own LayerNorms (``hidden_states_norms.stage1``...).
+It always partitions into full windows (transformers' ``always_partition=True``): a stage
+smaller than the window is padded to it and odd blocks keep their shift.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -22,6 +28,12 @@ from onnxscript import nn
 from mobius.components import LayerNorm, Linear, bidirectional_attention, get_activation
 from mobius.errors import ConfigError
 from mobius_vision.config import VisionConfig, image_size_pair
+from mobius_vision.models._backbone_config import (
+    StageNorms,
+    out_features,
+    require_backbone_type,
+    stage_names,
+)
 from mobius_vision.models._conv import Conv2d, ConvNetForImageClassification
 from mobius_vision.models.vit import ViTDense
 
@@ -363,12 +375,104 @@ class SwinModel(nn.Module):
         return x, op.ReduceMean(x, op.Constant(value_ints=[1]), keepdims=0)
 
 
+@dataclass
+class SwinBackboneConfig(SwinConfig):
+    """Swin as a backbone: the maps it returns, by transformers' stage names."""
+
+    out_features: tuple[str, ...] = field(default=("stage4",))
+
+    @classmethod
+    def hf_fields(cls, hf_config: Any) -> dict[str, Any]:
+        # A variant's classifier (swinv2, convnextv2...) inherits this class's backbone_class.
+        require_backbone_type(hf_config, "swin")
+        fields = super().hf_fields(hf_config)
+        return dict(fields, out_features=out_features(hf_config, len(fields["depths"])))
+
+    def refuse_unbuildable(self) -> None:
+        """Only the absolute table's size: windows are always full, whatever the stage size."""
+        if self.use_absolute_embeddings and any(s % self.patch_size for s in self.image_size):
+            super().refuse_unbuildable()
+
+    def window_and_shift(self, stage: int, block: int) -> tuple[int, int]:
+        return self.window_size, self.window_size // 2 if block % 2 else 0
+
+    def feature_channels(self) -> list[int]:
+        """The channels of each returned map (the stem's is ``embed_dim``)."""
+        names = stage_names(len(self.depths))
+        dims = [self.embed_dim, *(self.stage_dim(i) for i in range(len(self.depths)))]
+        return [dict(zip(names, dims, strict=True))[name] for name in self.out_features]
+
+    def feature_grids(self) -> list[tuple[int, int]]:
+        """The ``(h, w)`` of each returned map: its stage's patch grid."""
+        names = stage_names(len(self.depths))
+        grids = [self.stage_size(0), *(self.stage_size(i) for i in range(len(self.depths)))]
+        return [dict(zip(names, grids, strict=True))[name] for name in self.out_features]
+
+
+class SwinStageBeforeMerging(SwinStage):
+    """A stage returning ``(tokens before the patch merging, tokens after it)``."""
+
+    def forward(self, op, x):
+        for block in self.blocks:
+            x = block(op, x)
+        return x, (x if self.downsample is None else self.downsample(op, x))
+
+
+class SwinStagesEncoder(SwinEncoder):
+    """The encoder returning every stage's tokens before its patch merging, in order."""
+
+    stage_class = SwinStageBeforeMerging
+
+    def forward(self, op, x) -> list:
+        outputs = []
+        for stage in self.layers:
+            before, x = stage(op, x)
+            outputs.append(before)
+        return outputs
+
+
+class SwinBackbone(nn.Module):
+    """transformers' ``SwinBackbone``: ``feature_maps``, one per ``out_features`` entry."""
+
+    config_class = SwinBackboneConfig
+    #: The encoder's final LayerNorm, which a backbone checkpoint keeps and never applies.
+    ignored: tuple[str, ...] = ("swin.layernorm.*",)
+
+    def __init__(self, config: SwinBackboneConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embeddings = SwinEmbeddings(config)
+        self.encoder = SwinStagesEncoder(config)
+        channels = zip(config.out_features, config.feature_channels(), strict=True)
+        self.hidden_states_norms = StageNorms({name: LayerNorm(c) for name, c in channels})
+
+    def feature_channels(self) -> list[int]:
+        return self.config.feature_channels()
+
+    def forward(self, op, pixel_values) -> list:
+        c = self.config
+        x = self.embeddings(op, pixel_values)  # [batch, h*w, C]
+        stages = self.encoder(op, x)
+        tokens = dict(zip(stage_names(len(stages)), [x, *stages], strict=True))
+        maps = {name: tokens[name] for name in c.out_features}
+        normed = self.hidden_states_norms(op, maps)  # over the channels, still tokens
+        out = []
+        for x, channels, (h, w) in zip(
+            normed, c.feature_channels(), c.feature_grids(), strict=True
+        ):
+            x = op.Transpose(x, perm=[0, 2, 1])
+            out.append(op.Reshape(x, op.Constant(value_ints=[0, channels, h, w])))
+        return out
+
+
 class SwinForImageClassification(ConvNetForImageClassification):
     """The encoder and, with ``--head image-classification``, the classifier on the mean token."""
 
     config_class = SwinConfig
     model_class = SwinModel
     base_model_prefix = "swin"
+    #: What a dense head (UperNet) puts under itself (:mod:`._backbone`).
+    backbone_class = SwinBackbone
 
     def make_classifier(self, config) -> nn.Module:
         return Linear(config.num_features, config.num_labels, bias=True)

@@ -51,6 +51,11 @@ class ImageTextProcessor:
         """``(positions [3, 1, sequence], deltas [1, 1])`` for M-RoPE families, else None."""
         return None
 
+    def reference_inputs(self, inputs: dict) -> dict:
+        """``inputs`` (arrays or tensors, by the graphs' names) as transformers' model takes
+        them, for ``--validate``: the same, where the graphs take the processor's names."""
+        return inputs
+
     # -- helpers for the families -------------------------------------------------------
 
     def processor_setting(self, name: str, default=None):

@@ -8,20 +8,41 @@ padded with zero patches to the budget. ``image_position_ids`` hold each patch's
 ``(column, row)``, ``(-1, -1)`` on padding. In the prompt each image placeholder becomes
 ``<boi>`` + one image token per pooled patch block + ``<eoi>``; ``mm_token_type_ids``
 mark image tokens 1 (video 2, audio 3), as Gemma4Processor returns them.
+
+Audio clips (float32 mono at the feature extractor's ``sampling_rate``) go through
+transformers' ``Gemma4AudioFeatureExtractor`` (numpy only), made from the package's
+checked settings: log-mel frames ``input_features [clips, frames, mel_bins]``, padded
+to the longest clip, and ``input_features_mask [clips, frames]`` (bool, True on real
+frames). A clip's audio placeholder becomes ``<boa>`` + one audio token per real frame
+the encoder keeps (every second frame, twice) + ``<eoa>``.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import numpy as np
 
 from mobius.errors import MobiusError
 from mobius_vision.processing._base import ImageTextProcessor
-from mobius_vision.processing._image import BICUBIC, image_size, integer, rescale, resize
+from mobius_vision.processing._image import (
+    BICUBIC,
+    flag,
+    image_size,
+    integer,
+    number,
+    rescale,
+    resize,
+)
 
 #: The soft-token budgets transformers' Gemma 4 image processor accepts.
 SOFT_TOKEN_BUDGETS = (70, 140, 280, 560, 1120)
+#: The audio feature extractor's number settings the processor passes on, checked.
+FEATURE_NUMBERS = (
+    "padding_value", "frame_length_ms", "hop_length_ms", "min_frequency", "max_frequency",
+    "preemphasis", "dither", "input_scale_factor", "mel_floor",
+)  # fmt: skip
 
 
 def budget_size(height: int, width: int, patch: int, max_patches: int, kernel: int):
@@ -51,8 +72,72 @@ def patches_of(image: np.ndarray, patch: int) -> np.ndarray:
     return grid.reshape(rows * cols, -1)
 
 
-class Gemma4Processor(ImageTextProcessor):
-    """Gemma4Processor over images: patches, their positions, the image blocks in the prompt."""
+class GemmaAudioClips:
+    """The audio half of the Gemma processors: clips through transformers' numpy feature
+    extractor (``feature_extractor_class``, made from the package's checked settings) into
+    ``input_features`` and ``input_features_mask``. The class also says ``audio_token``."""
+
+    feature_extractor_class = (
+        "transformers.models.gemma4.feature_extraction_gemma4.Gemma4AudioFeatureExtractor"
+    )
+    _feature_extractor = None
+
+    @property
+    def feature_settings(self) -> dict:
+        """The audio feature extractor's settings, nested in the HF processor's."""
+        nested = self.settings.processor.get("feature_extractor")
+        return nested if isinstance(nested, dict) else {}
+
+    @property
+    def sampling_rate(self) -> int:
+        """The rate the clips are read at, in Hz."""
+        return integer(self.feature_settings, "sampling_rate", 16000, 1000, 192000)
+
+    def with_audio_placeholders(self, prompt: str, count: int) -> str:
+        """``prompt`` after one audio placeholder per clip, when it holds none."""
+        if count == 0 or self.audio_token in prompt:
+            return prompt
+        return self.audio_token * count + prompt
+
+    @property
+    def feature_extractor(self):
+        """transformers' numpy feature extractor (:attr:`feature_extractor_class`) with the
+        package's checked settings."""
+        if self._feature_extractor is None:
+            module, _, name = self.feature_extractor_class.rpartition(".")
+            extractor_class = getattr(importlib.import_module(module), name)
+            settings = self.feature_settings
+            mel_bins = integer(settings, "feature_size", 128, 1, 1024)
+            kwargs = {name: number(settings, name, None) for name in FEATURE_NUMBERS}
+            kwargs = {name: value for name, value in kwargs.items() if value is not None}
+            for name in ("frame_length_ms", "hop_length_ms"):
+                if kwargs.get(name, 1.0) <= 0:
+                    raise MobiusError(f"setting {name} must be positive, got {kwargs[name]}")
+            for name in ("preemphasis_htk_flavor", "fft_overdrive"):
+                if name in settings:  # else the extractor's own default
+                    kwargs[name] = flag(settings, name, False)
+            for name in ("per_bin_mean", "per_bin_stddev"):
+                kwargs[name] = _per_bin(settings.get(name), name, mel_bins)
+            self._feature_extractor = extractor_class(
+                feature_size=mel_bins, sampling_rate=self.sampling_rate, **kwargs
+            )
+        return self._feature_extractor
+
+    def audio_features(self, clips: list) -> dict[str, np.ndarray]:
+        """``input_features`` and ``input_features_mask`` of float32 mono ``clips``."""
+        clips = [np.asarray(clip, np.float32).reshape(-1) for clip in clips]
+        if any(clip.size == 0 for clip in clips):
+            raise MobiusError("an audio clip holds no samples")
+        out = self.feature_extractor(clips, return_tensors="np")
+        return {
+            "input_features": np.asarray(out["input_features"], np.float32),
+            "input_features_mask": np.asarray(out["input_features_mask"], bool),
+        }
+
+
+class Gemma4Processor(GemmaAudioClips, ImageTextProcessor):
+    """Gemma4Processor over images and audio clips: patches and their positions, log-mel
+    frames and their mask, the image and audio blocks in the prompt (module docstring)."""
 
     image_defaults = dict(resample=BICUBIC)
 
@@ -94,7 +179,46 @@ class Gemma4Processor(ImageTextProcessor):
         positions = np.pad(positions, [(0, pad), (0, 0)], constant_values=-1)
         return patches, positions, (rows * cols) // kernel**2
 
-    def __call__(self, text: str, images: list) -> dict[str, np.ndarray]:
+    # -- audio (GemmaAudioClips) ---------------------------------------------------------
+
+    @property
+    def audio_token(self) -> str:
+        return self.token_text("audio_token", "<|audio|>")
+
+    def audio_tokens(self, mask: np.ndarray) -> int:
+        """The audio tokens of a clip whose frames ``mask`` marks real: the encoder's two
+        stride-2 convolutions keep every second frame, twice."""
+        return int(mask[::2][::2].sum())
+
+    def with_audio_blocks(self, text: str, audio: dict[str, np.ndarray]) -> str:
+        """``text`` with each audio placeholder replaced by its clip's block, in order."""
+        begin = self.token_text("boa_token", "<|audio>")
+        end = self.token_text("eoa_token", "<audio|>")
+        counts = [self.audio_tokens(mask) for mask in audio["input_features_mask"]]
+        pieces = text.split(self.audio_token)
+        return pieces[0] + "".join(
+            f"{begin}{self.audio_token * n}{end}{piece}"
+            for n, piece in zip(counts, pieces[1:], strict=True)
+        )
+
+    # -- the prompt -----------------------------------------------------------------------
+
+    def __call__(self, text: str, images: list, audios: list = ()) -> dict[str, np.ndarray]:
+        """The inputs of ``text``, ``images`` and ``audios`` (float32 mono clips), ``text``
+        holding :attr:`image_token` once per image and :attr:`audio_token` once per clip."""
+        count = text.count(self.audio_token)
+        if count != len(audios):
+            raise MobiusError(
+                f"the prompt holds {count} {self.audio_token} placeholder(s) for "
+                f"{len(audios)} audio clip(s): put one per clip"
+            )
+        audio = self.audio_features(audios) if audios else {}
+        if audio:
+            text = self.with_audio_blocks(text, audio)
+        return {**self.image_inputs(text, images), **audio}
+
+    def image_inputs(self, text: str, images: list) -> dict[str, np.ndarray]:
+        """The ids of ``text`` with its image blocks, the token types, patches and positions."""
         self.count_placeholders(text, images)
         pixels = [self.pixels(image) for image in self.arrays(images)]
         begin = self.token_text("boi_token", "<|image>")
@@ -117,3 +241,17 @@ class Gemma4Processor(ImageTextProcessor):
             if token_id is not None and token_id != self.tokenizer.unk_token_id:
                 types[input_ids == token_id] = kind
         return types
+
+
+def _per_bin(value, name: str, mel_bins: int) -> list[float] | None:
+    """A per-mel-bin setting (``per_bin_mean``...): null, or ``mel_bins`` finite numbers."""
+    if value is None:
+        return None
+    if (
+        not isinstance(value, list)
+        or len(value) != mel_bins
+        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+        or not np.isfinite(value).all()
+    ):
+        raise MobiusError(f"setting {name} must be a list of {mel_bins} finite numbers")
+    return [float(v) for v in value]

@@ -31,29 +31,8 @@ class Gemma4UnifiedProcessor(Gemma4Processor):
         return self.cut(image, patch * kernel, 1, budget)  # one soft token per merged patch
 
     @property
-    def feature_settings(self) -> dict:
-        """The audio feature extractor's settings, nested in the HF processor's."""
-        nested = self.settings.processor.get("feature_extractor")
-        return nested if isinstance(nested, dict) else {}
-
-    @property
-    def sampling_rate(self) -> int:
-        """The rate the clips are read at, in Hz."""
-        return integer(self.feature_settings, "sampling_rate", 16000, 1000, 192000)
-
-    @property
     def samples_per_frame(self) -> int:
         return integer(self.feature_settings, "audio_samples_per_token", 640, 1, 1 << 16)
-
-    @property
-    def audio_token(self) -> str:
-        return self.token_text("audio_token", "<|audio|>")
-
-    def with_audio_placeholders(self, prompt: str, count: int) -> str:
-        """``prompt`` after one audio placeholder per clip, when it holds none."""
-        if count == 0 or self.audio_token in prompt:
-            return prompt
-        return self.audio_token * count + prompt
 
     def audio_features(self, clips: list) -> dict[str, np.ndarray]:
         """``input_features`` and ``input_features_mask`` of float32 mono ``clips``."""
@@ -73,23 +52,6 @@ class Gemma4UnifiedProcessor(Gemma4Processor):
             mask[row, : len(clip_frames)] = True
         return {"input_features": features, "input_features_mask": mask}
 
-    def __call__(self, text: str, images: list, audios: list = ()) -> dict[str, np.ndarray]:
-        """Gemma 4's inputs of ``text`` and ``images``, and the frames of ``audios``, ``text``
-        holding :attr:`audio_token` once per clip."""
-        count = text.count(self.audio_token)
-        if count != len(audios):
-            raise MobiusError(
-                f"the prompt holds {count} {self.audio_token} placeholder(s) for "
-                f"{len(audios)} audio clip(s): put one per clip"
-            )
-        audio = self.audio_features(audios) if audios else {}
-        if audio:
-            begin = self.token_text("boa_token", "<|audio>")
-            end = self.token_text("eoa_token", "<audio|>")
-            real = audio["input_features_mask"].sum(-1).tolist()
-            pieces = text.split(self.audio_token)
-            text = pieces[0] + "".join(
-                f"{begin}{self.audio_token * n}{end}{piece}"
-                for n, piece in zip(real, pieces[1:], strict=True)
-            )
-        return {**super().__call__(text, images), **audio}
+    def audio_tokens(self, mask: np.ndarray) -> int:
+        """One audio token per real frame."""
+        return int(mask.sum())

@@ -1,4 +1,5 @@
-"""Phi-4-multimodal's images: the HD crops of each image, its global view, their patch masks.
+"""Phi-4-multimodal's inputs: the HD crops of each image, its global view, their patch
+masks; the log-mel features of each audio clip.
 
 transformers has this image processor on its torchvision backend only; here it is
 numpy, with torchvision's arithmetic where it resizes (:mod:`._antialias` for the
@@ -11,6 +12,18 @@ to the batch's most crops): ``image_pixel_values`` (the global view, then the cr
 row by row), ``image_attention_mask`` (the real patches of each), ``image_sizes``
 (the grid's size in pixels); the prompt's placeholder becomes one image token per
 feature the model makes (global view and real sub-grid, rows ended, one separator).
+
+Each audio clip (float32 mono at ``sampling_rate``) becomes what transformers'
+``Phi4MultimodalFeatureExtractor`` computes (with PyTorch; here numpy, in the same
+precisions): windows of ``win_length`` samples every ``hop_length``, pre-emphasis,
+a Hamming window, the power spectrum, a Kaldi mel filter bank, the log (floored at
+1). Clips are padded to the longest; the frames of a shorter clip between its last
+whole window and its end are zeroed, as transformers zeroes them. Outputs, under the
+names of the audio graph: ``input_features [clips, frames, mel_bins]``,
+``feature_attention_mask [clips, frames]`` (bool), ``audio_sizes`` (each clip's
+tokens: its frames over ``audio_compression_rate``, rounded up) and
+``audio_projection_mode`` (1 when the prompt has images, else 0); the clip's
+placeholder becomes that many audio tokens.
 """
 
 from __future__ import annotations
@@ -22,7 +35,7 @@ import numpy as np
 from mobius.errors import MobiusError
 from mobius_vision.processing._antialias import resize_antialiased
 from mobius_vision.processing._base import ImageTextProcessor
-from mobius_vision.processing._image import integer
+from mobius_vision.processing._image import integer, number
 
 _CUBIC_A = -0.75  # PyTorch's bicubic
 
@@ -163,8 +176,157 @@ class Phi4MultimodalProcessor(ImageTextProcessor):
         sizes = np.asarray([d[2] for d in done], np.int64)
         return dict(image_pixel_values=pixels, image_sizes=sizes, image_attention_mask=masks)
 
-    def __call__(self, text: str, images: list) -> dict[str, np.ndarray]:
+    # -- audio -------------------------------------------------------------------------
+
+    @property
+    def audio_token(self) -> str:
+        return self.token_text("audio_token", "<|endoftext11|>")
+
+    @property
+    def audio_settings(self) -> dict:
+        """The feature extractor's settings: nested in the HF processor's (transformers 5), or
+        beside the image processor's in ``preprocessor_config.json``."""
+        nested = self.settings.processor.get("audio_processor")
+        return nested if isinstance(nested, dict) else self.settings.image
+
+    @property
+    def audio(self) -> Phi4MultimodalAudio:
+        """The log-mel feature extractor, of the package's checked settings."""
+        if getattr(self, "_audio", None) is None:
+            self._audio = Phi4MultimodalAudio(self.audio_settings)
+        return self._audio
+
+    @property
+    def sampling_rate(self) -> int:
+        """The rate the clips are read at, in Hz."""
+        return self.audio.sampling_rate
+
+    #: the graphs' audio input -> transformers' name of it (module docstring)
+    REFERENCE_NAMES = {
+        "input_features": "audio_input_features",
+        "feature_attention_mask": "audio_attention_mask",
+        "audio_sizes": "audio_embed_sizes",
+    }
+
+    def reference_inputs(self, inputs: dict) -> dict:
+        """``inputs`` as transformers' model takes them: its names, no projection mode (it
+        picks the projection by the images), no mask for a lone clip (its processor gives
+        none)."""
+        inputs = {self.REFERENCE_NAMES.get(k, k): v for k, v in inputs.items()}
+        inputs.pop("audio_projection_mode", None)
+        mask = inputs.get("audio_attention_mask")
+        if mask is not None and len(mask) == 1 and bool(mask.all()):
+            del inputs["audio_attention_mask"]
+        return inputs
+
+    def with_audio_placeholders(self, prompt: str, count: int) -> str:
+        """``prompt`` after one audio placeholder per clip, when it holds none."""
+        if count == 0 or self.audio_token in prompt:
+            return prompt
+        return self.audio_token * count + prompt
+
+    def __call__(self, text: str, images: list, audios: list = ()) -> dict[str, np.ndarray]:
+        """The inputs of ``text`` (one :attr:`image_token` per image, one :attr:`audio_token`
+        per clip), ``images`` and ``audios`` (float32 mono clips at :attr:`sampling_rate`)."""
         self.count_placeholders(text, images)
+        count = text.count(self.audio_token)
+        if count != len(audios):
+            raise MobiusError(
+                f"the prompt holds {count} {self.audio_token} placeholder(s) for "
+                f"{len(audios)} audio clip(s): put one per clip"
+            )
+        audio = self.audio(audios, with_images=bool(images)) if audios else {}
+        if audio:
+            pieces = text.split(self.audio_token)
+            text = pieces[0] + "".join(
+                self.audio_token * int(n) + piece
+                for n, piece in zip(audio["audio_sizes"], pieces[1:], strict=True)
+            )
         done = [self.preprocess(image) for image in self.arrays(images)]
         inputs = self.tokenize(self.expand(text, [self.image_token * d[3] for d in done]))
-        return dict(inputs, **self.stack(done)) if done else inputs
+        return {**inputs, **(self.stack(done) if done else {}), **audio}
+
+
+#: The feature extractor's int settings: (default, lowest, highest).
+AUDIO_INTS = {
+    "feature_size": (80, 1, 1024),
+    "sampling_rate": (16000, 1000, 192000),
+    "hop_length": (160, 1, 1 << 16),
+    "n_fft": (512, 2, 1 << 16),
+    "win_length": (400, 2, 1 << 16),
+    "audio_compression_rate": (8, 1, 1 << 10),
+    "audio_downsample_rate": (1, 1, 1 << 10),
+    "audio_feat_stride": (1, 1, 1 << 10),
+}
+
+
+class Phi4MultimodalAudio:
+    """transformers' ``Phi4MultimodalFeatureExtractor`` in numpy (module docstring)."""
+
+    def __init__(self, settings: dict) -> None:
+        for name, (default, low, high) in AUDIO_INTS.items():
+            setattr(self, name, integer(settings, name, default, low, high))
+        if self.win_length > self.n_fft:
+            raise MobiusError(f"win_length {self.win_length} is longer than n_fft {self.n_fft}")
+        self.preemphasis = number(settings, "preemphasis", 0.97)
+        low = number(settings, "mel_min_frequency", 0.0)
+        high = number(settings, "mel_max_frequency", 7690.0)
+        if not 0 <= low < high <= self.sampling_rate / 2:
+            raise MobiusError(f"mel frequencies [{low}, {high}] do not fit the sampling rate")
+        from transformers.audio_utils import mel_filter_bank  # numpy
+
+        self.mel_filters = mel_filter_bank(
+            num_frequency_bins=self.n_fft // 2 + 1,
+            num_mel_filters=self.feature_size,
+            min_frequency=low,
+            max_frequency=high,
+            sampling_rate=self.sampling_rate,
+            triangularize_in_mel_space=True,
+            mel_scale="kaldi",
+        ).astype(np.float32)
+
+    def frames(self, clips: list[np.ndarray]) -> np.ndarray:
+        """``[clips, frames, win_length]`` float32: each clip's windows, padded to the longest."""
+        lengths = [clip.size for clip in clips]
+        padded = np.zeros((len(clips), max(lengths)), np.float32)
+        for row, clip in enumerate(clips):
+            padded[row, : clip.size] = clip
+        count = (padded.shape[1] - self.win_length) // self.hop_length + 1
+        starts = np.arange(count)[:, None] * self.hop_length
+        frames = padded[:, starts + np.arange(self.win_length)]
+        for row, length in enumerate(lengths):
+            if len(clips) > 1 and length != padded.shape[1]:  # transformers' zeroed tail
+                whole = (length - self.win_length) // self.hop_length + 1
+                frames[row, whole : length // self.hop_length - 1] = 0
+        return frames
+
+    def log_mel(self, frames: np.ndarray) -> np.ndarray:
+        """``[clips, frames, mel_bins]`` float32 of :meth:`frames` (transformers' precisions)."""
+        previous = np.concatenate([frames[..., :1], frames[..., :-1]], axis=-1)
+        frames = (frames - self.preemphasis * previous) * 32768  # float32, as in PyTorch
+        window = np.hamming(self.win_length)  # float64, symmetric: torch's periodic=False
+        spectrum = np.fft.rfft(window * frames, n=self.n_fft, axis=-1).astype(np.complex64)
+        power = np.abs(spectrum) ** 2
+        return np.log(np.maximum(power @ self.mel_filters, np.float32(1.0)))
+
+    def __call__(self, clips: list, with_images: bool) -> dict[str, np.ndarray]:
+        """The audio graph's inputs of float32 mono ``clips`` (module docstring)."""
+        clips = [np.asarray(clip, np.float32).reshape(-1) for clip in clips]
+        for clip in clips:
+            if clip.size < self.win_length:
+                raise MobiusError(
+                    f"an audio clip of {clip.size} samples is shorter than one window "
+                    f"({self.win_length} samples)"
+                )
+        features = self.log_mel(self.frames(clips))
+        lengths = np.asarray([clip.size for clip in clips], np.int64)
+        real = ((lengths - self.win_length) // self.hop_length + 1) * self.audio_feat_stride
+        sizes = -(-real // self.audio_compression_rate)
+        sizes = -(-sizes // self.audio_downsample_rate)
+        mask = np.arange(features.shape[1])[None, :] < real[:, None]
+        return {
+            "input_features": features.astype(np.float32),
+            "feature_attention_mask": mask,
+            "audio_sizes": sizes.astype(np.int64),
+            "audio_projection_mode": np.asarray([1 if with_images else 0], np.int64),
+        }

@@ -12,7 +12,11 @@
 - ``cross-attention-vision-language`` (:mod:`.cross_attention_vl`): a decoder
   that cross-attends to the image's cache (Mllama);
 - ``image-to-text`` (:mod:`.image_to_text`): an encoder–decoder whose source is an
-  image (TrOCR, Donut): core's seq2seq contract over pixels.
+  image (TrOCR, Donut): core's seq2seq contract over pixels;
+- ``mask-generation`` (:mod:`.mask_generation`): promptable masks (Segment
+  Anything), an ``image_encoder/`` and a ``prompt_decoder/`` graph;
+- ``object-detection`` (:mod:`.object_detection`): class logits and boxes per
+  object query (DETR and its family, YOLOS), ``pixel_mask`` where the family pads.
 
 :mod:`mobius_vision.plugin` registers them by name, lazily: nothing here is
 imported until a build asks for one.

@@ -12,7 +12,10 @@ The vision–language contract (:mod:`.vision_language`) with one more encoder.
   text decoder's width. Families whose transformers processor names the mask
   ``input_features_mask`` (the Gemmas') take it under that name, and may lay out
   ``input_features`` as their processor does (Gemma 4 unified: raw waveform frames
-  [num_audios, frames, samples_per_frame]);
+  [num_audios, frames, samples_per_frame]). A family's audio graph may also take
+  ``audio_sizes`` int64 [num_audios] (the tokens each clip keeps) and
+  ``audio_projection_mode`` int64 [1] (which of its projections: 1 when the prompt
+  has images, else 0), as its processor gives them;
 - ``embedding/model.onnx``: ``input_ids``, ``image_features`` and ``audio_features`` ->
   ``inputs_embeds``, the image placeholders replaced by the image features and the
   audio placeholders by the audio features, each in order (feed either with no rows
@@ -27,26 +30,37 @@ The module gives what a vision–language module gives, and ``audio_inputs(dtype
 ``audio_modules()``, ``audio_features(op, input_features, feature_attention_mask)``
 and ``audio_outputs()``; its ``embed`` takes ``(op, input_ids, *image_outputs,
 audio_features)``.
+
+A checkpoint of the family without an audio tower (Gemma 4's larger models have no
+``audio_config``) gives no ``audio_modules()``: the package then holds no ``audio/``
+graph, the single graph takes no audio inputs, and ``embed`` gets no
+``audio_features``; the runner refuses audio for such a package in one line.
 """
 
 from __future__ import annotations
 
 import logging
 
-from mobius.genai import GenAIUnsupportedError
 from mobius_vision.tasks.vision_language import Encoder, VisionLanguageTask
 
 logger = logging.getLogger("mobius")
 
-#: The audio graph's inputs, fixed by the contract (the runner feeds them by name).
-AUDIO_INPUTS = ("input_features", "feature_attention_mask", "input_features_mask")
+#: The audio graph's inputs, fixed by the contract (the runner feeds them by name): the
+#: features and their mask, and what a family may take beside them (module docstring).
+AUDIO_INPUTS = (
+    "input_features",
+    "feature_attention_mask",
+    "input_features_mask",
+    "audio_sizes",
+    "audio_projection_mode",
+)
 
 
 class AudioVisionLanguageTask(VisionLanguageTask):
     """Image and audio features merged into a text decoder's embeddings (module docstring)."""
 
     name = "audio-vision-language"
-    genai = False  # onnxruntime-genai has no class that feeds an audio/ graph beside vision/
+    # genai_config: the vision–language task's (mobius_vision.genai adds the audio graph).
 
     def configure(self, config, options, source):
         """As the vision–language task; a config that leaves parts of the checkpoint out
@@ -57,13 +71,10 @@ class AudioVisionLanguageTask(VisionLanguageTask):
             logger.warning("%s: %s", config.model_type, left_out)
         return config
 
-    def genai_config(self, package) -> dict:
-        raise GenAIUnsupportedError(
-            "onnxruntime-genai has no model class that feeds an audio/ graph beside vision/"
-        )
-
     def encoders(self, module) -> list[Encoder]:
-        """The vision graph, then the audio graph."""
+        """The vision graph, then the audio graph where the module has an audio tower."""
+        if not module.audio_modules():
+            return super().encoders(module)
         audio = Encoder(
             "audio",
             module.audio_inputs,

@@ -69,6 +69,7 @@ def check_audio_vision_language_parity(
     atol: float = PARITY_ATOL,
     forms: tuple[str, ...] = ("split", "single"),
     eps: tuple[str, ...] = ("default", "cpu"),
+    prefill_model=None,
 ) -> list[CausalLMParity]:
     """Build a perturbed tiny model with the CLI per form and ep, and check it against PyTorch.
 
@@ -76,8 +77,11 @@ def check_audio_vision_language_parity(
     ``reference_part`` the attribute of it that computes the text (``"thinker"``), or
     None for the model itself. ``prompts`` hold as many image and audio placeholders as
     ``image_sizes`` and ``clip_lengths`` (samples at the feature extractor's rate) give,
-    in order over the batch. ``rope_positions(model, inputs)`` gives the 3-D rotary
-    positions and deltas of the reference (see :func:`._vl_parity.compare_vision_language`).
+    in order over the batch (no ``clip_lengths``: a prompt of images alone, the processor
+    given no audio). ``rope_positions(model, inputs)`` gives the 3-D rotary
+    positions and deltas of the reference (see :func:`._vl_parity.compare_vision_language`);
+    ``prefill_model(reference)`` runs its prefill where its forward takes the processor's
+    outputs under other names than the graphs do (ibid.).
     """
     workdir = Path(workdir)
     model = make_random_model(hf_config, model_class, seed)
@@ -85,8 +89,8 @@ def check_audio_vision_language_parity(
     reference = getattr(model, reference_part) if reference_part else model
     images = [random_images(1, size, seed + i)[0] for i, size in enumerate(image_sizes)]
     clips = random_clips(clip_lengths, seed)
-    batch = processor(
-        text=list(prompts), images=images, audio=clips, return_tensors="np", padding=True
+    batch = processor(  # no clips: no audio at all (a checkpoint without an audio tower)
+        text=list(prompts), images=images, audio=clips or None, return_tensors="np", padding=True
     )
     inputs = as_model_inputs(batch)
     return compare_every_build(
@@ -98,4 +102,5 @@ def check_audio_vision_language_parity(
         atol=atol,
         decode_steps=decode_steps,
         rope_positions=rope_positions,
+        prefill_model=prefill_model,
     )

@@ -1,6 +1,13 @@
-"""Gemma 3n: timm's MobileNet-V5 tower (scaled down by ``model_args``, pooled 4x4 -> 2x2) and
-the multimodal embedders into the Gemma 3n text decoder (AltUp, per-layer inputs, a shared-KV
-layer, a window shorter than the prompts).
+"""Gemma 3n's tiny case on the audio-vision-language kit, through the real ``Gemma3nProcessor``
+(SigLIP's PIL image processor, the numpy ``Gemma3nAudioFeatureExtractor`` at 16 mel bins).
+
+timm's MobileNet-V5 tower (scaled down by ``model_args``, pooled 4x4 -> 2x2), the conformer
+audio tower (chunks of 4 frames shorter than its left context of 5, logits capped at 2 so the
+cap bites) and the multimodal embedders into the Gemma 3n text decoder (AltUp, per-layer
+inputs, a shared-KV layer, a window shorter than the prompts). Each prompt of the batch
+holds an image and a clip: 6400 samples (37 mel frames: 3 audio tokens) and 2600 (17 frames,
+padded to 37: 2 real tokens of the 3), each clip's tokens then padded to the audio block's 5
+with the padding token's embedding (both of transformers' paddings are exercised).
 
 The vocabulary is laid out as the hub's: text ids below the per-layer table's 96, then the
 vision range (the end-of-image token 96 embeds through ``embed_vision``'s table), then the
@@ -50,18 +57,32 @@ AUDIO_CONFIG = dict(
     conf_num_hidden_layers=1,
     conf_num_attention_heads=2,
     sscp_conv_channel_size=[8, 4],
+    conf_attention_chunk_size=4,
+    conf_attention_context_left=5,
+    conf_attention_logit_cap=2.0,
 )
-PROMPTS = ("USER: <image_soft_token> w5 w7 w9 ASSISTANT:", "USER: w3 <image_soft_token> w2")
+AUDIO_TOKENS = 5  # per clip: the processor's audio block
+PROMPTS = (
+    "USER: <image_soft_token> w5 <audio_soft_token> w7 w9 ASSISTANT:",
+    "USER: w3 <audio_soft_token> w11 <image_soft_token> w2",
+)
 
 
 def gemma3n_config():
+    """The case's config, for a transformers model: skips without timm."""
     pytest.importorskip("timm", reason="transformers builds Gemma 3n's vision tower with timm")
+    return gemma3n_hf_config()
+
+
+def gemma3n_hf_config():
+    """The case's config alone (mobius builds from it without timm)."""
     return AutoConfig.for_model(
         "gemma3n",
         text_config=dict(TEXT),
         vision_config=dict(VISION),
         audio_config=dict(AUDIO_CONFIG),
         vision_soft_tokens_per_image=4,
+        audio_soft_tokens_per_image=AUDIO_TOKENS,
         image_token_id=IMAGE,
         boi_token_id=BOI,
         eoi_token_id=EOI,
@@ -89,18 +110,22 @@ def gemma3n_processor(config):
         "eoa_token": "<end_of_audio>",
     }
     return Gemma3nProcessor(
-        feature_extractor=Gemma3nAudioFeatureExtractor(),
+        feature_extractor=Gemma3nAudioFeatureExtractor(
+            feature_size=AUDIO_CONFIG["input_feat_size"]
+        ),
         image_processor=SiglipImageProcessorPil(size={"height": IMAGE_SIZE, "width": IMAGE_SIZE}),
         tokenizer=tiny_tokenizer(config.text_config.vocab_size, specials, names),
         image_seq_length=config.vision_soft_tokens_per_image,
+        audio_seq_length=config.audio_soft_tokens_per_image,
     )
 
 
-CASES = {
-    "gemma3n": (
-        "gemma3n",
-        gemma3n_config,
-        gemma3n_processor,
-        dict(prompts=PROMPTS, images_per_prompt=True),
-    ),
-}
+IMAGE_SIZES = ((37, 45), (29, 21))
+OPTIONS = dict(
+    prompts=PROMPTS,
+    image_sizes=IMAGE_SIZES,
+    clip_lengths=(6400, 2600),
+    model_class="Gemma3nForConditionalGeneration",
+)
+#: case -> (model_type, make_config, make_processor, options)
+CASES = {"gemma3n": ("gemma3n", gemma3n_config, gemma3n_processor, OPTIONS)}

@@ -1,0 +1,32 @@
+"""Backbones for the dense heads (detection, segmentation, depth), found through the registry.
+
+A head family (DPT, Depth Anything, UperNet, DETR...) names its backbone in
+``backbone_config``, as transformers' ``load_backbone`` reads it. Its module is the
+``backbone_class`` of whatever mobius registers for that config's ``model_type``
+(DINOv2's, Swin's, ConvNeXt's, ResNet's...), so the head reuses a verified encoder
+instead of copying it. A backbone module returns what transformers'
+``XxxBackbone(...).feature_maps`` holds: one ``[batch, channels, height, width]`` map
+per entry of ``out_features``, in that order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from onnxscript import nn
+
+from mobius import registry
+from mobius.errors import ConfigError
+
+
+def backbone(model_type: str, config: Any) -> nn.Module:
+    """The backbone module mobius registers for ``model_type``, built from ``config``.
+
+    ``config`` is whatever that family's ``backbone_class`` takes (usually its own
+    config dataclass made from the head's ``backbone_config``).
+    """
+    top = registry.get(model_type).module_class()
+    backbone_class = getattr(top, "backbone_class", None)
+    if backbone_class is None:
+        raise ConfigError(f"{model_type} is not a backbone mobius can put under a dense head")
+    return backbone_class(config)
