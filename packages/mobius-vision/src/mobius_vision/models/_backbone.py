@@ -16,6 +16,7 @@ from typing import Any
 from onnxscript import nn
 
 from mobius import registry
+from mobius.components import module_scope
 from mobius.errors import ConfigError
 
 
@@ -30,3 +31,16 @@ def backbone(model_type: str, config: Any) -> nn.Module:
     if backbone_class is None:
         raise ConfigError(f"{model_type} is not a backbone mobius can put under a dense head")
     return backbone_class(config)
+
+
+def staged_feature_maps(op, backbone: nn.Module, pixel_values, out_features) -> list:
+    """A convolutional backbone's ``feature_maps``: its ``embedder`` (the ``stem`` map), then
+    each of ``encoder.stages`` (``stage1``, ``stage2``...), those ``out_features`` names, in
+    its order (transformers' ResNet-style ``XxxBackbone``)."""
+    hidden = backbone.embedder(op, pixel_values)
+    maps = {"stem": hidden}
+    with module_scope(op, backbone.encoder):  # each stage's output, under the encoder's names
+        for index, stage in enumerate(backbone.encoder.stages, start=1):
+            hidden = stage(op, hidden)
+            maps[f"stage{index}"] = hidden
+    return [maps[name] for name in out_features]

@@ -44,3 +44,18 @@ class VisionTowerModel(Model):
     def sanitize(self, weights: dict) -> dict:
         """A bare tower's checkpoint gets the ``vision_model.`` prefix."""
         return prefix_bare_names(weights, "vision_model.", self.head_prefixes)
+
+
+def torch_bicubic_resize(op, x, sizes):
+    """``x`` [n, c, h, w] resized to ``sizes`` (a 4-element int64 value) as PyTorch's
+    ``interpolate(mode="bicubic", align_corners=False)`` does without antialiasing (cubic
+    coefficient -0.75, half-pixel centres): how transformers resamples position tables."""
+    return op.Resize(
+        x,
+        None,
+        None,
+        sizes,
+        mode="cubic",
+        cubic_coeff_a=-0.75,
+        coordinate_transformation_mode="half_pixel",
+    )

@@ -22,6 +22,7 @@ from onnxscript import nn
 from mobius.components import Conv2d, LayerNorm, Linear, get_activation
 from mobius.errors import ConfigError
 from mobius_vision.config import image_size_pair
+from mobius_vision.models._common import torch_bicubic_resize
 
 
 def _square(value: Any, name: str, model_type: str) -> int:
@@ -346,15 +347,7 @@ class HieraModel(nn.Module):
             op.Constant(value_ints=[height, width]),
             axis=0,
         )
-        background = op.Resize(
-            self.pos_embed,
-            None,
-            None,
-            sizes,
-            mode="cubic",
-            cubic_coeff_a=-0.75,
-            coordinate_transformation_mode="half_pixel",
-        )
+        background = torch_bicubic_resize(op, self.pos_embed, sizes)
         tiles = op.Constant(value_ints=[1, 1, height // self.window, width // self.window])
         return op.Transpose(
             op.Add(background, op.Tile(self.pos_embed_window, tiles)), perm=[0, 2, 3, 1]

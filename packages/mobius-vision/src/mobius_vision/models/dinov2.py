@@ -23,6 +23,7 @@ from onnxscript import nn
 from mobius.components import LayerNorm, Linear, get_activation
 from mobius.errors import ConfigError
 from mobius_vision.config import VisionConfig
+from mobius_vision.models._common import torch_bicubic_resize
 from mobius_vision.models.vit import (
     ViTAttention,
     ViTConfig,
@@ -184,15 +185,7 @@ class Dinov2BackboneEmbeddings(ViTEmbeddings):
         sizes = op.Concat(
             op.Constant(value_ints=[1, dim]), patch_grid(op, pixel_values, self.patch_size), axis=0
         )
-        grid = op.Resize(
-            grid,
-            None,
-            None,
-            sizes,
-            mode="cubic",
-            cubic_coeff_a=-0.75,  # PyTorch's bicubic
-            coordinate_transformation_mode="half_pixel",
-        )
+        grid = torch_bicubic_resize(op, grid, sizes)
         grid = op.Reshape(op.Transpose(grid, perm=[0, 2, 3, 1]), [1, -1, dim])
         return op.Concat(cls_position, grid, axis=1)
 

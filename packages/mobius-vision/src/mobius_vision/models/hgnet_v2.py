@@ -23,10 +23,11 @@ from typing import Any
 
 from onnxscript import nn
 
-from mobius.components import Linear, module_scope
+from mobius.components import Linear
 from mobius.errors import ConfigError
 from mobius.model import Model
 from mobius_vision.config import VisionConfig
+from mobius_vision.models._backbone import staged_feature_maps
 from mobius_vision.models._backbone_config import out_features, stage_names
 from mobius_vision.models._conv import BATCHNORM_COUNTERS, BatchNorm2d, Conv2d, activation
 
@@ -260,13 +261,7 @@ class HGNetV2Backbone(nn.Module):
         self.encoder = HGNetV2Encoder(config)
 
     def forward(self, op, pixel_values) -> list:
-        hidden = self.embedder(op, pixel_values)
-        maps = {"stem": hidden}
-        with module_scope(op, self.encoder):  # each stage's output, under the encoder's names
-            for index, stage in enumerate(self.encoder.stages, start=1):
-                hidden = stage(op, hidden)
-                maps[f"stage{index}"] = hidden
-        return [maps[name] for name in self.config.out_features]
+        return staged_feature_maps(op, self, pixel_values, self.config.out_features)
 
 
 class HGNetV2ForImageClassification(Model):

@@ -20,9 +20,9 @@ from typing import Any
 
 from onnxscript import nn
 
-from mobius.components import module_scope
 from mobius.errors import ConfigError
 from mobius_vision.config import VisionConfig
+from mobius_vision.models._backbone import staged_feature_maps
 from mobius_vision.models._conv import (
     BATCHNORM_COUNTERS,
     BatchNorm2d,
@@ -295,13 +295,7 @@ class ResNetBackbone(ResNetModel):
         self.config = config
 
     def forward(self, op, pixel_values) -> list:
-        hidden = self.embedder(op, pixel_values)
-        maps = {"stem": hidden}
-        with module_scope(op, self.encoder):  # each stage's output, under the encoder's names
-            for index, stage in enumerate(self.encoder.stages, start=1):
-                hidden = stage(op, hidden)
-                maps[f"stage{index}"] = hidden
-        return [maps[name] for name in self.config.out_features]
+        return staged_feature_maps(op, self, pixel_values, self.config.out_features)
 
 
 class ResNetForImageClassification(ConvNetForImageClassification):

@@ -19,6 +19,7 @@ from onnxscript import nn
 
 from mobius.components import LayerNorm
 from mobius.errors import ConfigError
+from mobius_vision.models._common import torch_bicubic_resize
 from mobius_vision.models._detr import DetrMLPPredictionHead
 from mobius_vision.models.vit import ViTConfig, ViTLayer, ViTPatchEmbeddings
 from mobius_vision.tasks.object_detection import DetectionModel
@@ -63,15 +64,7 @@ def resize_positions(op, table, config: YolosConfig, pixel_values):
         op.Shape(pixel_values, start=2, end=4), op.Constant(value_ints=[config.patch_size])
     )
     sizes = op.Concat(op.Shape(grid, start=0, end=2), image_grid, axis=0)
-    grid = op.Resize(
-        grid,
-        None,
-        None,
-        sizes,
-        mode="cubic",
-        cubic_coeff_a=-0.75,  # PyTorch's bicubic
-        coordinate_transformation_mode="half_pixel",
-    )
+    grid = torch_bicubic_resize(op, grid, sizes)
     grid = op.Transpose(grid, perm=[0, 2, 3, 1])
     grid = op.Reshape(grid, op.Constant(value_ints=[0, -1, hidden]))
     return op.Concat(cls_position, grid, detection_positions, axis=1)
