@@ -19,7 +19,13 @@ import pytest
 import transformers
 from PIL import Image
 from sam_parity_cases.sam2 import SAM2_OVERRIDES
-from test_sam_segment import PROMPTS, prompt_arguments, segment_cli
+from test_sam_segment import (
+    PROMPTS,
+    prompt_arguments,
+    prompt_inputs,
+    segment_cli,
+    write_images,
+)
 from transformers import AutoConfig
 
 from mobius.errors import ConfigError, MobiusError
@@ -32,7 +38,6 @@ SIZE = 64
 #: Reference logits this close to the threshold may binarise either way.
 EDGE = 1e-4
 #: (width, height) of the test images: landscape and portrait, the aspect ratio not kept.
-IMAGE_SIZES = ((90, 60), (40, 75))
 IMAGE_SETTINGS = {
     "do_resize": True,
     "size": {"height": SIZE, "width": SIZE},
@@ -74,14 +79,7 @@ def built(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def images(tmp_path_factory):
-    root = tmp_path_factory.mktemp("sam2-images")
-    rng = np.random.default_rng(2)
-    paths = []
-    for index, (width, height) in enumerate(IMAGE_SIZES):
-        path = root / f"image{index}.png"
-        Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).save(path)
-        paths.append(str(path))
-    return paths
+    return write_images(tmp_path_factory.mktemp("sam2-images"), seed=2)
 
 
 def reference_masks(model, processor, path, points, labels, box):
@@ -89,13 +87,7 @@ def reference_masks(model, processor, path, points, labels, box):
     import torch
     import torch.nn.functional as F
 
-    image = Image.open(path).convert("RGB")
-    prompt = {}
-    if points:
-        prompt.update(input_points=[[points]], input_labels=[[labels]])
-    if box is not None:
-        prompt.update(input_boxes=[[list(box)]])
-    inputs = processor(images=image, return_tensors="pt", **prompt)
+    inputs = prompt_inputs(processor, path, points, labels, box)
     arguments = {k: v for k, v in inputs.items() if k.startswith("input_")}
     with torch.no_grad():
         out = model(pixel_values=inputs["pixel_values"], **arguments)

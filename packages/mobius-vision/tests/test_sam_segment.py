@@ -70,10 +70,9 @@ def built(builds):
     return builds("sam")
 
 
-@pytest.fixture(scope="module")
-def images(tmp_path_factory):
-    root = tmp_path_factory.mktemp("sam-images")
-    rng = np.random.default_rng(1)
+def write_images(root, seed: int) -> list[str]:
+    """Noise PNGs of IMAGE_SIZES (wide and tall) in ``root``."""
+    rng = np.random.default_rng(seed)
     paths = []
     for index, (width, height) in enumerate(IMAGE_SIZES):
         path = root / f"image{index}.png"
@@ -82,17 +81,27 @@ def images(tmp_path_factory):
     return paths
 
 
-def reference_masks(model, processor, path, points, labels, box):
-    """transformers' masks (logits upscaled to the image) and IoU scores for one prompt."""
-    import torch
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    return write_images(tmp_path_factory.mktemp("sam-images"), seed=1)
 
+
+def prompt_inputs(processor, path, points, labels, box) -> dict:
+    """transformers' processor inputs of the image at ``path`` with one prompt."""
     image = Image.open(path).convert("RGB")
     prompt = {}
     if points:
         prompt.update(input_points=[[points]], input_labels=[[labels]])
     if box is not None:
         prompt.update(input_boxes=[[list(box)]])
-    inputs = processor(images=image, return_tensors="pt", **prompt)
+    return processor(images=image, return_tensors="pt", **prompt)
+
+
+def reference_masks(model, processor, path, points, labels, box):
+    """transformers' masks (logits upscaled to the image) and IoU scores for one prompt."""
+    import torch
+
+    inputs = prompt_inputs(processor, path, points, labels, box)
     with torch.no_grad():
         out = model(
             pixel_values=inputs["pixel_values"],

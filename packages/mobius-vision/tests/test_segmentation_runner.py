@@ -38,11 +38,9 @@ TIE_MARGIN = 1e-4
 IMAGE_SIZE = {"height": 64, "width": 64}
 
 
-@pytest.fixture(scope="module")
-def images(tmp_path_factory):
+def write_images(folder) -> list[str]:
     """RGB noise (larger and smaller than the 16x16 logits), a JPEG gradient, greyscale, an
     RGBA PNG and a JPEG stored on its side (EXIF orientation 6)."""
-    folder = tmp_path_factory.mktemp("images")
     rng = np.random.default_rng(0)
     Image.fromarray(rng.integers(0, 256, (50, 70, 3), dtype=np.uint8)).save(folder / "noise.png")
     Image.fromarray(rng.integers(0, 256, (11, 9, 3), dtype=np.uint8)).save(folder / "tiny.png")
@@ -59,6 +57,11 @@ def images(tmp_path_factory):
     sideways.save(folder / "sideways.jpg", exif=exif)
     names = ("noise.png", "tiny.png", "gradient.jpg", "grey.png", "transparent.png")
     return [str(folder / name) for name in (*names, "sideways.jpg")]
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    return write_images(tmp_path_factory.mktemp("images"))
 
 
 #: The families the runner is checked on: logits at a quarter of the image (SegFormer) and
@@ -107,15 +110,14 @@ def segment_cli(capsys, *args) -> tuple[int, list[str]]:
     return code, capsys.readouterr().out.splitlines()
 
 
-def reference(pipe, path: str) -> tuple[np.ndarray, np.ndarray]:
-    """The pipeline's class map of ``path`` and the top-two margin of its upsampled logits."""
+def reference(pipe, path: str, **pipeline_options) -> tuple[np.ndarray, np.ndarray]:
+    """The pipeline's class map of ``path`` and the top-two margin of its upsampled scores."""
     import torch
 
     image = transformers.image_utils.load_image(path)
-    entries = pipe(image)
     ids = {name: i for i, name in LABELS.items()}
     class_map = np.full((image.height, image.width), -1, np.int64)
-    for entry in entries:
+    for entry in pipe(image, **pipeline_options):
         class_map[np.asarray(entry["mask"]) > 0] = ids[entry["label"]]
     assert (class_map >= 0).all(), "the pipeline's masks leave pixels out"
     inputs = pipe.image_processor(image, return_tensors="pt")
@@ -128,15 +130,19 @@ def reference(pipe, path: str) -> tuple[np.ndarray, np.ndarray]:
     return class_map, top[-1] - top[-2]
 
 
-def test_segment_matches_the_pipeline(built, images, capsys, tmp_path):
-    hf_dir, package, _ = built
+def assert_segment_matches_the_pipeline(
+    hf_dir, package, images, capsys, tmp_path, **pipeline_options
+) -> set[tuple[str, ...]]:
+    """``mobius segment`` on each image gives the image-segmentation pipeline's class map
+    (pixels may differ only where the top two scores are within TIE_MARGIN, on under 1% of
+    the image) and its classes' shares; returns the class sets seen."""
     pipe = transformers.pipeline("image-segmentation", model=str(hf_dir))
     seen = set()
     for path in images:
         mask = tmp_path / "mask.png"
         code, lines = segment_cli(capsys, package, path, "--output", mask)
         assert code == 0
-        expected, margin = reference(pipe, path)
+        expected, margin = reference(pipe, path, **pipeline_options)
         got = np.asarray(Image.open(mask))
         assert got.shape == expected.shape
         differ = got != expected
@@ -150,6 +156,12 @@ def test_segment_matches_the_pipeline(built, images, capsys, tmp_path):
         for label, share in shares.items():
             assert abs(float(share) - want.get(label, 0.0)) <= differ.mean() + 1e-6
         seen.add(tuple(sorted(want)))
+    return seen
+
+
+def test_segment_matches_the_pipeline(built, images, capsys, tmp_path):
+    hf_dir, package, _ = built
+    seen = assert_segment_matches_the_pipeline(hf_dir, package, images, capsys, tmp_path)
     # A model that labels every image alike, or all of one class, would prove little.
     assert len(seen) > 1 and any(len(labels) > 1 for labels in seen), seen
 

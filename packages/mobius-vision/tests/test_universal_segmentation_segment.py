@@ -7,7 +7,8 @@ and built once with the CLI. ``mobius segment`` (through ``mobius.cli.main``) mu
 different sizes and modes, the class map of transformers' ``image-segmentation`` pipeline
 (``subtask="semantic"``: the processor's ``post_process_semantic_segmentation``): every
 pixel the same class, except where the reference's two best upsampled scores lie closer
-than the graph's own error (:data:`TIE_MARGIN`). The numpy pre- and post-processing are
+than the graph's own error (``TIE_MARGIN`` of test_segmentation_runner.py, whose check this
+shares). The numpy pre- and post-processing are
 checked against the image processor on their own.
 """
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import transformers
-from PIL import Image
+from test_segmentation_runner import LABELS, assert_segment_matches_the_pipeline, write_images
 from transformers import AutoConfig
 from universal_segmentation_parity_cases.mask2former import MASK2FORMER
 from universal_segmentation_parity_cases.maskformer import MASKFORMER
@@ -33,34 +34,13 @@ from mobius_vision.universal_segmentation_runner import (
     semantic_scores,
 )
 
-LABELS = {0: "wall", 1: "sky", 2: "road", 3: "tree", 4: "car"}
-#: Two scores closer than this may rank either way between ONNX Runtime and PyTorch.
-TIE_MARGIN = 1e-4
 SIZE = {"shortest_edge": 64, "longest_edge": 96}
 
 
 @pytest.fixture(scope="module")
 def images(tmp_path_factory):
-    """RGB noise, a tiny image, a JPEG gradient, greyscale, RGBA, and a JPEG stored on its
-    side (EXIF orientation 6)."""
-    folder = tmp_path_factory.mktemp("images")
-    rng = np.random.default_rng(0)
-    Image.fromarray(rng.integers(0, 256, (50, 70, 3), dtype=np.uint8)).save(folder / "noise.png")
-    Image.fromarray(rng.integers(0, 256, (11, 9, 3), dtype=np.uint8)).save(folder / "tiny.png")
-    ramp = np.linspace(0, 255, 96)[None, :, None] * np.linspace(0.2, 1, 80)[:, None, None]
-    gradient = np.clip(ramp * [1.0, 0.5, 0.8] + rng.normal(0, 20, (80, 96, 3)), 0, 255)
-    Image.fromarray(gradient.astype(np.uint8)).save(folder / "gradient.jpg", quality=90)
-    Image.fromarray(rng.integers(0, 256, (30, 30), dtype=np.uint8), mode="L").save(
-        folder / "grey.png"
-    )
-    rgba = rng.integers(0, 256, (36, 36, 4), dtype=np.uint8)
-    Image.fromarray(rgba, mode="RGBA").save(folder / "transparent.png")
-    sideways = Image.fromarray(rng.integers(0, 256, (24, 44, 3), dtype=np.uint8))
-    exif = sideways.getexif()
-    exif[0x0112] = 6
-    sideways.save(folder / "sideways.jpg", exif=exif)
-    names = ("noise.png", "tiny.png", "gradient.jpg", "grey.png", "transparent.png")
-    return [str(folder / name) for name in (*names, "sideways.jpg")]
+    """The semantic runner's test images (noise, tiny, JPEG, greyscale, RGBA, EXIF-rotated)."""
+    return write_images(tmp_path_factory.mktemp("images"))
 
 
 #: Each family: (model type, overrides, model class, its PIL image processor).
@@ -96,53 +76,11 @@ def built(request, tmp_path_factory):
     return hf_dir, build_with_cli(hf_dir, root / "onnx"), processor
 
 
-def segment_cli(capsys, *args) -> tuple[int, list[str]]:
-    capsys.readouterr()
-    code = main(["segment", *map(str, args)])
-    return code, capsys.readouterr().out.splitlines()
-
-
-def reference(pipe, path: str) -> tuple[np.ndarray, np.ndarray]:
-    """The pipeline's semantic class map of ``path`` and the top-two margin of its scores."""
-    import torch
-
-    image = transformers.image_utils.load_image(path)
-    ids = {name: i for i, name in LABELS.items()}
-    class_map = np.full((image.height, image.width), -1, np.int64)
-    for entry in pipe(image, subtask="semantic"):
-        class_map[np.asarray(entry["mask"]) > 0] = ids[entry["label"]]
-    assert (class_map >= 0).all(), "the pipeline's masks leave pixels out"
-    inputs = pipe.image_processor(image, return_tensors="pt")
-    with torch.no_grad():
-        outputs = pipe.model(**inputs)
-    (scores,) = pipe.image_processor.post_process_semantic_segmentation(
-        outputs, target_sizes=[(image.height, image.width)], return_segmentation_scores=True
-    )
-    top = np.sort(scores["segmentation_scores"].numpy(), axis=0)
-    return class_map, top[-1] - top[-2]
-
-
 def test_segment_matches_the_pipeline(built, images, capsys, tmp_path):
     hf_dir, package, _ = built
-    pipe = transformers.pipeline("image-segmentation", model=str(hf_dir))
-    seen = set()
-    for path in images:
-        mask = tmp_path / "mask.png"
-        code, lines = segment_cli(capsys, package, path, "--output", mask)
-        assert code == 0
-        expected, margin = reference(pipe, path)
-        got = np.asarray(Image.open(mask))
-        assert got.shape == expected.shape
-        differ = got != expected
-        assert not (differ & (margin > TIE_MARGIN)).any(), f"{path}: {differ.sum()} pixels differ"
-        (line,) = lines
-        shares = dict(pair.rsplit(" ", 1) for pair in line.partition(": ")[2].split("; "))
-        counts = np.bincount(expected.reshape(-1), minlength=len(LABELS)) / expected.size
-        want = {LABELS[i]: share for i, share in enumerate(counts) if share}
-        assert set(shares) == set(want) or differ.any(), f"{path}: {shares} != {want}"
-        for label, share in shares.items():
-            assert abs(float(share) - want.get(label, 0.0)) <= differ.mean() + 1e-6
-        seen.add(tuple(sorted(want)))
+    seen = assert_segment_matches_the_pipeline(
+        hf_dir, package, images, capsys, tmp_path, subtask="semantic"
+    )
     # A model that labels every image with one class would prove little.
     assert any(len(labels) > 1 for labels in seen), seen
 
