@@ -110,9 +110,9 @@ def test_near_miss_model_type_lists_close_matches(capsys, tmp_path: Path, output
 
 
 def test_known_domain_key_without_support_yet(capsys, tmp_path: Path, outputs: Path) -> None:
-    """An audio model_type mobius-audio does not register (SpeechT5): still one clear line."""
-    model = write_tiny_llama(tmp_path / "m", model_type="speecht5")
-    assert_fails_cleanly(capsys, model, outputs / "out", "unknown model type 'speecht5'")
+    """An audio model_type mobius-audio does not register (Bark): still one clear line."""
+    model = write_tiny_llama(tmp_path / "m", model_type="bark")
+    assert_fails_cleanly(capsys, model, outputs / "out", "unknown model type 'bark'")
 
 
 def test_diffusers_component_class_not_registered(capsys, tmp_path: Path, outputs: Path) -> None:

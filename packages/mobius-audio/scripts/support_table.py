@@ -39,6 +39,10 @@ KITS: tuple[tuple[str, tuple[str, ...], tuple[Parity, ...], str, str], ...] = (
              "test_speech_to_text_parity:CASES", "speech_to_text"),
             ("test_moonshine_parity.py", "test_moonshine_parity", "test_moonshine_parity:CASES",
              "moonshine"),
+            ("test_speecht5_parity.py", "test_speecht5_parity", "test_speecht5_parity:CASES",
+             "speecht5"),
+            ("test_seamless_m4t_parity.py", "test_seamless_m4t_parity",
+             "test_seamless_m4t_parity:CASES", None),
         ),
         "Speech-to-text models",
         "fp32, max abs difference ≤ 1e-4 on the encoder output, the decoder prefill and 8 "
@@ -60,7 +64,40 @@ KITS: tuple[tuple[str, tuple[str, ...], tuple[Parity, ...], str, str], ...] = (
         "Audio encoders",
         "fp32, max abs difference ≤ 1e-4 on hidden states and head logits, a batch of two "
         "waveforms of different lengths through the real feature extractor, with and without "
-        "the attention mask as the family is called, --ep default and cpu",
+        "the attention mask as the family is called, --ep default and cpu (the frame and "
+        "x-vector heads: --ep default)",
+    ),
+    (
+        "text-to-audio",
+        ("MODEL_FOR_TEXT_TO_WAVEFORM_MAPPING_NAMES", "MODEL_FOR_TEXT_TO_SPECTROGRAM_MAPPING_NAMES"),
+        (
+            ("test_tts_parity.py", "test_tts_parity", "tts_cases:all_cases", None),
+        ),
+        "Text to speech and audio",
+        "fp32, max abs difference ≤ 1e-4 on the waveform of a batch of two texts of different "
+        "lengths, transformers fed the same noise as the graphs' noise inputs, equal clip "
+        "lengths, --ep default and cpu",
+    ),
+    (
+        "audio-codec",
+        ("MODEL_FOR_AUDIO_TOKENIZATION_NAMES", "MODEL_MAPPING_NAMES[encodec,mimi,xcodec]"),
+        (
+            ("test_codec_parity.py", "test_codec_parity", "codec_cases:all_cases", None),
+        ),
+        "Audio codecs",
+        "codes equal to transformers' and decoded audio within 1e-4 (fp32, max abs), with "
+        "every codebook and with one, clips of different lengths, --ep default and cpu",
+    ),
+    (
+        "zero-shot-audio-classification",
+        ("MODEL_MAPPING_NAMES[clap]",),
+        (
+            ("test_clap.py", "test_clap_parity", "test_clap:CASES", None),
+        ),
+        "Zero-shot audio classification",
+        "fp32, max abs difference ≤ 1e-4 on audio_embeds, text_embeds, logits_per_audio and "
+        "logits_per_text, two clips of different lengths (fused: one cropped) against two "
+        "padded labels, --ep default and cpu (fused: default)",
     ),
 )  # fmt: skip
 
@@ -77,7 +114,11 @@ def transformers_types() -> dict[str, dict[str, str]]:
     for task, mappings, *_ in KITS:
         table = tables.setdefault(task, {})
         for mapping in mappings:
-            for key, name in getattr(auto, mapping).items():
+            # "NAME[a,b]": only those types of the mapping (codecs, CLAP: no task table)
+            name_of, _, only = mapping.rstrip("]").partition("[")
+            for key, name in getattr(auto, name_of).items():
+                if only and key not in only.split(","):
+                    continue
                 if key not in claimed and key not in table:
                     table[key] = first(name)
         claimed |= set(table)
@@ -104,6 +145,12 @@ def statuses(junit_xml: Path | None) -> dict[str, list[tuple[str, str, str]]]:
     files = [TESTS / p[0] for kit in KITS for p in kit[2] if (TESTS / p[0]).is_file()]
     passed = parity_results(files, junit_xml)
     shipped = transformers_types()
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    for key, task in registered.items():  # a bare encoder no task table lists (parakeet_encoder)
+        if task in shipped and not any(key in types for types in shipped.values()):
+            name = MODEL_MAPPING_NAMES.get(key, "?")
+            shipped[task][key] = name if isinstance(name, str) else name[0]
     tables = {}
     for task, _mappings, parities, _heading, _covers in KITS:
         cases_by_type: dict[str, list[tuple[str, str]]] = defaultdict(list)

@@ -1,6 +1,6 @@
 """Wav2vec2-family options that are not built are refused with a ConfigError, never approximated.
 
-The head refusal goes through the real CLI: one ``mobius: error:`` line, exit 1, and
+The refusal of a head transformers does not have for the type goes through the real CLI: one ``mobius: error:`` line, exit 1, and
 no output directory (nor staging directory) left behind. The checkpoint is a config
 plus a placeholder safetensors file: the config is refused before any tensor is read.
 """
@@ -24,17 +24,17 @@ TINY = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermed
 
 
 @pytest.mark.parametrize(
-    ("model_type", "architecture"),
+    ("model_type", "architecture", "head"),
     [
-        ("wav2vec2", "Wav2Vec2ForXVector"),
-        ("wav2vec2", "Wav2Vec2ForAudioFrameClassification"),
-        ("wavlm", "WavLMForXVector"),
-        ("unispeech-sat", "UniSpeechSatForAudioFrameClassification"),
-        ("wav2vec2-conformer", "Wav2Vec2ConformerForXVector"),
-        ("wav2vec2-bert", "Wav2Vec2BertForXVector"),
+        ("hubert", "HubertForXVector", "xvector"),
+        ("unispeech", "UniSpeechForAudioFrameClassification", "audio-frame-classification"),
+        ("sew", "SEWForXVector", "xvector"),
     ],
 )
-def test_unbuilt_head_is_refused_by_the_cli(model_type, architecture, tmp_path: Path, capsys):
+def test_head_the_type_lacks_is_refused_by_the_cli(
+    model_type, architecture, head, tmp_path: Path, capsys
+):
+    """transformers has no such class for the type: a config naming one is not built."""
     model = tmp_path / "model"
     AutoConfig.for_model(model_type, architectures=[architecture], **TINY).save_pretrained(model)
     save_file({"placeholder": np.zeros(1, np.float32)}, model / "model.safetensors")
@@ -49,7 +49,7 @@ def test_unbuilt_head_is_refused_by_the_cli(model_type, architecture, tmp_path: 
     lines = err.splitlines()
     assert len(lines) == 1, err
     assert lines[0].startswith("mobius: error: "), lines[0]
-    assert f"heads ['{architecture}'] are not built" in lines[0]
+    assert f"{model_type} has no {head} head in transformers" in lines[0]
     assert os.listdir(outputs) == []  # no output, no staging directory
 
 
@@ -63,3 +63,12 @@ def test_hubert_conv_pos_batch_norm_is_a_config_error():
     hf_config = AutoConfig.for_model("hubert", conv_pos_batch_norm=True, **TINY)
     with pytest.raises(ConfigError, match="conv_pos_batch_norm"):
         HubertConfig.from_hf(hf_config)
+
+
+def test_xvector_tdnn_layers_must_agree():
+    """One kernel and one dilation per TDNN layer, as transformers zips them."""
+    hf_config = AutoConfig.for_model(
+        "wav2vec2", tdnn_dim=(8, 8), tdnn_kernel=(3,), tdnn_dilation=(1, 1), **TINY
+    )
+    with pytest.raises(ConfigError, match="tdnn_dim, tdnn_kernel, tdnn_dilation"):
+        Wav2Vec2Config.from_hf(hf_config)

@@ -95,6 +95,18 @@ def run_cli(capsys, *args) -> tuple[int, list[str], str]:
     return code, captured.out.splitlines(), captured.err
 
 
+def assert_pipeline_lines(lines: list[str], clips, expected: list[list[dict]]) -> None:
+    """``mobius classify``'s ``path: label score; ...`` lines give the pipeline's ranking and scores."""
+    for line, (path, _), reference in zip(lines, clips, expected, strict=True):
+        name, _, rest = line.partition(": ")
+        pairs = [pair.rsplit(" ", 1) for pair in rest.split("; ")]
+        assert name == path
+        assert [label for label, _ in pairs] == [e["label"] for e in reference]
+        np.testing.assert_allclose(
+            [float(s) for _, s in pairs], [e["score"] for e in reference], atol=SCORE_ATOL, rtol=0
+        )
+
+
 def test_ctc_transcription_matches_the_pipeline(built, clips, capsys):
     hf_dir, package = built("ctc")
     pipe = transformers.pipeline("automatic-speech-recognition", model=str(hf_dir))
@@ -124,14 +136,7 @@ def test_audio_classification_matches_the_pipeline(built, clips, capsys):
 
     code, lines, err = run_cli(capsys, "classify", package, *(p for p, _ in clips), "--top", "2")
     assert code == 0, err
-    for line, (path, _), reference in zip(lines, clips, expected, strict=True):
-        name, _, rest = line.partition(": ")
-        pairs = [pair.rsplit(" ", 1) for pair in rest.split("; ")]
-        assert name == path
-        assert [label for label, _ in pairs] == [e["label"] for e in reference]
-        np.testing.assert_allclose(
-            [float(s) for _, s in pairs], [e["score"] for e in reference], atol=SCORE_ATOL, rtol=0
-        )
+    assert_pipeline_lines(lines, clips, expected)
     got = mobius_audio.classify_audio(package, clips[1][1], sampling_rate=RATE, top=3)
     reference = pipe({"raw": clips[1][1], "sampling_rate": RATE}, top_k=3)
     assert [label for label, _ in got] == [e["label"] for e in reference]

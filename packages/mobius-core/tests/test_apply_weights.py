@@ -197,6 +197,20 @@ def test_ignore_does_not_excuse_a_missing_parameter(tensors: dict[str, np.ndarra
     assert "missing (1): model.norm.weight" in message
 
 
+def test_unread_parameters_are_not_unexpected(tensors: dict[str, np.ndarray]) -> None:
+    """A parameter a graph pass removed (no node read it) keeps its checkpoint tensor known,
+    by exact name only."""
+    package = tiny_package()
+    package.model.graph.initializers.pop("model.norm.weight")
+    message = mismatch(package, as_sources(tensors))
+    assert "unexpected (1): model.norm.weight" in message
+    message = mismatch(package, as_sources(tensors), unread=["model.norm.*"])
+    assert "unexpected (1): model.norm.weight" in message  # not a glob
+
+    apply_weights(package.model, as_sources(tensors), unread=["model.norm.weight"])
+    assert parameters(package.model) == {}
+
+
 def test_several_models_are_filled_together(tensors: dict[str, np.ndarray]) -> None:
     """Weights are matched against the parameters of all graphs (one per component)."""
     first, second = tiny_package(), tiny_package()

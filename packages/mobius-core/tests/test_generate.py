@@ -182,3 +182,22 @@ def test_processors_suppress_and_force_without_drawing():
     assert forced[0] == 2
     assert forced[1:] == list(decode_loop(flat, [2], max_new_tokens=8, **sampled))
     assert len(set(forced)) > 2, "a degenerate draw: the test would prove little"
+
+
+def test_text_runners_refuse_an_output_file(tmp_path):
+    """Text goes to stdout: ``--output`` (a file runners of images and audio write) is refused
+    by core's runner and by every runner that streams through ``stream_to_stdout``."""
+    from mobius.errors import MobiusError
+    from mobius.generate import run_text_cli, stream_to_stdout
+
+    class Streamer:  # what stream_to_stdout reads before it generates
+        package_dir = tmp_path
+
+        def sampling_defaults(self):
+            raise AssertionError("refused before the package is asked anything")
+
+    options = {"output_file": "out.wav"}
+    with pytest.raises(MobiusError, match="--output is for packages that write a file"):
+        stream_to_stdout(Streamer(), "hi", options)
+    with pytest.raises(MobiusError, match=f"{tmp_path} generates text"):
+        run_text_cli(tmp_path, "hi", options)

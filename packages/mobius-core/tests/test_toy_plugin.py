@@ -126,8 +126,25 @@ def register(registry):
             package=PACKAGE,
         )
     )
+    registry.register_option(  # read by no runner of the toy's: refused when set
+        CliOption(
+            "toy-count",
+            "toy_shout",
+            ("--toy-shout",),
+            {"action": "store_true", "help": "shouting counters: print in capitals"},
+            group="shouting counters",
+            package=PACKAGE,
+        )
+    )
     registry.register_runner(
-        RunnerInfo("toy-counter", "toy_mobius:accepts", "toy_mobius:count", PACKAGE, command="toy-count")
+        RunnerInfo(
+            "toy-counter",
+            "toy_mobius:accepts",
+            "toy_mobius:count",
+            PACKAGE,
+            command="toy-count",
+            options=("toy_times",),
+        )
     )
 
 
@@ -260,6 +277,11 @@ def test_toy_plugin_builds_lists_and_runs(toy_site, tmp_path):
     counted = mobius(toy_site, "toy-count", str(out), "ab", "abc", "--toy-times", "2")
     assert counted.returncode == 0, counted.stderr
     assert counted.stdout.strip() == "4 6 None"
+    unread = mobius(toy_site, "toy-count", str(out), "ab", "--toy-shout")
+    assert unread.returncode == 1
+    assert f"--toy-shout applies to shouting counters; {out} is not one (toy-counter)" in (
+        unread.stderr
+    )
     refused = mobius(toy_site, "toy-count", str(tmp_path), "ab")
     assert refused.returncode == 1
     assert "no runner of 'mobius toy-count' accepts" in refused.stderr

@@ -64,7 +64,7 @@ def test_the_slice_is_registered_by_this_package():
         (o.command, o.dest) for o in registry.options("build") + registry.options("generate")
     }
     assert ("build", "skip_component") in options
-    for dest in ("image_output", "steps", "guidance_scale", "height", "width"):
+    for dest in ("steps", "guidance_scale", "height", "width"):
         assert ("generate", dest) in options
     runner = next(r for r in registry.runners() if r.package == "mobius-diffusion")
     assert runner.help and runner.examples
@@ -84,8 +84,10 @@ def test_pipeline_options_refused_elsewhere(tmp_path):
     assert sorted(package.models) == ["decoder/model", "encoder/model"]
     with pytest.raises(MobiusError, match="--skip-component applies to pipeline"):
         mobius.build(vae, load_weights=False, skip_component=["unet"])
-    with pytest.raises(MobiusError, match="--output applies to diffusion pipelines"):
-        run_text_cli(tmp_path / "text-out", "hi", {"image_output": "x.png", "steps": 20})
+    with pytest.raises(MobiusError, match="--steps applies to diffusion pipelines"):
+        run_text_cli(tmp_path / "text-out", "hi", {"output_file": None, "steps": 30})
+    with pytest.raises(MobiusError, match="--output is for packages that write a file"):
+        run_text_cli(tmp_path / "text-out", "hi", {"output_file": "x.png"})
 
 
 def test_a_hub_pipeline_is_fetched_with_its_component_folders(tmp_path, monkeypatch):

@@ -150,9 +150,9 @@ KITS += (
         "test_mask_generation_parity",
         "sam_parity_cases:all_cases",
         "Promptable mask generation (Segment Anything)",
-        "fp32, max abs difference ≤ 1e-4 on the image embeddings, pred_masks and iou_scores, "
-        "two different random images with point, point-and-box and box prompts, --ep default "
-        "and cpu; the image predictor only",
+        "fp32, max abs difference ≤ 1e-4 on the image embeddings, pred_masks and iou_scores "
+        "(SAM 2: object_score_logits), two different random images with point, point-and-box, "
+        "box and point-and-mask prompts, --ep default and cpu; the image predictor only",
     ),
     (
         "depth-estimation",
@@ -160,8 +160,18 @@ KITS += (
         "test_depth_parity",
         "depth_parity_cases:all_cases",
         "Depth estimation",
-        "fp32, max abs difference ≤ 1e-4 of the depth's scale on predicted_depth, a batch of "
-        "two different random images, --ep default and cpu",
+        "fp32, max abs difference ≤ 1e-4 of the depth's scale on predicted_depth (and Depth "
+        "Pro's field_of_view), a batch of two different random images, --ep default and cpu",
+    ),
+    (
+        "text-prompted-segmentation",
+        "test_text_prompted_segmentation_parity.py",
+        "test_text_prompted_segmentation_parity",
+        "text_prompted_segmentation_parity_cases:all_cases",
+        "Text-prompted segmentation",
+        "fp32, max difference ≤ 1e-4 on conditional_embeddings and logits, relative to the "
+        "output's scale where it is above 1, two different random images each against two "
+        "prompts, --ep default and cpu",
     ),
 )
 
@@ -172,17 +182,12 @@ NOT_RUNNABLE_HERE: dict[str, str] = {}
 #: Types not built yet, and what building them needs: SUPPORT.md says so beside "not yet".
 NOT_YET = {
     # Dense prediction (issue 25).
-    "deformable_detr": "its two-stage encoder and mask handling are not written yet (its "
-    "deformable attention, backbone and post-processing are)",
-    "grounding-dino": "its BERT text encoder, text–image fusion and text cross-attention "
-    "decoder are not written yet",
-    "oneformer": "its task-conditioned query and text mapper are not written yet",
-    "zoedepth": "its metric-bins heads over a BEiT backbone are not written yet",
-    "depth_pro": "its multi-scale patch encoders and field-of-view head are not written yet",
     "sam2_video": "the video memory path (memory attention and encoder) is not built; "
     "sam2 builds the image predictor",
     "edgetam": "its RepViT encoder and perceiver memory are not written yet",
     "edgetam_video": "the video memory path is not built",
+    "detr": "the panoptic head (bounding-box attention, FPN mask head) is not written yet; "
+    "DETR's detection is verified",
     # Image classification and zero-shot.
     "dinat": "its neighbourhood attention runs in the natten library, which has no ONNX form",
     "hiera": "its masked-unit hierarchical encoder is not written yet",
@@ -192,7 +197,6 @@ NOT_YET = {
     "altclip": "its XLM-RoBERTa text tower with a projection is not written yet",
     "blip": "BLIP's image–text matching heads are not written yet",
     "chinese_clip": "its BERT-style text tower is not written yet",
-    "clipseg": "its decoder of segmentation masks needs a segmentation contract",
     "metaclip_2": "its multilingual text tower is not written yet",
     "tipsv2": "its own image and text towers are not written yet",
     "videoprism": "a video encoder (factorised space–time attention): no video contract yet",
@@ -282,6 +286,7 @@ EXTRA_PARITY = {
          "test_zero_shot_parity:NAFLEX_VISION_CASES"),
         ("test_deformable_backbones.py", "test_backbone_parity",
          "test_deformable_backbones:CASES"),
+        ("test_swin_any_size.py", "test_backbone_parity", "test_swin_any_size:CASES"),
     ),
     "audio-vision-language": (
         ("test_phi4mm_parity.py", "test_phi4_multimodal_parity", "test_phi4mm_parity:CASES"),

@@ -40,7 +40,12 @@ def test_unbuildable_configs_are_refused_in_one_line():
     from mobius_vision.models.dpt import DptConfig
 
     refusals = [
-        (DptConfig, AutoConfig.for_model("dpt", is_hybrid=True), "DPT-Hybrid"),
+        (
+            DptConfig,
+            AutoConfig.for_model("dpt", is_hybrid=True, neck_ignore_stages=[0]),
+            "DPT-Hybrid's neck_ignore_stages",
+        ),
+        (DptConfig, AutoConfig.for_model("dpt", is_hybrid=True), "must start with the BiT stage"),
         (
             DepthAnythingConfig,
             AutoConfig.for_model("depth_anything", backbone_config=dict(model_type="vit")),

@@ -17,6 +17,7 @@ import pytest
 import torch
 import transformers
 from detection_parity_cases._tiny import TINY_DETR
+from detection_parity_cases.deformable_detr import TINY_DEFORMABLE_DETR
 from detection_parity_cases.yolos import YOLOS
 from PIL import Image
 from transformers import AutoConfig
@@ -45,6 +46,11 @@ DETECTORS = {
         lambda: transformers.ConditionalDetrImageProcessorPil(**EDGES),
     ),
     "yolos": ("yolos", YOLOS, lambda: transformers.YolosImageProcessorPil(**EDGES)),
+    "deformable_detr": (
+        "deformable_detr",
+        TINY_DEFORMABLE_DETR,
+        lambda: transformers.DeformableDetrImageProcessorPil(**EDGES),
+    ),
 }
 
 
@@ -169,6 +175,7 @@ def test_pixels_match_the_processor(images):
     image = transformers.image_utils.load_image(images[0])
     for name, settings in (
         ("DetrImageProcessor", {}),
+        ("DeformableDetrImageProcessor", {}),
         ("DetrImageProcessor", {"size": 30, "max_size": 50}),
         ("DetrImageProcessor", {**EDGES, "pad_size": {"height": 64, "width": 64}}),
         (
@@ -197,6 +204,12 @@ def test_refusals(built, images, capsys, tmp_path):
         "--threshold must be a number in [0, 1]": (package, images[0], "--threshold", "1.5"),
         "--output draws one image's boxes": (package, *images[:2], "--output", tmp_path / "x.png"),
         "accepts": (tmp_path, images[0]),
+        f"--labels applies to zero-shot packages; {package} is not one (object-detection)": (
+            package,
+            images[0],
+            "--labels",
+            "a cat",
+        ),
     }
     for message, args in refusals.items():
         code, lines, err = detect_cli(capsys, *args)

@@ -7,7 +7,9 @@ workspace does not install: the reference pixels come from transformers' PIL bac
 the same settings (``ViTImageProcessorPil``: resize to 64x64 bilinear, rescale, ImageNet
 normalisation, which is all ``Sam2ImageProcessor`` does to an image), the prompts from
 transformers' own ``Sam2Processor`` around it, the masks from ``Sam2Model`` and
-``post_process_masks``' one step (bilinear to the original size, threshold 0).
+``post_process_masks``' one step (bilinear to the original size, threshold 0). With
+``--refine N``, N more ``forward`` calls with the best low-resolution mask as
+``input_masks``; the object score logit printed is the last call's.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from PIL import Image
 from sam_parity_cases.sam2 import SAM2_OVERRIDES
 from test_sam_segment import (
     PROMPTS,
-    prompt_arguments,
+    REFINE,
     prompt_inputs,
-    segment_cli,
+    refined_forward,
+    segment_images,
     write_images,
 )
 from transformers import AutoConfig
@@ -82,41 +85,59 @@ def images(tmp_path_factory):
     return write_images(tmp_path_factory.mktemp("sam2-images"), seed=2)
 
 
-def reference_masks(model, processor, path, points, labels, box):
-    """transformers' mask logits (at the image's size) and IoU scores for one prompt."""
-    import torch
+def reference_masks(model, processor, path, points, labels, box, refine: int = 0):
+    """transformers' mask logits (at the image's size), IoU scores and object score logit
+    for one prompt (``refine``: :func:`test_sam_segment.refined_forward`)."""
     import torch.nn.functional as F
 
     inputs = prompt_inputs(processor, path, points, labels, box)
     arguments = {k: v for k, v in inputs.items() if k.startswith("input_")}
-    with torch.no_grad():
-        out = model(pixel_values=inputs["pixel_values"], **arguments)
+    out = refined_forward(model, inputs["pixel_values"], arguments, refine)
     # Sam2ImageProcessor.post_process_masks: bilinear to the original size, no crop
     original = tuple(inputs["original_sizes"][0])
     logits = F.interpolate(out.pred_masks[0], original, mode="bilinear", align_corners=False)
-    return logits[0].numpy(), out.iou_scores[0, 0].numpy()
+    return logits[0].numpy(), out.iou_scores[0, 0].numpy(), float(out.object_score_logits[0, 0])
 
 
-@pytest.mark.parametrize("prompt", sorted(PROMPTS))
-def test_segment_matches_transformers(prompt, built, images, capsys, tmp_path):
+@pytest.mark.parametrize(
+    ("prompt", "refine"),
+    [(prompt, 0) for prompt in sorted(PROMPTS)] + [("point_and_box", REFINE)],
+)
+def test_segment_matches_transformers(prompt, refine, built, images, capsys, tmp_path):
     model, processor, package = built
     points, labels, box = PROMPTS[prompt]
-    code, lines, err = segment_cli(
-        capsys, package, *images, *prompt_arguments(points, labels, box), "--output", tmp_path
-    )
-    assert code == 0, err
-    assert len(lines) == len(images)
+    lines = segment_images(capsys, package, images, prompt, refine, tmp_path)
     for path, line in zip(images, lines, strict=True):
-        logits, scores = reference_masks(model, processor, path, points, labels, box)
+        logits, scores, object_score = reference_masks(
+            model, processor, path, points, labels, box, refine
+        )
         best = int(scores.argmax())
         listed = " ".join(f"{score:.4f}" for score in scores)
-        assert line.startswith(f"{path}: mask {best} of {len(scores)} (IoU scores {listed})"), line
+        expected_line = f"{path}: mask {best} of {len(scores)} (IoU scores {listed})"
+        assert line.startswith(f"{expected_line} object score {object_score:.4f} -> "), line
         written = np.asarray(Image.open(tmp_path / f"{path.rsplit('/', 1)[1][:-4]}.png")) > 127
         expected = logits[best] > 0
         assert written.shape == expected.shape
         differ = written != expected
         assert not (differ & (np.abs(logits[best]) > EDGE)).any(), f"{differ.sum()} pixels differ"
         assert 0 < expected.sum() < expected.size, "a trivial mask proves little"
+
+
+def test_refined_scores_match_transformers(built, images):
+    """``refine=N``: the last run's IoU scores and object score logit within 1e-5 of
+    transformers' same steps, and different from the first run's."""
+    model, processor, package = built
+    generator = MaskGenerator(package)
+    points, labels, box = PROMPTS["point"]
+    for path in images[:1]:  # the CLI test refines both
+        refined = generator.predict(path, points, labels, box, refine=REFINE)
+        _, scores, object_score = reference_masks(
+            model, processor, path, points, labels, box, REFINE
+        )
+        np.testing.assert_allclose(refined.iou_scores, scores, atol=1e-5, rtol=0)
+        assert abs(refined.object_score - object_score) <= 1e-5
+        first = generator.predict(path, points, labels, box)
+        assert np.abs(first.iou_scores - refined.iou_scores).max() > 1e-3
 
 
 def test_pixels_and_coordinates_match_the_processor(built, images):

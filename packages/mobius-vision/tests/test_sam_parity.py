@@ -3,8 +3,8 @@
 Each case (``sam_parity_cases/``) makes a tiny random model with every parameter
 perturbed, builds it with the CLI, and checks the ``image_encoder`` graph against
 ``get_image_embeddings`` and the ``prompt_decoder`` graph against ``forward`` given the
-embeddings, on two different images and three prompts (points, points with boxes,
-boxes), max abs diff <= 1e-4 at fp32.
+embeddings, on two different images and four prompts (points, points with boxes,
+boxes, a point with a mask prompt), max abs diff <= 1e-4 at fp32.
 """
 
 from __future__ import annotations
@@ -25,6 +25,9 @@ def test_mask_generation_parity(case, tmp_path):
     hf_config = AutoConfig.for_model(model_type, **overrides)
     result = check_mask_generation_parity(hf_config, tmp_path, **options)
     assert "image_embeddings" in result.diffs and "boxes/pred_masks" in result.diffs
+    assert "points_and_mask/pred_masks" in result.diffs
+    if model_type == "sam2":
+        assert "points_and_mask/object_score_logits" in result.diffs
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

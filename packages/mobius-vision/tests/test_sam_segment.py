@@ -5,7 +5,9 @@ transformers' ``SamProcessor`` (the PIL image processor at the model's 64-pixel 
 built once each with the CLI. ``mobius segment`` (through ``mobius.cli.main``) on images of other
 sizes and shapes must write the mask transformers gives: ``SamProcessor`` on the same
 file and prompt, ``SamModel``, ``post_process_masks``, the mask of the best IoU score. A
-pixel whose reference logit is within 1e-4 of the threshold may go either way.
+pixel whose reference logit is within 1e-4 of the threshold may go either way. With
+``--refine N`` transformers takes the same steps: N more ``forward`` calls, each with the
+best low-resolution mask of the call before as ``input_masks``.
 """
 
 from __future__ import annotations
@@ -97,20 +99,28 @@ def prompt_inputs(processor, path, points, labels, box) -> dict:
     return processor(images=image, return_tensors="pt", **prompt)
 
 
-def reference_masks(model, processor, path, points, labels, box):
-    """transformers' masks (logits upscaled to the image) and IoU scores for one prompt."""
+def refined_forward(model, pixel_values, prompt: dict, refine: int):
+    """transformers' ``forward``, then ``refine`` more with the best low-resolution mask of
+    the call before as ``input_masks`` (``mobius segment --refine``'s steps)."""
     import torch
 
-    inputs = prompt_inputs(processor, path, points, labels, box)
     with torch.no_grad():
-        out = model(
-            pixel_values=inputs["pixel_values"],
-            **{
-                k: v.float() if v.is_floating_point() else v
-                for k, v in inputs.items()
-                if k.startswith("input_")
-            },
-        )
+        out = model(pixel_values=pixel_values, **prompt)
+        for _ in range(refine):
+            best = out.pred_masks[0, 0, int(out.iou_scores[0, 0].argmax())]
+            out = model(pixel_values=pixel_values, **prompt, input_masks=best[None, None])
+    return out
+
+
+def reference_masks(model, processor, path, points, labels, box, refine: int = 0):
+    """transformers' masks (logits upscaled to the image) and IoU scores for one prompt."""
+    inputs = prompt_inputs(processor, path, points, labels, box)
+    prompt = {
+        k: v.float() if v.is_floating_point() else v
+        for k, v in inputs.items()
+        if k.startswith("input_")
+    }
+    out = refined_forward(model, inputs["pixel_values"], prompt, refine)
     logits = processor.post_process_masks(
         out.pred_masks, inputs["original_sizes"], inputs["reshaped_input_sizes"], binarize=False
     )[0][0]
@@ -142,18 +152,39 @@ def prompt_arguments(points, labels, box) -> list[str]:
     return arguments
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
-@pytest.mark.parametrize("prompt", sorted(PROMPTS))
-def test_segment_matches_transformers(prompt, family, builds, images, capsys, tmp_path):
-    model, processor, package = builds(family)
-    points, labels, box = PROMPTS[prompt]
+def segment_images(capsys, package, images, prompt: str, refine: int, output) -> list[str]:
+    """``mobius segment`` of ``images`` with ``PROMPTS[prompt]`` and ``--refine``: its lines,
+    one per image, after checking that it succeeded."""
     code, lines, err = segment_cli(
-        capsys, package, *images, *prompt_arguments(points, labels, box), "--output", tmp_path
+        capsys,
+        package,
+        *images,
+        *prompt_arguments(*PROMPTS[prompt]),
+        "--refine",
+        refine,
+        "--output",
+        output,
     )
     assert code == 0, err
     assert len(lines) == len(images)
+    return lines
+
+
+#: Mask-prompt runs after the first in the refinement cases.
+REFINE = 2
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize(
+    ("prompt", "refine"),
+    [(prompt, 0) for prompt in sorted(PROMPTS)] + [("point_and_box", REFINE)],
+)
+def test_segment_matches_transformers(prompt, refine, family, builds, images, capsys, tmp_path):
+    model, processor, package = builds(family)
+    points, labels, box = PROMPTS[prompt]
+    lines = segment_images(capsys, package, images, prompt, refine, tmp_path)
     for path, line in zip(images, lines, strict=True):
-        logits, scores, _ = reference_masks(model, processor, path, points, labels, box)
+        logits, scores, _ = reference_masks(model, processor, path, points, labels, box, refine)
         best = int(scores.argmax())
         listed = " ".join(f"{score:.4f}" for score in scores)
         assert line.startswith(f"{path}: mask {best} of {len(scores)} (IoU scores {listed})"), line
@@ -163,6 +194,31 @@ def test_segment_matches_transformers(prompt, family, builds, images, capsys, tm
         differ = written != expected
         assert not (differ & (np.abs(logits[best]) > EDGE)).any(), f"{differ.sum()} pixels differ"
         assert 0 < expected.sum() < expected.size or prompt == "box", "a trivial mask proves little"
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_refined_scores_match_transformers(family, builds, images):
+    """``refine=N``: the IoU scores of the last run within 1e-5 of transformers' same steps,
+    and different from the first run's (the mask prompt is read)."""
+    model, processor, package = builds(family)
+    generator = MaskGenerator(package)
+    points, labels, box = PROMPTS["point"]
+    for path in images[:1]:  # the CLI test refines both
+        refined = generator.predict(path, points, labels, box, refine=REFINE)
+        _, expected, _ = reference_masks(model, processor, path, points, labels, box, REFINE)
+        np.testing.assert_allclose(refined.iou_scores, expected, atol=1e-5, rtol=0)
+        first = generator.predict(path, points, labels, box).iou_scores
+        assert np.abs(first - refined.iou_scores).max() > 1e-3, "the mask prompt changed nothing"
+        assert refined.object_score is None  # SAM has no object score head
+
+
+def test_refine_needs_a_mask_prompt_input(built, images):
+    """A package built before the mask prompt refuses to refine, naming the missing input."""
+    _, _, package = built
+    generator = MaskGenerator(package)
+    generator.mask_prompt_shape = None  # as a decoder without input_masks reads
+    with pytest.raises(MobiusError, match="takes no mask prompt"):
+        generator.predict(images[0], [[30.0, 20.0]], refine=1)
 
 
 def test_pixels_and_coordinates_match_the_processor(built, images):
@@ -210,6 +266,14 @@ def test_refusals(built, images, capsys, tmp_path):
         ),
         "cannot read": (package, not_an_image, "--point", "1,1"),
         "no image file at": (package, tmp_path / "missing.png", "--point", "1,1"),
+        "--refine takes a count of runs, 0 or more": (
+            package,
+            images[0],
+            "--point",
+            "1,1",
+            "--refine",
+            "-1",
+        ),
     }
     for message, args in refusals.items():
         code, lines, err = segment_cli(capsys, *args)
@@ -241,4 +305,22 @@ def test_bad_config_is_refused():
     decoder = {**SAM_OVERRIDES["mask_decoder_config"], "hidden_size": 24}
     overrides = {**SAM_OVERRIDES, "mask_decoder_config": decoder}
     with pytest.raises(ConfigError, match="positional encoding's width"):
+        SamConfig.from_hf(AutoConfig.for_model("sam", **overrides))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"mask_input_channels": 6}, "mask_input_channels 6 is not a multiple of 4"),
+        ({"hidden_act": "no_such_act"}, "prompt encoder hidden_act"),
+    ],
+)
+def test_bad_mask_prompt_config_is_refused(change, message):
+    """A mask prompt encoder transformers could not run either is a one-line ConfigError."""
+    from mobius.errors import ConfigError
+    from mobius_vision.models.sam import SamConfig
+
+    prompt = {**SAM_OVERRIDES["prompt_encoder_config"], **change}
+    overrides = {**SAM_OVERRIDES, "prompt_encoder_config": prompt}
+    with pytest.raises(ConfigError, match=message):
         SamConfig.from_hf(AutoConfig.for_model("sam", **overrides))

@@ -218,6 +218,15 @@ def test_refusals(built, images, capsys, tmp_path):
     empty.mkdir()
     assert "no runner of 'mobius segment' accepts" in refused(capsys, empty, images[0])
     assert "a file; several images" in refused(capsys, package, *images[:2], "--output", text)
+    # another kind of package's option is refused, not ignored
+    for option, kind in (
+        (("--task", "semantic"), "universal-segmentation packages"),
+        (("--point", "1,2"), "Segment Anything packages"),
+        (("--refine", "1"), "Segment Anything packages"),
+        (("--labels", "a cat"), "text-prompted packages (CLIPSeg)"),
+    ):
+        line = refused(capsys, package, images[0], *option)
+        assert f"{option[0]} applies to {kind}; {package} is not one (semantic-" in line
     with pytest.raises(MobiusError, match="no image processor like FancyImageProcessor"):
         segmentation_processor({"image_processor_type": "FancyImageProcessor"})
     with pytest.raises(MobiusError, match="size"):

@@ -9,7 +9,12 @@ a ``MODEL_TYPES`` table, next to the classes themselves.
 package (:func:`mobius_audio.generate.transcribe`; imported on first use);
 ``mobius_audio.transcribe_ctc(package_dir, audio)`` and
 ``mobius_audio.classify_audio(package_dir, audio, top=5)`` run audio encoders with a
-CTC or classification head (:mod:`mobius_audio.encoders`).
+CTC or classification head (:mod:`mobius_audio.encoders`);
+``mobius_audio.classify_frames(package_dir, audio)`` and
+``mobius_audio.speaker_embedding(package_dir, audio)`` those with a frame-classification
+or x-vector head (:mod:`mobius_audio.speaker_heads`);
+``mobius_audio.synthesize(package_dir, text, seed=0)`` speaks with a text-to-audio
+package (VITS / MMS-TTS: :mod:`mobius_audio.tts`).
 """
 
 from __future__ import annotations
@@ -50,6 +55,14 @@ def __getattr__(name: str):
         from mobius_audio import encoders
 
         return getattr(encoders, name)
+    if name in ("classify_frames", "speaker_embedding"):  # frame and x-vector heads
+        from mobius_audio import speaker_heads
+
+        return getattr(speaker_heads, name)
+    if name == "synthesize":  # text-to-audio (VITS)
+        from mobius_audio.tts import synthesize
+
+        return synthesize
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -6,7 +6,9 @@ from a ``*ForSequenceClassification`` checkpoint gives ``logits [batch, num_labe
 The audio file is decoded and resampled by :func:`mobius_audio.audio_file.read_audio`
 and goes through the package's own feature extractor (``preprocessor_config.json``:
 ``Wav2Vec2FeatureExtractor`` normalises each clip to zero mean and unit variance when
-``do_normalize``) on its numpy path, as transformers' pipelines feed it:
+``do_normalize``) on its numpy path, as transformers' pipelines feed it (an extractor
+whose transformers class needs torch, Parakeet's, is made in numpy:
+:data:`NUMPY_EXTRACTORS`):
 
 - **CTC** (:func:`transcribe_ctc`, ``mobius generate PKG speech.wav``): the likeliest
   token of each frame, decoded by the package's CTC tokenizer as transformers'
@@ -29,6 +31,7 @@ Needs ONNX Runtime and soundfile: ``pip install mobius-audio[run]``.
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 
@@ -36,17 +39,50 @@ import numpy as np
 
 from mobius.classification import format_line, label_names, open_session, ranked, softmax
 from mobius.errors import MobiusError
-from mobius.generate import ORT_FLOAT_TYPES, PackageError, _read_json, _refuse_plugin_options
+from mobius.generate import (
+    ORT_FLOAT_TYPES,
+    PackageError,
+    _read_json,
+    _refuse_plugin_options,
+    refuse_output_file,
+)
 from mobius_audio.audio_file import read_audio, resample
 from mobius_audio.generate import extract_inputs
+from mobius_audio.heads import graph_head
 
 #: The audio inputs of the audio-feature-extraction contract, besides ``attention_mask``.
 SOURCES = ("input_values", "input_features")
 _PROBLEM_TYPES = (None, "regression", "single_label_classification", "multi_label_classification")
+#: The heads other commands run: head -> (what the package does, the command).
+OTHER_RUNNERS = {
+    "audio-frame-classification": ("classifies frames (diarization)", "classify"),
+    "xvector": ("embeds speakers (an x-vector head)", "speaker"),
+}
+
+
+#: Feature extractors whose transformers class needs torch, made in numpy here:
+#: ``feature_extractor_type`` -> ``"module:Class"`` with ``from_dict(preprocessor_config)``.
+NUMPY_EXTRACTORS = {
+    "ParakeetFeatureExtractor": "mobius_audio.parakeet_features:ParakeetFeatureExtractor",
+    "ASTFeatureExtractor": "mobius_audio.ast_features:ASTFeatures",
+}
+#: CTC tokenizers (besides Wav2Vec2CTCTokenizer) whose decode collapses repeats and drops the blank.
+GROUPING_TOKENIZERS = ("ParakeetTokenizer",)
+
+
+def numpy_feature_extractor(package_dir: Path):
+    """The package's extractor from :data:`NUMPY_EXTRACTORS`, or None for one transformers runs."""
+    values = _read_json(package_dir / "preprocessor_config.json")
+    kind = values.get("feature_extractor_type")
+    target = NUMPY_EXTRACTORS.get(kind) if isinstance(kind, str) else None
+    if target is None:
+        return None
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name).from_dict(values)
 
 
 def is_audio_encoder_package(package_dir: str | os.PathLike) -> bool:
-    """Whether the package's ``model.onnx`` is an audio encoder's: audio and ``attention_mask`` in."""
+    """Whether the package's ``model.onnx`` is an audio encoder's: audio (and ``attention_mask``) in."""
     graph = Path(package_dir) / "model.onnx"
     if not graph.is_file():
         return False
@@ -57,7 +93,8 @@ def is_audio_encoder_package(package_dir: str | os.PathLike) -> bool:
     except Exception as exc:  # onnx's DecodeError and friends: not a model
         raise PackageError(f"cannot read {graph} as an ONNX model: {exc}") from None
     inputs = [i.name for i in model.graph.input]
-    return len(inputs) == 2 and inputs[0] in SOURCES and inputs[1] == "attention_mask"
+    # AST's fixed window of fbank frames has no mask
+    return bool(inputs) and inputs[0] in SOURCES and inputs[1:] in (["attention_mask"], [])
 
 
 class AudioEncoder:
@@ -80,10 +117,8 @@ class AudioEncoder:
                 f"its graph takes {[(i.name, i.type) for i in inputs]}"
             )
         self.config = _read_json(self.package_dir / "config.json")
-        logits = next((o for o in self.session.get_outputs() if o.name == "logits"), None)
-        found = {None: "none", 2: "sequence-classification", 3: "ctc"}.get(
-            None if logits is None else len(logits.shape), "unknown"
-        )
+        ranks = {o.name: len(o.shape) for o in self.session.get_outputs()}
+        found = graph_head(ranks, self.config.get("architectures"))
         if found != self.head:
             raise MobiusError(self.wrong_head(found))
 
@@ -91,6 +126,9 @@ class AudioEncoder:
         """What the user is told when the package's head is ``found`` instead."""
         if found == "none":
             return f"{self.package_dir} has no head: build a *ForCTC or *ForSequenceClassification checkpoint"
+        if found in OTHER_RUNNERS:  # the frame and speaker heads (mobius_audio.speaker_heads)
+            what, command = OTHER_RUNNERS[found]
+            return f"{self.package_dir} {what}: run it with 'mobius {command} {self.package_dir} AUDIO'"
         return f"{self.package_dir}'s logits are not those of a {self.head} head"
 
     @property
@@ -102,6 +140,10 @@ class AudioEncoder:
                     f"no preprocessor_config.json in {self.package_dir}: build from a "
                     "checkpoint that has its feature extractor"
                 )
+            numpy_extractor = numpy_feature_extractor(self.package_dir)
+            if numpy_extractor is not None:
+                self._feature_extractor = numpy_extractor
+                return numpy_extractor
             from transformers import AutoFeatureExtractor
 
             try:
@@ -132,13 +174,18 @@ class AudioEncoder:
 
     def logits(self, audio, sampling_rate: int | None = None) -> np.ndarray:
         """The head's logits of one clip (batch dimension dropped), as float32."""
+        return self.output("logits", audio, sampling_rate)
+
+    def output(self, name: str, audio, sampling_rate: int | None = None) -> np.ndarray:
+        """The graph output ``name`` for one clip (batch dimension dropped), as float32."""
         samples = self.samples(audio, sampling_rate)
+        masked = len(self.session.get_inputs()) > 1  # AST takes its fixed window alone
         feeds = extract_inputs(
-            self.feature_extractor, samples, self.sampling_rate, self.source, mask=True
+            self.feature_extractor, samples, self.sampling_rate, self.source, mask=masked
         )
         feeds[self.source] = feeds[self.source].astype(self.source_type)
-        (logits,) = self.session.run(["logits"], feeds)
-        return np.asarray(logits[0], np.float32)
+        (value,) = self.session.run([name], feeds)
+        return np.asarray(value[0], np.float32)
 
 
 class CTCTranscriber(AudioEncoder):
@@ -169,10 +216,13 @@ class CTCTranscriber(AudioEncoder):
                 raise PackageError(
                     f"cannot load the tokenizer of {self.package_dir}: {exc}"
                 ) from None
-            if not hasattr(tokenizer, "word_delimiter_token"):  # it would not collapse repeats
+            ctc = hasattr(tokenizer, "word_delimiter_token") or (
+                type(tokenizer).__name__ in GROUPING_TOKENIZERS
+            )
+            if not ctc:  # it would not collapse repeats
                 raise PackageError(
                     f"the tokenizer of {self.package_dir} ({type(tokenizer).__name__}) is not a "
-                    "CTC tokenizer (Wav2Vec2CTCTokenizer)"
+                    "CTC tokenizer (Wav2Vec2CTCTokenizer, ParakeetTokenizer)"
                 )
             self._tokenizer = tokenizer
         return self._tokenizer
@@ -223,7 +273,7 @@ def transcribe_ctc(
     threads: int | None = None,
 ) -> str:
     """The transcription of ``audio`` (a file, or mono samples at ``sampling_rate`` Hz) by a
-    ``*ForCTC`` package (wav2vec2, HuBERT, WavLM...), greedy as transformers decodes it."""
+    ``*ForCTC`` package (wav2vec2, HuBERT, WavLM, Parakeet...), greedy as transformers decodes it."""
     return CTCTranscriber(package_dir, threads=threads).transcribe(audio, sampling_rate)
 
 
@@ -246,6 +296,7 @@ def classify_audio(
 def run_generate_cli(package_dir: str | os.PathLike, prompt: str, options: dict) -> int:
     """mobius-audio's ``mobius generate`` runner for CTC packages: print the transcription."""
     _refuse_plugin_options(package_dir, options)  # --language, --task...: Whisper's
+    refuse_output_file(package_dir, options)
     sampling = [flag for flag, dest in _SAMPLING_FLAGS.items() if options.get(dest)]
     if sampling:
         raise MobiusError(f"{', '.join(sampling)}: a CTC package transcribes greedily")

@@ -85,14 +85,17 @@ SOURCES = ("input_features", "input_values")
 
 
 def is_speech_package(package: str | os.PathLike) -> bool:
-    """Whether ``package``'s encoder graph takes audio (``input_features`` or ``input_values``)."""
-    graph = Path(package) / "encoder" / "model.onnx"
-    if not graph.is_file():
+    """Whether ``package``'s encoder graph takes audio (``input_features`` or ``input_values``)
+    and its decoder token ids (an audio codec's decoder takes codes)."""
+    encoder, decoder = (Path(package) / part / "model.onnx" for part in ("encoder", "decoder"))
+    if not encoder.is_file() or not decoder.is_file():
         return False
     import onnx
 
-    model = onnx.load(str(graph), load_external_data=False)
-    return any(i.name in SOURCES for i in model.graph.input)
+    def inputs(graph: Path) -> set[str]:
+        return {i.name for i in onnx.load(str(graph), load_external_data=False).graph.input}
+
+    return bool(inputs(encoder) & set(SOURCES)) and "input_ids" in inputs(decoder)
 
 
 class SpeechToTextGenerator(Seq2SeqGenerator):
@@ -263,6 +266,10 @@ def open_speech_generator(package_dir: str | os.PathLike, **options) -> SpeechTo
         from mobius_audio.whisper_generate import WhisperGenerator
 
         return WhisperGenerator(package_dir, **options)
+    if model_type in ("seamless_m4t", "seamless_m4t_v2"):  # a target-language prompt
+        from mobius_audio.seamless_generate import SeamlessM4TGenerator
+
+        return SeamlessM4TGenerator(package_dir, **options)
     return SpeechToTextGenerator(package_dir, **options)
 
 

@@ -11,15 +11,15 @@ Registered with core's registry by :mod:`mobius_audio.plugin`
     dtype. Whisper: ``input_features`` [batch, num_mel_bins, frames] (the log-mel
     spectrogram, e.g. 80 or 128 bins over 3000 frames of 30 s). A module may name
     another (``speech_input``): Speech2Text's ``input_features`` [batch, frames,
-    feature_size] (fbank), Moonshine's ``input_values`` [batch, samples] (the raw
-    waveform). Outputs ``last_hidden_state`` [batch, encoder_sequence, hidden]
+    feature_size] (fbank), Moonshine's and SpeechT5's ``input_values`` [batch,
+    samples] (the raw waveform). Outputs ``last_hidden_state`` [batch, encoder_sequence, hidden]
     and, per decoder layer, the cross-attention cache ``present.{i}.encoder.key``
     / ``.value`` [batch, heads, encoder_sequence, head_dim], projected once.
     ``encoder_sequence`` is what the front end makes of the source (Whisper's
     stride-2 convolution halves the frames).
 
     Whisper has no attention mask: it attends over the whole padded window, as
-    transformers does. A model that masks padding (Speech2Text, Moonshine) also
+    transformers does. A model that masks padding (Speech2Text, Moonshine, SpeechT5) also
     takes ``attention_mask`` int64 [batch, frames or samples] (1 real, 0 padding,
     as its extractor returns it) and outputs ``encoder_attention_mask`` int64
     [batch, encoder_sequence]: the mask reduced through the front end's
@@ -56,15 +56,26 @@ model whose feature extractor returns no mask (``return_attention_mask=False``,
 base wav2vec2 with group norm) is run by transformers without one: pass all
 ones, which is the same computation. A module whose checkpoint takes frame
 features instead (Wav2Vec2-BERT's ``input_features`` [batch, frames, features],
-masked per frame) declares its inputs in ``input_shapes()``: name -> shape,
-``attention_mask`` int64 last. Outputs, as the module declares them in
+masked per frame; Parakeet's normalised log-mels [batch, frames, mels], which its
+encoder subsamples, so the outputs have fewer frames) declares its inputs in
+``input_shapes()``: name -> shape,
+``attention_mask`` int64 last. AST (``audio-spectrogram-transformer``) takes its
+extractor's fixed window alone, ``input_values`` [batch, max_length, num_mel_bins]
+(Kaldi fbank frames), with no mask. Outputs, as the module declares them in
 ``output_shapes()``:
 
 - ``last_hidden_state`` [batch, frames, hidden] (``frames`` from the conv
   feature encoder's kernels and strides);
 - ``logits`` [batch, frames, vocab] for ``*ForCTC`` checkpoints;
 - ``logits`` [batch, num_labels] for ``*ForSequenceClassification`` (mean over
-  the real frames).
+  the real frames; AST's ``ASTForAudioClassification``: its CLS and distillation
+  tokens);
+- ``logits`` [batch, frames, num_labels] for ``*ForAudioFrameClassification``
+  (diarization: each frame scored, the labels independent — a sigmoid each);
+- ``embeddings`` and ``logits`` [batch, xvector_output_dim] for ``*ForXVector``
+  (speaker verification: TDNN layers, the mean and unbiased std over each row's
+  frames as transformers counts them, the embedding and its classifier; the
+  AM-softmax margin only trains).
 
 The head comes from the checkpoint's ``architectures``.
 """

@@ -40,6 +40,11 @@ def _feature_extractor(source: Path, required: bool = True):
             f"--validate: {source} has no preprocessor_config.json: the sample audio needs "
             "the model's feature extractor"
         )
+    from mobius_audio.encoders import numpy_feature_extractor
+
+    numpy_extractor = numpy_feature_extractor(source)  # where transformers' class needs torch
+    if numpy_extractor is not None:
+        return numpy_extractor
     from transformers import AutoFeatureExtractor
 
     try:
@@ -146,11 +151,12 @@ def validate_audio_feature_extraction(
     checked = _checked(waves, rate)
     if not reference:
         feeds = dict(features)
-        feeds.setdefault("attention_mask", np.ones(features[name].shape[:2], np.int64))
+        if len(session.get_inputs()) > 1:  # AST's fixed window takes no mask
+            feeds.setdefault("attention_mask", np.ones(features[name].shape[:2], np.int64))
         outputs = session.run(None, feeds)
         named = dict(zip([o.name for o in session.get_outputs()], outputs, strict=True))
         return smoke_report("audio-feature-extraction", checked, named)
-    torch_model = load_reference(_AUTO_CLASSES[_built_head(session)], source)
+    torch_model = load_reference(_AUTO_CLASSES[_built_head(session, package_dir)], source)
     report = ValidationReport(
         "audio-feature-extraction", f"transformers {type(torch_model).__name__}", checked
     )
@@ -168,9 +174,58 @@ def _default_extractor(name: str):
     return Wav2Vec2FeatureExtractor(do_normalize=True, return_attention_mask=True)
 
 
-def _built_head(session) -> str:
-    """The head of the graph from its outputs: CTC logits per frame, utterance logits, or none."""
-    logits = next((o for o in session.get_outputs() if o.name == "logits"), None)
-    if logits is None:
-        return "none"
-    return "ctc" if len(logits.shape) == 3 else "sequence-classification"
+def _built_head(session, package_dir: Path) -> str:
+    """The graph's head from its outputs, and its ``config.json`` for frame vs CTC logits."""
+    from mobius.generate import _read_json
+    from mobius_audio.heads import graph_head
+
+    ranks = {o.name: len(o.shape) for o in session.get_outputs()}
+    return graph_head(ranks, _read_json(package_dir / "config.json").get("architectures"))
+
+
+# -- zero-shot audio classification (CLAP) ------------------------------------------------
+
+#: The sample label texts' token lengths (right-padded together).
+SAMPLE_TEXT_LENGTHS = (6, 4)
+
+
+def validate_zero_shot_audio(package_dir: Path, source: Path, record: dict, reference: bool):
+    """Both embeddings and both logits of the sample clips against two random token texts.
+
+    The features come from the package's extractor in numpy
+    (:class:`mobius_audio.clap_features.ClapFeatures`, equal to transformers' within 1e-5);
+    the clips are cut to its window so that no random crop is drawn.
+    """
+    import onnxruntime as ort
+
+    from mobius.generate import _read_json
+    from mobius.testing import right_padded_batch
+    from mobius_audio.clap_features import ClapFeatures
+    from mobius_audio.testing._clap_parity import compare_clap
+    from mobius_audio.testing._speech_parity import random_audio
+
+    features = ClapFeatures.from_package(package_dir)
+    rate, window = features.sampling_rate, features.max_samples / features.sampling_rate
+    waves = random_audio(tuple(min(s, window) for s in SAMPLE_SECONDS), rate, SEED)
+    text = _read_json(package_dir / "config.json").get("text_config") or {}
+    vocab, pad = text.get("vocab_size"), text.get("pad_token_id")
+    if not isinstance(vocab, int) or isinstance(vocab, bool) or vocab <= 4:
+        raise MobiusError(f"--validate: config.json's text_config.vocab_size is {vocab!r}")
+    if not isinstance(pad, int) or isinstance(pad, bool) or not 0 <= pad < vocab:
+        raise MobiusError(f"--validate: config.json's text_config.pad_token_id is {pad!r}")
+    ids, mask, _ = right_padded_batch(list(SAMPLE_TEXT_LENGTHS), vocab, 0, SEED, None, pad)
+    feeds = {"input_ids": ids, "attention_mask": mask, **features(waves)}
+    session = ort.InferenceSession(
+        str(package_dir / "model.onnx"), providers=["CPUExecutionProvider"]
+    )
+    checked = _checked(waves, rate, f" and {len(SAMPLE_TEXT_LENGTHS)} texts of random tokens")
+    if not reference:
+        names = [o.name for o in session.get_outputs()]
+        outputs = dict(zip(names, session.run(None, feeds), strict=True))
+        return smoke_report("zero-shot-audio-classification", checked, outputs)
+    torch_model = load_reference("ClapModel", source)
+    report = ValidationReport(
+        "zero-shot-audio-classification", f"transformers {type(torch_model).__name__}", checked
+    )
+    report.diffs = compare_clap(torch_model, session, feeds)
+    return report

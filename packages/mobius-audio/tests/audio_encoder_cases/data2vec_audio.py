@@ -1,6 +1,6 @@
 """Data2Vec-Audio: odd and even position-conv kernels, every head, the weighted layer sum."""
 
-from audio_encoder_cases.wav2vec2 import HEADS, WAV2VEC2
+from audio_encoder_cases.wav2vec2 import HEADS, SPEAKER_OPTIONS, WAV2VEC2, XVECTOR
 
 DATA2VEC = dict(WAV2VEC2, num_conv_pos_embeddings=2, conv_pos_kernel_size=5)
 
@@ -17,4 +17,5 @@ CASES = {
         ),
         dict(heads=HEADS),
     ),
+    "data2vec-audio-speaker-heads": ("data2vec-audio", dict(DATA2VEC, **XVECTOR), SPEAKER_OPTIONS),
 }

@@ -1,6 +1,6 @@
 """unispeech-sat: the wav2vec2 variants under its own prefix."""
 
-from audio_encoder_cases.wav2vec2 import HEADS, WAV2VEC2
+from audio_encoder_cases.wav2vec2 import HEADS, SPEAKER_OPTIONS, WAV2VEC2, XVECTOR
 
 CASES = {
     "unispeech-sat-group-norm": (
@@ -17,5 +17,10 @@ CASES = {
             use_weighted_layer_sum=True,
         ),
         dict(heads=HEADS),
+    ),
+    "unispeech-sat-speaker-heads": (
+        "unispeech-sat",
+        dict(WAV2VEC2, **XVECTOR, feat_extract_norm="layer", do_stable_layer_norm=True),
+        SPEAKER_OPTIONS,
     ),
 }

@@ -16,6 +16,17 @@ WAV2VEC2 = dict(
     classifier_proj_size=20,
 )
 HEADS = ("none", "ctc", "sequence-classification")
+#: The frame (diarization) and x-vector (speaker) heads, tiny: a dilated TDNN layer makes
+#: transformers count frames past a row's audio, and past the longer row's (capped).
+SPEAKER_HEADS = ("audio-frame-classification", "xvector")
+XVECTOR = dict(
+    tdnn_dim=(8, 12),
+    tdnn_kernel=(3, 2),
+    tdnn_dilation=(2, 1),
+    xvector_output_dim=6,
+    initializer_range=0.3,
+)
+SPEAKER_OPTIONS = dict(heads=SPEAKER_HEADS, eps=("default",))
 
 CASES = {
     "wav2vec2-group-norm": (
@@ -48,5 +59,10 @@ CASES = {
             use_weighted_layer_sum=True,
         ),
         dict(heads=("sequence-classification",)),
+    ),
+    "wav2vec2-speaker-heads": (
+        "wav2vec2",
+        dict(WAV2VEC2, **XVECTOR, feat_extract_norm="group", use_weighted_layer_sum=True),
+        SPEAKER_OPTIONS,
     ),
 }

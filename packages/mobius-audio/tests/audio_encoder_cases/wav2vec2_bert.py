@@ -5,7 +5,7 @@ The inputs are SeamlessM4T's stacked fbank frames (160 features); 0.5 s and
 so the distance clamp is exercised.
 """
 
-from audio_encoder_cases.wav2vec2 import HEADS
+from audio_encoder_cases.wav2vec2 import HEADS, SPEAKER_HEADS, XVECTOR
 
 BERT = dict(
     hidden_size=32,
@@ -43,5 +43,10 @@ CASES = {
         "wav2vec2-bert",
         dict(BERT, position_embeddings_type=None, conv_depthwise_kernel_size=3),
         dict(OPTIONS, heads=("none",)),
+    ),
+    "wav2vec2-bert-speaker-heads": (
+        "wav2vec2-bert",
+        dict(BERT, **XVECTOR, position_embeddings_type="relative_key", use_weighted_layer_sum=True),
+        dict(OPTIONS, heads=SPEAKER_HEADS, eps=("default",)),
     ),
 }

@@ -1,6 +1,6 @@
 """Wav2Vec2-Conformer: relative, rotary and no position embeddings; every head; the weighted layer sum."""
 
-from audio_encoder_cases.wav2vec2 import HEADS, WAV2VEC2
+from audio_encoder_cases.wav2vec2 import HEADS, SPEAKER_OPTIONS, WAV2VEC2, XVECTOR
 
 CONFORMER = dict(
     WAV2VEC2,
@@ -31,5 +31,10 @@ CASES = {
         "wav2vec2-conformer",
         dict(CONFORMER, position_embeddings_type=None, conv_depthwise_kernel_size=3),
         dict(heads=("none",)),
+    ),
+    "wav2vec2-conformer-speaker-heads": (
+        "wav2vec2-conformer",
+        dict(CONFORMER, **XVECTOR, position_embeddings_type="rotary", use_weighted_layer_sum=True),
+        SPEAKER_OPTIONS,
     ),
 }

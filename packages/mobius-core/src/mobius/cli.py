@@ -160,12 +160,28 @@ def _run_domain_command(args: argparse.Namespace) -> int:
     runners = registry.runners(args.command)
     for runner in runners:
         if runner.accepts_dir(args.output):
+            _refuse_unread_options(runner, args)
             return runner.run_cli(args.output, args.inputs, vars(args))
     installed = ", ".join(r.name for r in runners) or "none installed"
     raise MobiusError(
         f"no runner of 'mobius {args.command}' accepts {args.output} (runners: {installed}); "
         "'mobius info' on the package says what it is"
     )
+
+
+def _refuse_unread_options(runner, args: argparse.Namespace) -> None:
+    """Refuse an option of the command that ``runner`` does not read, set by the user."""
+    from mobius._registry import registry
+
+    if runner.options is None:
+        return
+    for option in registry.options(args.command):
+        given = getattr(args, option.dest) != args.unset_options.get(option.dest)
+        if option.dest not in runner.options and given:
+            kind = option.group or "other packages"
+            raise MobiusError(
+                f"{option.flags[0]} applies to {kind}; {args.output} is not one ({runner.name})"
+            )
 
 
 def _embed(args: argparse.Namespace) -> int:
@@ -273,7 +289,9 @@ def _add_domain_command(commands, common, info, plugin_options, runners) -> None
         "--threads", type=int, default=None, metavar="N", help="ONNX Runtime intra-op threads"
     )
     _add_plugin_options(parser, plugin_options, info.name)
-    parser.set_defaults(run=_run_domain_command)
+    # What each option is when not given (argparse's: False for a store_true flag).
+    unset = {o.dest: parser.get_default(o.dest) for o in plugin_options if o.command == info.name}
+    parser.set_defaults(run=_run_domain_command, unset_options=unset)
 
 
 def make_parser(plugins: bool = True) -> argparse.ArgumentParser:
@@ -582,6 +600,14 @@ def make_parser(plugins: bool = True) -> argparse.ArgumentParser:
         default=None,
         metavar="N",
         help="random seed: the same seed gives the same text",
+    )
+    generate.add_argument(
+        "--output",
+        dest="output_file",
+        default=None,
+        metavar="FILE",
+        help="the file a runner that makes one writes (an image, a WAV: each runner's "
+        "default name below); text goes to stdout",
     )
     generate.add_argument(
         "--no-chat-template",

@@ -795,7 +795,9 @@ def stream_to_stdout(generator: _Generator, prompt: str, options: dict) -> int:
     ``options`` are the parsed ``mobius generate`` options by dest (``max_new_tokens``,
     ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``seed``, ``no_chat_template``,
     ``system``). Sampling values not given come from the package's generation config.
+    Text goes to stdout, so ``--output`` is refused.
     """
+    refuse_output_file(getattr(generator, "package_dir", "the package"), options)
     sampling = generator.sampling_defaults()
     explicit = {k: options.get(k) for k in ("temperature", "top_k", "top_p")}
     do_sample = options.get("do_sample") or any(v is not None for v in explicit.values())
@@ -823,12 +825,22 @@ def stream_to_stdout(generator: _Generator, prompt: str, options: dict) -> int:
 def run_text_cli(package_dir: str | os.PathLike, prompt: str, options: dict) -> int:
     """Core's ``mobius generate`` runner: causal-LM and seq2seq packages (see :func:`open_generator`)."""
     _refuse_plugin_options(package_dir, options)
+    refuse_output_file(package_dir, options)  # before the package is opened
     if prompt.lower().endswith(AUDIO_SUFFIXES):
         raise MobiusError(
             f"{package_dir} is not a speech-to-text package: it cannot transcribe {prompt}"
         )
     generator = open_generator(package_dir, threads=options.get("threads"))
     return stream_to_stdout(generator, prompt, options)
+
+
+def refuse_output_file(package_dir: str | os.PathLike, options: dict) -> None:
+    """Refuse ``mobius generate --output`` for a runner whose output is text (on stdout)."""
+    if options.get("output_file"):
+        raise MobiusError(
+            f"--output is for packages that write a file (images, audio); {package_dir} "
+            "generates text, which goes to stdout"
+        )
 
 
 def _refuse_plugin_options(package_dir: str | os.PathLike, options: dict) -> None:

@@ -153,6 +153,10 @@ class RunnerInfo:
     #: The command the runner answers: ``"generate"``, ``"classify"`` or a registered
     #: :class:`CommandInfo`'s name.
     command: str = "generate"
+    #: For a :class:`CommandInfo`'s runner: the ``dest`` of each registered option of its
+    #: command that it reads. Core refuses any other such option set away from its default,
+    #: naming the flag and the kind of package it is for. ``None``: the runner checks.
+    options: tuple[str, ...] | None = None
 
     def accepts_dir(self, package_dir) -> bool:
         return bool(load(self.accepts)(package_dir))

@@ -27,7 +27,7 @@ from mobius._package import ModelPackage
 from mobius._record import ENTRY_META
 from mobius.errors import CheckpointError, ConfigError, MobiusError, ModelSourceError
 from mobius.passes._stages import run_stage
-from mobius.weights import apply_weights, checkpoint_dtype
+from mobius.weights import apply_weights, checkpoint_dtype, parameters
 
 # What a config that mobius cannot build raises while it is read or normalised (a
 # field of the wrong type, a missing one, a zero head count): refused as ConfigError.
@@ -257,14 +257,16 @@ class ModelSource(Source):
         models = task.build(module, config, dtype)
         for model in models.values():  # which registration made it, for the build record
             model.meta[ENTRY_META] = self.entry
+        declared = {name for model in models.values() for name in parameters(model)}
         run_stage("graph", models.values(), options)
+        unread = declared - {name for model in models.values() for name in parameters(model)}
         package = ModelPackage(models=models, config=config, task=task.name)
         package.source_dir = self.source_dir
         package.text_files.update(self.text_files)
         if checkpoint is None:
             return package
         weights = module.sanitize(dict(checkpoint))
-        apply_weights(models.values(), weights, ignore=module.ignored)
+        apply_weights(models.values(), weights, ignore=module.ignored, unread=unread)
         run_stage("weights", models.values(), options, weights)
         run_stage("quantize", models.values(), options, weights if self.prequantized else None)
         return package

@@ -5,7 +5,7 @@
   component directory and a lone adapter ``.safetensors`` (:mod:`mobius_diffusion.source`);
 - ``mobius build --skip-component``;
 - the ``mobius generate`` runner of pipeline packages (:mod:`mobius_diffusion.runner`)
-  and its options (``--output``, ``--steps``, ``--guidance-scale``, ``--height``, ``--width``).
+  and its options (``--steps``, ``--guidance-scale``, ``--height``, ``--width``).
 
 Everything is named by lazy ``"module:attribute"`` strings: registering imports nothing.
 """
@@ -83,11 +83,6 @@ def register_slice(registry) -> None:
         )
     )
     for dest, flags, kwargs in (
-        (
-            "image_output",
-            ("--output",),
-            dict(default=None, metavar="FILE", help="the image file to write (default image.png)"),
-        ),
         (
             "steps",
             ("--steps",),

@@ -18,7 +18,7 @@ def run_image_cli(package_dir: str | os.PathLike, prompt: str, options: dict) ->
     """Generate one image from ``prompt`` and write it to ``--output`` (default ``image.png``).
 
     ``options`` are the parsed ``mobius generate`` options by dest: ``steps``,
-    ``seed``, ``guidance_scale``, ``height``, ``width``, ``image_output``, ``threads``.
+    ``seed``, ``guidance_scale``, ``height``, ``width``, ``output_file``, ``threads``.
     """
     from mobius_diffusion.pipeline import open_pipeline, to_pil
 
@@ -29,7 +29,7 @@ def run_image_cli(package_dir: str | os.PathLike, prompt: str, options: dict) ->
         if options.get(name) is not None:
             call[name] = options[name]
     image = to_pil(pipe(prompt, **call))[0]
-    output = options.get("image_output") or "image.png"
+    output = options.get("output_file") or "image.png"
     image.save(output)
     print(f"wrote {output}")
     return 0

@@ -7,15 +7,20 @@ package's image processor (``preprocessor_config.json``: DPT's, which Depth Anyt
 uses too: resize keeping the aspect ratio to a multiple of ``ensure_multiple_of``,
 PIL's resampling, rescale, normalise, optional centre padding; GLPN's: each side
 rounded down to a multiple of 32, rescale; Prompt Depth Anything's: DPT's, and the
-``--prompt-depth`` file in metres), run, and the depth is
+``--prompt-depth`` file in metres; Depth Pro's: rescale and normalise, then PyTorch's
+bilinear to its fixed size; ZoeDepth's: rescale, reflect padding, DPT's resize with
+PyTorch's bilinear, normalise), run, and the depth is
 resized back to the image's size as ``post_process_depth_estimation`` does (PyTorch's
-bicubic, ``align_corners=False``).
+bicubic, ``align_corners=False``; Depth Pro's turns its inverse depth into depth, metric
+with the focal length its ``field_of_view`` gives; ZoeDepth's padding is cropped off).
 
 Example::
 
     from mobius_vision.depth_runner import DepthEstimator
 
     depth = DepthEstimator("depth-anything-out/").depth("room.jpg")  # [height, width] float32
+    found = DepthEstimator("depth-pro-out/").estimate("street.jpg")  # Depth Pro, FOV head
+    found.depth, found.field_of_view, found.focal_length  # metres, degrees, pixels
 
 Needs ONNX Runtime and Pillow: ``pip install mobius-vision[run]``.
 """
@@ -40,12 +45,21 @@ from mobius_vision.processing._image import (
     flag,
     image_size,
     integer,
+    normalize,
     number,
+    rescale,
     resize,
     to_chw,
 )
 from mobius_vision.processing.classification import IMAGENET_STANDARD, load_image, processor_type
+from mobius_vision.processing.molmo2 import bilinear as torch_bilinear
 from mobius_vision.processing.phi4_multimodal import torch_bicubic
+from mobius_vision.processing.zoedepth import (
+    bilinear_align_corners,
+    constrain_to_multiple,
+    reflect_pad,
+    remove_padding,
+)
 
 #: The largest 16-bit PNG value: the depth map's range is stretched over [0, 65535].
 PNG_MAX = 65535
@@ -73,6 +87,23 @@ def multiple_of(value: float, multiple: int) -> int:
     return rounded
 
 
+def sized_settings(raw: dict, family: str, resample: int, side: int) -> ImageSettings:
+    """The settings of a processor that resizes to ``size.height`` x ``.width`` (defaults:
+    ``side`` square, ImageNet-standard mean and std), refusing a size without them."""
+    settings = ImageSettings.from_dict(
+        raw,
+        resample=resample,
+        size={"height": side, "width": side},
+        image_mean=IMAGENET_STANDARD[0],
+        image_std=IMAGENET_STANDARD[1],
+    )
+    if not {"height", "width"} <= settings.size.keys():
+        raise MobiusError(
+            f"{family}'s image processor needs size.height and .width, not {settings.size}"
+        )
+    return settings
+
+
 @dataclass
 class DptProcessor:
     """transformers' ``DPTImageProcessor`` (PIL backend): resize, rescale, normalise, pad."""
@@ -85,17 +116,7 @@ class DptProcessor:
     @classmethod
     def from_dict(cls, raw: dict) -> DptProcessor:
         """The processor of a ``preprocessor_config.json`` dict, each value checked."""
-        settings = ImageSettings.from_dict(
-            raw,
-            resample=BICUBIC,
-            size={"height": 384, "width": 384},
-            image_mean=IMAGENET_STANDARD[0],
-            image_std=IMAGENET_STANDARD[1],
-        )
-        if not {"height", "width"} <= settings.size.keys():
-            raise MobiusError(
-                f"DPT's image processor needs size.height and .width, not {settings.size}"
-            )
+        settings = sized_settings(raw, "DPT", BICUBIC, 384)
         pads = flag(raw, "do_pad", False)
         return cls(
             settings,
@@ -115,10 +136,11 @@ class DptProcessor:
                 scale_height = scale_width
             else:
                 scale_width = scale_height
-        multiple = self.ensure_multiple_of
-        return multiple_of(scale_height * height, multiple), multiple_of(
-            scale_width * width, multiple
-        )
+        return self.constrain(scale_height * height), self.constrain(scale_width * width)
+
+    def constrain(self, value: float) -> int:
+        """A scaled side made a multiple of ``ensure_multiple_of``."""
+        return multiple_of(value, self.ensure_multiple_of)
 
     def __call__(self, image) -> np.ndarray:
         """One image (a path, a PIL image or a uint8 array) as float32 ``[3, height, width]``."""
@@ -222,11 +244,146 @@ class GlpnProcessor:
         return self.settings.finish(pixels)
 
 
+@dataclass
+class DepthEstimate:
+    """One image's depth map at its size; Depth Pro's field of view (degrees) and the focal
+    length (pixels) it gives, where the package has a field-of-view head."""
+
+    depth: np.ndarray
+    field_of_view: float | None = None
+    focal_length: float | None = None
+
+
+#: PyTorch's interpolation (no antialiasing) of a ``[c, h, w]`` float32 array, by PIL resample.
+TORCH_RESIZE = {BILINEAR: torch_bilinear, BICUBIC: torch_bicubic}
+
+
+@dataclass
+class DepthProProcessor:
+    """transformers' ``DepthProImageProcessor``: rescale and normalise first (float32, fused as
+    transformers fuses them), then PyTorch's interpolation (``resample``: bilinear or bicubic,
+    no antialiasing) to ``size``. Its post-processing (:meth:`post_process`) owns the depth."""
+
+    settings: ImageSettings
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> DepthProProcessor:
+        settings = sized_settings(raw, "Depth Pro", BILINEAR, 1536)
+        if settings.resample not in TORCH_RESIZE:
+            raise MobiusError(
+                f"Depth Pro's image processor: resample {settings.resample} is not bilinear (2) "
+                "or bicubic (3)"
+            )
+        return cls(settings)
+
+    def resize(self, maps: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+        """``[c, h, w]`` float32 maps resized to ``size`` by the processor's ``resample``."""
+        return TORCH_RESIZE[self.settings.resample](maps, size)
+
+    def __call__(self, image) -> np.ndarray:
+        """One image (a path, a PIL image or a uint8 array) as float32 ``[3, height, width]``."""
+        if isinstance(image, (str, os.PathLike)):
+            image = load_image(image)
+        pixels, settings = to_chw(image), self.settings
+        if settings.do_rescale and settings.do_normalize:
+            scale = np.float32(1.0 / settings.rescale_factor)
+            mean = np.asarray(settings.image_mean, np.float32)[:, None, None] * scale
+            std = np.asarray(settings.image_std, np.float32)[:, None, None] * scale
+            pixels = (pixels.astype(np.float32) - mean) / std
+        else:
+            pixels = settings.finish(pixels)
+        if settings.do_resize:
+            pixels = self.resize(pixels, (settings.size["height"], settings.size["width"]))
+        return pixels
+
+    def post_process(self, outputs: dict, size: tuple[int, int]) -> DepthEstimate:
+        """``post_process_depth_estimation``: with a field of view, the inverse depth times
+        ``width / focal_length`` (``focal_length = width / 2 / tan(fov / 2)``); resized to
+        ``size``; then depth ``1 / clip(inverse, 1e-4, 1e4)``."""
+        depth = outputs["predicted_depth"].astype(np.float32)
+        fov = outputs.get("field_of_view")
+        focal = None
+        if fov is not None:
+            width = np.float32(size[1])
+            focal = np.float32(0.5 * size[1]) / np.tan(np.float32(0.5) * np.deg2rad(fov))
+            depth = depth * width / focal
+        depth = self.resize(depth[None], size)[0]
+        depth = np.float32(1) / np.clip(depth, np.float32(1e-4), np.float32(1e4))
+        return DepthEstimate(
+            depth, None if fov is None else float(fov), None if focal is None else float(focal)
+        )
+
+
+@dataclass
+class ZoeDepthProcessor(DptProcessor):
+    """transformers' ``ZoeDepthImageProcessor`` (PIL backend): rescale, reflect pad
+    (:mod:`~mobius_vision.processing.zoedepth`), DPT's aspect-kept resize of the padded image
+    with PyTorch's bilinear ``align_corners=True``, normalise. ``ensure_multiple_of`` may be
+    a fraction (transformers' default is 1/32)."""
+
+    ensure_multiple_of: float = 1 / 32
+    do_pad: bool = True
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> ZoeDepthProcessor:
+        settings = sized_settings(
+            {"size": {"height": 384, "width": 512}, **raw}, "ZoeDepth", BILINEAR, 384
+        )
+        if settings.do_resize and settings.resample != BILINEAR:
+            raise MobiusError(
+                f"ZoeDepth's image processor: resample {settings.resample} is not built "
+                "(bilinear, 2, is)"
+            )
+        multiple = raw.get("ensure_multiple_of", 1 / 32)
+        if (
+            isinstance(multiple, bool)
+            or not isinstance(multiple, (int, float))
+            or not (math.isfinite(multiple) and 0 < multiple <= 1 << 12)
+        ):
+            raise MobiusError(
+                f"preprocessor setting ensure_multiple_of must be a number in (0, 4096], "
+                f"got {multiple!r}"
+            )
+        return cls(
+            settings,
+            keep_aspect_ratio=flag(raw, "keep_aspect_ratio", True),
+            ensure_multiple_of=multiple,
+            do_pad=flag(raw, "do_pad", True),
+        )
+
+    def constrain(self, value: float) -> int:
+        side = constrain_to_multiple(value, self.ensure_multiple_of)
+        if side <= 0:
+            raise MobiusError(f"the image is too small: a side of {value:g} pixels rounds to 0")
+        return side
+
+    def __call__(self, image) -> np.ndarray:
+        if isinstance(image, (str, os.PathLike)):
+            image = load_image(image)
+        pixels, settings = to_chw(image), self.settings
+        if settings.do_rescale:
+            pixels = rescale(pixels, settings.rescale_factor)
+        pixels = pixels.astype(np.float32, copy=False)
+        if self.do_pad:
+            pixels = reflect_pad(pixels)
+        if settings.do_resize:
+            pixels = bilinear_align_corners(pixels, self.target_size(image_size(pixels)))
+        if settings.do_normalize:
+            pixels = normalize(pixels, settings.image_mean, settings.image_std)
+        return pixels.astype(np.float32, copy=False)
+
+    def post_process(self, outputs: dict, size: tuple[int, int]) -> DepthEstimate:
+        """``post_process_depth_estimation``: resized to the padded image, the padding off."""
+        return DepthEstimate(remove_padding(outputs["predicted_depth"], size, self.do_pad))
+
+
 #: transformers' image processor classes mobius depth reproduces.
 PROCESSORS = {
     "DPTImageProcessor": DptProcessor.from_dict,
     "GLPNImageProcessor": GlpnProcessor.from_dict,
     "PromptDepthAnythingImageProcessor": PromptDepthProcessor.from_dict,
+    "DepthProImageProcessor": DepthProProcessor.from_dict,
+    "ZoeDepthImageProcessor": ZoeDepthProcessor.from_dict,
 }
 
 
@@ -280,6 +437,10 @@ class DepthEstimator:
     def predicted_depth(self, pixels: np.ndarray, prompt: np.ndarray | None = None) -> np.ndarray:
         """The graph's raw ``predicted_depth`` ``[height', width']`` for ``[3, h, w]`` pixels
         (and a ``[1, 1, h, w]`` prompt depth, for a package that takes one)."""
+        return self.outputs(pixels, prompt)["predicted_depth"]
+
+    def outputs(self, pixels: np.ndarray, prompt: np.ndarray | None = None) -> dict:
+        """Every graph output of one image, by name, its batch dimension dropped (float32)."""
         for got, want in zip(pixels.shape, self.pixel_shape, strict=True):
             if isinstance(want, int) and got != want:
                 raise PackageError(
@@ -289,8 +450,12 @@ class DepthEstimator:
         feed = {"pixel_values": pixels[None].astype(self.pixel_type)}
         if prompt is not None:
             feed["prompt_depth"] = prompt.astype(self.pixel_type)
-        (depth,) = self.session.run(["predicted_depth"], feed)
-        return np.asarray(depth[0], np.float32)
+        names = [output.name for output in self.session.get_outputs()]
+        values = self.session.run(names, feed)
+        return {
+            name: np.asarray(value[0], np.float32)
+            for name, value in zip(names, values, strict=True)
+        }
 
     def check_prompt(self, prompt_path) -> None:
         """Refuse a prompt depth the package does not take, or the lack of one it needs."""
@@ -305,13 +470,19 @@ class DepthEstimator:
     def depth(self, image, prompt_path: str | os.PathLike | None = None) -> np.ndarray:
         """The depth map of ``image`` (a path, PIL image or uint8 array) at the image's size;
         ``prompt_path``: its prompt depth file, for a Prompt Depth Anything package."""
+        return self.estimate(image, prompt_path).depth
+
+    def estimate(self, image, prompt_path: str | os.PathLike | None = None) -> DepthEstimate:
+        """:meth:`depth`, with Depth Pro's field of view and focal length where it has them."""
         self.check_prompt(prompt_path)
         if isinstance(image, (str, os.PathLike)):
             image = load_image(image)
-        pixels = to_chw(image)
+        size = image_size(to_chw(image))
         prompt = None if prompt_path is None else self.processor.prompt(prompt_path)
-        depth = self.predicted_depth(self.processor(image), prompt)
-        return torch_bicubic(depth[None], image_size(pixels))[0]
+        outputs = self.outputs(self.processor(image), prompt)
+        if isinstance(self.processor, (DepthProProcessor, ZoeDepthProcessor)):  # their own
+            return self.processor.post_process(outputs, size)
+        return DepthEstimate(torch_bicubic(outputs["predicted_depth"][None], size)[0])
 
 
 def depth_png(depth: np.ndarray) -> np.ndarray:
@@ -347,11 +518,18 @@ def run_cli(package_dir: str | os.PathLike, inputs: list[str], options: dict) ->
     from PIL import Image
 
     for path in inputs:
-        depth = estimator.depth(path, prompt)
+        estimate = estimator.estimate(path, prompt)
+        depth = estimate.depth
         target = Path(png) if png else default_png(path)
         Image.fromarray(depth_png(depth)).save(target, format="PNG")
         if raw:
             np.save(raw, depth)
         saved = f"{target}" + (f", {raw}" if raw else "")
-        print(f"{path}: depth min {depth.min():.6g} max {depth.max():.6g} -> {saved}")
+        fov = ""
+        if estimate.field_of_view is not None:
+            fov = (
+                f", field of view {estimate.field_of_view:.6g} degrees "
+                f"(focal length {estimate.focal_length:.6g} px)"
+            )
+        print(f"{path}: depth min {depth.min():.6g} max {depth.max():.6g}{fov} -> {saved}")
     return 0

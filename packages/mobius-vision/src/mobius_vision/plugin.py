@@ -72,15 +72,57 @@ SAM_SEGMENT_HELP = (
     "and/or --box X0,Y0,X1,Y1, in pixels of the image. The pixels and coordinates are\n"
     "made as transformers' SamProcessor makes them and the masks post-processed as its\n"
     "post_process_masks does; the mask with the best predicted IoU goes to the PNG (255\n"
-    "inside) and one line per image lists every mask's IoU score (mobius-vision)."
+    "inside) and one line per image lists every mask's IoU score (and SAM 2's object score\n"
+    "logit: above 0, the object is in the image). --refine N runs the mask decoder N more\n"
+    "times, each with the last run's best low-resolution mask as a mask prompt, as SAM's\n"
+    "predictor examples refine a mask (mobius-vision)."
 )
 UNIVERSAL_SEGMENT_HELP = (
-    "A universal-segmentation package (MaskFormer, Mask2Former) scores a class and a mask\n"
-    "per query; each pixel takes the class whose query probabilities times mask\n"
+    "A universal-segmentation package (MaskFormer, Mask2Former, OneFormer) scores a class\n"
+    "and a mask per query; each pixel takes the class whose query probabilities times mask\n"
     "probabilities sum highest, upsampled to the image, as transformers'\n"
     "post_process_semantic_segmentation does. The class map is written as a PNG (pixel\n"
     "value = class id) and the classes present are printed with their share of the\n"
-    "pixels (mobius-vision)."
+    "pixels. A OneFormer package is told its --task: semantic (the class map), instance\n"
+    "or panoptic (the default), post-processed as OneFormer's image processor does with\n"
+    "the pipeline's thresholds: the PNG holds each pixel's segment id (0: none) and the\n"
+    "line lists id:label score per segment (mobius-vision)."
+)
+
+TEXT_PROMPTED_SEGMENT_HELP = (
+    "A text-prompted segmentation package (CLIPSeg) segments what each of --labels names:\n"
+    "its text graph embeds the labels once (padded together, as CLIPSegProcessor), its image\n"
+    "graph scores the image against each. The pixels are made as the package's image\n"
+    "processor makes them; each label's probability (the sigmoid of its logits) is resized\n"
+    "bilinearly to the image, as CLIPSeg's users do (transformers has no pipeline for it).\n"
+    "Writes one PNG per image and label, <output stem>.<label>.png: the probability as 8-bit\n"
+    "grey (255 = 1.0), or with --threshold a binary mask (255 above it); one line per image\n"
+    "gives each label's share of pixels above the threshold (default 0.5) (mobius-vision)."
+)
+_TEXT_PROMPTED = "mobius_vision.text_prompted_segmentation_runner"
+#: mobius segment's options for text-prompted packages: (dest, flags, argparse keywords).
+TEXT_PROMPTED_SEGMENT_OPTIONS = (
+    (
+        "labels",
+        ("--labels",),
+        dict(
+            default=None,
+            metavar="TEXTS",
+            help="what to segment, comma-separated: one mask PNG each. Example: mobius segment "
+            'clipseg-out/ kitchen.jpg --labels "a cat,a remote"',
+        ),
+    ),
+    (
+        "mask_threshold",
+        ("--threshold",),
+        dict(
+            type=float,
+            default=None,
+            metavar="P",
+            help="write binary masks, 255 where the probability is above P in [0, 1] (default: "
+            "the probability map itself, as grey)",
+        ),
+    ),
 )
 
 #: ``mobius segment``'s prompt options: dest, flag, metavar, help.
@@ -120,7 +162,11 @@ ZERO_SHOT_DETECT_HELP = (
     "each patch of an image against them. Pixels as transformers' OwlViT/Owlv2 image\n"
     "processor makes them; boxes as its zero-shot-object-detection pipeline lists them: each\n"
     "label scored alone (a sigmoid), every box above --threshold (the pipeline's default is\n"
-    "0.1), best first. One line per box: IMAGE: label score x0 y0 x1 y1 (mobius-vision)."
+    "0.1), best first. One line per box: IMAGE: label score x0 y0 x1 y1 (mobius-vision).\n"
+    'A Grounding DINO package reads the labels as one prompt ("a cat. a remote.") and keeps\n'
+    "the boxes as GroundingDinoProcessor's post_process_grounded_object_detection does: a box\n"
+    "whose best token scores above --threshold, labelled by the prompt's tokens scoring above\n"
+    "--text-threshold."
 )
 _ZERO_SHOT_DETECTOR = "mobius_vision.zero_shot_detection_runner"
 #: mobius detect's options: (dest, flags, argparse keywords).
@@ -156,7 +202,11 @@ DEPTH_HELP = (
     "a larger model output (Depth Anything's relative depth is inverse: brighter is nearer),\n"
     "and prints each map's min and max; --raw keeps the float values. A Prompt Depth\n"
     "Anything package also takes the image's low-resolution depth (--prompt-depth) and\n"
-    "returns metric depth (mobius-vision)."
+    "returns metric depth. Depth Pro's inverse depth becomes depth as its processor makes it\n"
+    "(bilinear, 1 / inverse), metric where the package has the field-of-view head: the line\n"
+    "then also gives the field of view and the focal length it implies. ZoeDepth's metric\n"
+    "depth (metres) comes back with the reflect padding its processor adds cropped off\n"
+    "(mobius-vision)."
 )
 
 #: mobius-vision's own commands: name, the line of ``mobius --help``, the paragraph of
@@ -286,6 +336,15 @@ def register_slice(registry) -> None:
             f"{_TASKS}.universal_segmentation:UniversalSegmentationTask",
             PACKAGE,
             validate="mobius_vision.validate:validate_universal_segmentation",
+        )
+    )
+    # A mask per text prompt (CLIPSeg): text/ and image/ graphs.
+    registry.register_task(
+        TaskInfo(
+            "text-prompted-segmentation",
+            f"{_TASKS}.text_prompted_segmentation:TextPromptedSegmentationTask",
+            PACKAGE,
+            validate="mobius_vision.validate:validate_text_prompted_segmentation",
         )
     )
     # Promptable masks (Segment Anything): image_encoder/ and prompt_decoder/ graphs.
@@ -422,8 +481,11 @@ def register_slice(registry) -> None:
             examples=(
                 "mobius depth depth-anything-out/ room.jpg --output room-depth.png --raw room.npy",
                 "mobius depth dpt-out/ a.png b.png",
+                "mobius depth depth-pro-out/ street.jpg  # prints the field of view too",
+                "mobius depth zoedepth-nyu-kitti-out/ room.jpg --raw room.npy  # metres",
             ),
             command="depth",
+            options=("depth_png", "depth_raw", "depth_prompt"),
         )
     )
     for dest, flag, metavar, text in (
@@ -479,6 +541,7 @@ def register_slice(registry) -> None:
                 "mobius segment upernet-out/ a.jpg b.jpg --output masks/",
             ),
             command="segment",
+            options=("mask_output",),
         )
     )
     registry.register_option(
@@ -503,8 +566,28 @@ def register_slice(registry) -> None:
             run="mobius_vision.universal_segmentation_runner:run_cli",
             package=PACKAGE,
             help=UNIVERSAL_SEGMENT_HELP,
-            examples=("mobius segment maskformer-out/ street.png --output street-mask.png",),
+            examples=(
+                "mobius segment maskformer-out/ street.png --output street-mask.png",
+                "mobius segment oneformer-out/ street.png --task semantic",
+            ),
             command="segment",
+            options=("mask_output", "segment_task"),
+        )
+    )
+    registry.register_option(
+        CliOption(
+            command="segment",
+            dest="segment_task",  # "task" is mobius build's
+            flags=("--task",),
+            kwargs=dict(
+                default=None,
+                choices=("semantic", "instance", "panoptic"),
+                help="what a package that takes a task (OneFormer) segments: semantic (a class "
+                "per pixel), instance or panoptic (segments; the default). Example: mobius "
+                "segment oneformer-out/ street.png --task instance",
+            ),
+            group="universal-segmentation packages",
+            package=PACKAGE,
         )
     )
     # mobius segment: Segment Anything packages, prompted (mobius_vision.sam_runner).
@@ -518,8 +601,10 @@ def register_slice(registry) -> None:
             examples=(
                 "mobius segment sam-out/ truck.jpg --point 500,375 --output truck-mask.png",
                 "mobius segment sam-out/ truck.jpg --box 75,275,1725,850 --point 575,750",
+                "mobius segment sam-out/ truck.jpg --point 500,375 --refine 1",
             ),
             command="segment",
+            options=("mask_output", "points", "background_points", "box", "refine"),
         )
     )
     for dest, flag, metavar, help_text in SAM_PROMPT_OPTIONS:
@@ -538,6 +623,50 @@ def register_slice(registry) -> None:
                 package=PACKAGE,
             )
         )
+    registry.register_option(
+        CliOption(
+            command="segment",
+            dest="refine",
+            flags=("--refine",),
+            kwargs=dict(
+                type=int,
+                default=0,
+                metavar="N",
+                help="run the mask decoder N more times, each with the last run's best mask "
+                "as a mask prompt (default 0)",
+            ),
+            group="Segment Anything packages",
+            package=PACKAGE,
+        )
+    )
+    # mobius segment --labels: text-prompted segmenters (CLIPSeg; text_prompted_segmentation_runner).
+    registry.register_runner(
+        RunnerInfo(
+            "text-prompted-segmentation",
+            accepts=f"{_TEXT_PROMPTED}:is_text_prompted_segmentation_package",
+            run=f"{_TEXT_PROMPTED}:run_cli",
+            package=PACKAGE,
+            help=TEXT_PROMPTED_SEGMENT_HELP,
+            examples=(
+                'mobius segment clipseg-out/ kitchen.jpg --labels "a cat,a remote"',
+                'mobius segment clipseg-out/ kitchen.jpg --labels "a mug" --threshold 0.4 '
+                "--output mug.png",
+            ),
+            command="segment",
+            options=("mask_output", "labels", "mask_threshold"),
+        )
+    )
+    for dest, flags, kwargs in TEXT_PROMPTED_SEGMENT_OPTIONS:
+        registry.register_option(
+            CliOption(
+                command="segment",
+                dest=dest,
+                flags=flags,
+                kwargs=kwargs,
+                group="text-prompted packages (CLIPSeg)",
+                package=PACKAGE,
+            )
+        )
     # mobius detect: object detectors (DETR and its family, mobius_vision.detection_runner).
     registry.register_runner(
         RunnerInfo(
@@ -551,6 +680,7 @@ def register_slice(registry) -> None:
                 "mobius detect detr-out/ street.jpg --threshold 0.9 --output street-boxes.png",
             ),
             command="detect",
+            options=("threshold", "boxes_png"),
         )
     )
     for dest, flags, kwargs in DETECT_OPTIONS:
@@ -568,8 +698,11 @@ def register_slice(registry) -> None:
             examples=(
                 'mobius detect owlvit-out/ street.jpg --labels "a cat,a remote" --threshold 0.1',
                 'mobius detect owlv2-out/ street.jpg --labels "a bus" --output street-boxes.png',
+                'mobius detect grounding-dino-out/ street.jpg --labels "a cat,a remote" '
+                "--threshold 0.35 --text-threshold 0.25",
             ),
             command="detect",
+            options=("threshold", "boxes_png", "labels", "text_threshold"),
         )
     )
     registry.register_option(
@@ -580,9 +713,28 @@ def register_slice(registry) -> None:
             kwargs=dict(
                 default=None,
                 metavar="TEXTS",
-                help="what to look for, comma-separated (zero-shot packages: OWL-ViT, OWLv2). "
-                'Example: mobius detect owlvit-out/ street.jpg --labels "a cat,a remote"',
+                help="what to look for, comma-separated (zero-shot packages: OWL-ViT, OWLv2, "
+                'Grounding DINO). Example: mobius detect owlvit-out/ street.jpg --labels "a cat,a '
+                'remote"',
             ),
+            group="zero-shot packages",
+            package=PACKAGE,
+        )
+    )
+    registry.register_option(
+        CliOption(
+            command="detect",
+            dest="text_threshold",
+            flags=("--text-threshold",),
+            kwargs=dict(
+                type=float,
+                default=None,
+                metavar="SCORE",
+                help="Grounding DINO: a box's label is the prompt's tokens scoring above SCORE "
+                "(default 0.25, as its processor). Example: mobius detect grounding-dino-out/ "
+                'street.jpg --labels "a cat,a remote" --text-threshold 0.3',
+            ),
+            group="Grounding DINO packages",
             package=PACKAGE,
         )
     )

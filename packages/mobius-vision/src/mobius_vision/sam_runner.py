@@ -14,12 +14,16 @@ IoU is kept. A SAM 2 package (``model_type`` ``sam2``) is processed as transform
 (the aspect ratio not kept, no padding), prompts scaled to ``target_size``, the masks
 resized straight back to the image.
 
+Iterative refinement (``refine=N``, ``--refine N``), as SAM's predictor examples do it:
+the decoder runs again N times with the same prompt and, as a mask prompt
+(``input_masks``), the low-resolution mask of the best IoU score of the run before.
+
 Example::
 
     from mobius_vision.sam_runner import MaskGenerator
 
     generator = MaskGenerator("sam-out/")
-    masks, scores = generator.masks("truck.jpg", points=[(500, 375)], labels=[1])
+    masks, scores = generator.masks("truck.jpg", points=[(500, 375)], labels=[1], refine=1)
     best = masks[scores.argmax()]  # [height, width] bool
 
 Needs ONNX Runtime and Pillow: ``pip install mobius-vision[run]``.
@@ -30,6 +34,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +62,8 @@ GRAPHS = ("image_encoder", "prompt_decoder")
 IMAGENET_DEFAULT = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 #: ``post_process_masks``' default threshold on the mask logits.
 MASK_THRESHOLD = 0.0
+#: The prompt decoder's mask prompt inputs (packages built before them have neither).
+MASK_PROMPT = ("input_masks", "has_input_mask")
 
 
 def is_mask_generation_package(package_dir: str | os.PathLike) -> bool:
@@ -199,6 +206,18 @@ def _pair_list(values, name: str, width: int) -> np.ndarray:
     return array
 
 
+@dataclass
+class MaskPrediction:
+    """One prompt's result: ``masks [num_masks, height, width]`` bool (the image's size),
+    ``iou_scores [num_masks]``, ``low_res_masks [num_masks, 4h, 4w]`` (the decoder's logits,
+    a mask prompt for a next run) and SAM 2's ``object_score`` logit (None for others)."""
+
+    masks: np.ndarray
+    iou_scores: np.ndarray
+    low_res_masks: np.ndarray
+    object_score: float | None = None
+
+
 class MaskGenerator:
     """A ``mask-generation`` package in ONNX Runtime with SAM's processing."""
 
@@ -217,6 +236,11 @@ class MaskGenerator:
             raise PackageError(f"{self.package_dir}'s image encoder takes no float pixel_values")
         self.pixel_shape = tuple(pixels.shape[1:])
         self.processor = image_processor(self.package_dir)
+        inputs = {i.name: i.shape for i in self.decoder.get_inputs()}
+        self.mask_prompt_shape = (
+            tuple(inputs[MASK_PROMPT[0]][1:]) if set(MASK_PROMPT) <= set(inputs) else None
+        )
+        self.outputs = [o.name for o in self.decoder.get_outputs()]
 
     def embed(self, image) -> tuple[dict[str, np.ndarray], tuple[int, int], tuple[int, int]]:
         """The image encoder's outputs for one image (a path, PIL image or uint8 array), with
@@ -238,10 +262,25 @@ class MaskGenerator:
         points: Sequence = (),
         labels: Sequence[int] | None = None,
         box: Sequence[float] | None = None,
+        refine: int = 0,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """``(masks [num_masks, height, width] bool, iou_scores [num_masks])`` of one prompt:
-        ``points`` (x, y) in pixels of the image with their ``labels`` (1 foreground, 0
-        background; all 1 by default) and an optional ``box`` (x0, y0, x1, y1)."""
+        """``(masks [num_masks, height, width] bool, iou_scores [num_masks])`` of one prompt
+        (:meth:`predict`)."""
+        prediction = self.predict(image, points, labels, box, refine)
+        return prediction.masks, prediction.iou_scores
+
+    def predict(
+        self,
+        image,
+        points: Sequence = (),
+        labels: Sequence[int] | None = None,
+        box: Sequence[float] | None = None,
+        refine: int = 0,
+    ) -> MaskPrediction:
+        """The masks of one prompt: ``points`` (x, y) in pixels of the image with their
+        ``labels`` (1 foreground, 0 background; all 1 by default) and an optional ``box``
+        (x0, y0, x1, y1); ``refine`` more runs, each with the last run's best mask as a
+        mask prompt (module docstring)."""
         points = _pair_list(points, "points", 2)
         boxes = _pair_list([] if box is None else box, "box", 4)
         if not len(points) and not len(boxes):
@@ -249,20 +288,40 @@ class MaskGenerator:
         labels = np.ones(len(points), np.int64) if labels is None else np.asarray(labels, np.int64)
         if labels.shape != (len(points),):
             raise MobiusError(f"{len(points)} points but {labels.size} labels")
+        if isinstance(refine, bool) or not isinstance(refine, int) or refine < 0:
+            raise MobiusError(f"refine takes a count of runs, 0 or more, got {refine!r}")
+        if refine and self.mask_prompt_shape is None:
+            raise PackageError(
+                f"{self.package_dir}'s prompt decoder takes no mask prompt (input_masks): "
+                "rebuild the package with this mobius to refine"
+            )
         image_outputs, original, resized = self.embed(image)
         scale = self.processor.scale_coordinates
         float_type = self.pixel_type
-        prompt = {
+        feeds = {
+            **image_outputs,
             "input_points": scale(points, original).reshape(1, 1, -1, 2).astype(float_type),
             "input_labels": labels.reshape(1, 1, -1),
             "input_boxes": scale(boxes.reshape(-1, 2, 2), original)
             .reshape(1, -1, 4)
             .astype(float_type),
         }
-        masks, scores = self.decoder.run(["pred_masks", "iou_scores"], {**image_outputs, **prompt})
-        low_res = np.asarray(masks[0, 0], np.float32)
-        return self.processor.post_process(low_res, original, resized), np.asarray(
-            scores[0, 0], np.float32
+        if self.mask_prompt_shape is not None:  # no mask prompt on the first run
+            feeds[MASK_PROMPT[0]] = np.zeros((1, *self.mask_prompt_shape), float_type)
+            feeds[MASK_PROMPT[1]] = np.zeros(1, float_type)
+        for _ in range(refine + 1):
+            outputs = dict(zip(self.outputs, self.decoder.run(self.outputs, feeds), strict=True))
+            low_res = np.asarray(outputs["pred_masks"][0, 0], np.float32)
+            scores = np.asarray(outputs["iou_scores"][0, 0], np.float32)
+            best = low_res[int(scores.argmax())]
+            feeds[MASK_PROMPT[0]] = best[None, None].astype(float_type)
+            feeds[MASK_PROMPT[1]] = np.ones(1, float_type)
+        object_score = outputs.get("object_score_logits")
+        return MaskPrediction(
+            self.processor.post_process(low_res, original, resized),
+            scores,
+            low_res,
+            None if object_score is None else float(object_score.reshape(-1)[0]),
         )
 
 
@@ -302,8 +361,12 @@ def prompt_of(options: dict) -> tuple[list, list[int], tuple[float, ...] | None]
 
 def run_cli(package_dir: str | os.PathLike, inputs: list[str], options: dict) -> int:
     """mobius-vision's ``mobius segment`` runner for Segment Anything packages: per image, the
-    mask with the best predicted IoU as a PNG and a line of every mask's IoU score."""
+    mask with the best predicted IoU as a PNG and a line of every mask's IoU score (and SAM
+    2's object score logit); ``--refine N`` runs the decoder N more times (module docstring)."""
     points, labels, box = prompt_of(options)
+    refine = options.get("refine") or 0
+    if refine < 0:
+        raise MobiusError(f"--refine takes a count of runs, 0 or more, got {refine}")
     if not points and box is None:
         raise MobiusError(
             f"{package_dir} is a Segment Anything package: say what to segment with "
@@ -314,10 +377,14 @@ def run_cli(package_dir: str | os.PathLike, inputs: list[str], options: dict) ->
             raise MobiusError(f"no image file at {path}")
     generator = MaskGenerator(package_dir, threads=options.get("threads"))
     for path, target in zip(inputs, mask_paths(inputs, options.get("mask_output")), strict=True):
-        masks, scores = generator.masks(path, points, labels, box)
+        prediction = generator.predict(path, points, labels, box, refine)
+        scores = prediction.iou_scores
         best = int(scores.argmax())
-        save_mask(masks[best], target)
+        save_mask(prediction.masks[best], target)
         listed = " ".join(f"{score:.4f}" for score in scores)
-        print(f"{path}: mask {best} of {len(scores)} (IoU scores {listed}) -> {target}")
+        line = f"{path}: mask {best} of {len(scores)} (IoU scores {listed})"
+        if prediction.object_score is not None:
+            line += f" object score {prediction.object_score:.4f}"
+        print(f"{line} -> {target}")
         print(f"wrote {target}", file=sys.stderr)
     return 0

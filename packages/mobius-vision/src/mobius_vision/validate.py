@@ -16,6 +16,8 @@ parity kit's compare functions (:mod:`mobius_vision.testing`):
   :data:`DETECTION_IMAGE_SIZE`, the second padded where the graph takes ``pixel_mask``;
 - ``zero-shot-image-classification``: three token sequences of random ids (padded at
   the end, ended by the end token) against the same two images;
+- ``text-prompted-segmentation``: two prompts of random ids and two random images at the
+  image graph's size, every image with every prompt;
 - ``vision-language`` (either form) and ``cross-attention-vision-language``: one short
   prompt with one random image (seeded) through the family's processor, the prefill
   then greedy decode steps through both caches;
@@ -597,14 +599,23 @@ def validate_universal_segmentation(package_dir: Path, source: Path, record: dic
     size = UNIVERSAL_SEGMENTATION_IMAGE_SIZE
     pixels = random_image_batch(SAMPLE_IMAGES, channels, size, SEED)
     checked = f"{SAMPLE_IMAGES} random images of {size[0]}x{size[1]} pixels"
-    outputs = _run(session, {"pixel_values": pixels})
+    feed = {"pixel_values": pixels}
+    if len(session.get_inputs()) > 1:  # OneFormer: the panoptic task, the package's tokenizer
+        from mobius_vision.processing._settings import load_tokenizer
+        from mobius_vision.processing.universal_segmentation import task_inputs
+
+        length = session.get_inputs()[1].shape[1]
+        ids = task_inputs(load_tokenizer(package_dir), "panoptic", length)
+        feed["task_inputs"] = np.repeat(ids, SAMPLE_IMAGES, axis=0)
+        checked += ", the panoptic task"
+    outputs = _run(session, feed)
     if not reference:
         return smoke_report("universal-segmentation", checked, outputs)
     import torch
 
     torch_model = load_reference("AutoModelForUniversalSegmentation", source)
     with torch.no_grad():
-        expected = torch_model(pixel_values=torch.from_numpy(pixels))
+        expected = torch_model(**{name: torch.from_numpy(value) for name, value in feed.items()})
     report = ValidationReport("universal-segmentation", _reference_name(torch_model), checked)
     report.diffs = {
         name: scaled_difference(outputs[name], getattr(expected, name).numpy())
@@ -617,10 +628,15 @@ def validate_universal_segmentation(package_dir: Path, source: Path, record: dic
 
 
 def validate_mask_generation(package_dir: Path, source: Path, record: dict, reference: bool):
-    """Both graphs on two random images' pixels at the graph's size and three prompts
-    (points, a point and a box each, boxes alone), against transformers' ``AutoModel``
-    (``SamModel``, ``SamHQModel``): ``get_image_embeddings``, then ``forward`` given them."""
-    from mobius_vision.testing._sam_parity import compare_mask_generation, sam_prompts
+    """Both graphs on two random images' pixels at the graph's size and four prompts
+    (points, a point and a box each, boxes alone, a point and a mask), against
+    transformers' ``AutoModel`` (``SamModel``, ``SamHQModel``, ``Sam2Model``):
+    ``get_image_embeddings``, then ``forward`` given them."""
+    from mobius_vision.testing._sam_parity import (
+        compare_mask_generation,
+        prompt_mask_size,
+        sam_prompts,
+    )
     from mobius_vision.vl_model import cpu_session
 
     encoder = cpu_session(package_dir / "image_encoder" / "model.onnx")
@@ -628,7 +644,7 @@ def validate_mask_generation(package_dir: Path, source: Path, record: dict, refe
     channels, height, width = encoder.get_inputs()[0].shape[1:]
     pixels = np.random.default_rng(SEED).standard_normal((SAMPLE_IMAGES, channels, height, width))
     pixels = pixels.astype(np.float32)
-    prompts = sam_prompts(height, SAMPLE_IMAGES, SEED)
+    prompts = sam_prompts(height, SAMPLE_IMAGES, SEED, prompt_mask_size(decoder))
     checked = f"{SAMPLE_IMAGES} random images of {height}x{width} pixels, {len(prompts)} prompts"
     if not reference:
         image = _run(encoder, {"pixel_values": pixels})
@@ -705,13 +721,17 @@ def validate_zero_shot_object_detection(
     package_dir: Path, source: Path, record: dict, reference: bool
 ):
     """Both graphs on three random query texts and two random images at the config's image
-    size, against transformers' ``AutoModelForZeroShotObjectDetection`` (OWL-ViT, OWLv2)."""
+    size, against transformers' ``AutoModelForZeroShotObjectDetection`` (OWL-ViT, OWLv2);
+    a grounded package (Grounding DINO): :func:`validate_grounded_detection`."""
+    from mobius_vision.grounded_detection_runner import is_grounded_package
     from mobius_vision.testing._zero_shot_detection_parity import (
         compare_zero_shot_detection,
         query_batch,
     )
     from mobius_vision.vl_model import cpu_session
 
+    if is_grounded_package(package_dir):
+        return validate_grounded_detection(package_dir, source, record, reference)
     sessions = tuple(cpu_session(package_dir / g / "model.onnx") for g in ("text", "image"))
     config = _config(package_dir)
     vocab = _count(_section(config, "text_config"), "vocab_size", None, low=3)
@@ -729,6 +749,83 @@ def validate_zero_shot_object_detection(
     torch_model = load_reference("AutoModelForZeroShotObjectDetection", source)
     report = ValidationReport("zero-shot-object-detection", _reference_name(torch_model), checked)
     report.diffs = compare_zero_shot_detection(
+        torch_model, sessions, input_ids, attention_mask, pixels, min_spread=0.0
+    )
+    return report
+
+
+#: The grounded sample's image size (the second image padded at the bottom and right).
+GROUNDED_IMAGE_SIZE = (96, 128)
+
+
+def validate_grounded_detection(package_dir: Path, source: Path, record: dict, reference: bool):
+    """Both graphs of a grounded package (Grounding DINO) on two prompts of random words and
+    phrase delimiters and two random images (:mod:`~.testing._grounded_detection_parity`),
+    against transformers' model run in float64, its BERT with its default (SDPA) attention,
+    which masks the phrases (the eager one adds the mask)."""
+    from mobius_vision.testing._grounded_detection_parity import (
+        compare_grounded_detection,
+        grounded_prompts,
+        padded_images,
+        reference_outputs,
+    )
+    from mobius_vision.vl_model import cpu_session
+
+    sessions = tuple(cpu_session(package_dir / g / "model.onnx") for g in ("text", "image"))
+    config = _config(package_dir)
+    vocab = _count(_section(config, "text_config"), "vocab_size", None, low=1030)
+    input_ids, attention_mask = grounded_prompts(vocab, SEED)
+    pixels, pixel_mask = padded_images(*GROUNDED_IMAGE_SIZE, SEED)
+    checked = "2 prompts, 2 random images of {}x{} pixels (the second padded)".format(
+        *GROUNDED_IMAGE_SIZE
+    )
+    feeds = {"input_ids": input_ids, "attention_mask": attention_mask}
+    if not reference:
+        text = _run(sessions[0], feeds)
+        image_feeds = {"pixel_values": pixels, "pixel_mask": pixel_mask, **feeds, **text}
+        outputs = {**text, **_run(sessions[1], image_feeds)}
+        outputs["logits"] = np.nan_to_num(outputs["logits"], neginf=0.0)  # -inf past the prompt
+        return smoke_report("zero-shot-object-detection", checked, outputs)
+    torch_model = load_reference("AutoModelForZeroShotObjectDetection", source)
+    torch_model.model.text_backbone.set_attn_implementation("sdpa")
+    expected = reference_outputs(torch_model, input_ids, attention_mask, pixels, pixel_mask)
+    report = ValidationReport("zero-shot-object-detection", _reference_name(torch_model), checked)
+    report.diffs = compare_grounded_detection(
+        sessions, input_ids, attention_mask, pixels, pixel_mask, expected, min_spread=0.0
+    )
+    return report
+
+
+# -- text-prompted segmentation (CLIPSeg) -------------------------------------------------
+
+
+def validate_text_prompted_segmentation(
+    package_dir: Path, source: Path, record: dict, reference: bool
+):
+    """Both graphs on two random prompts and two random images at the image graph's size
+    (every image with every prompt), against transformers' ``CLIPSegForImageSegmentation``."""
+    from mobius_vision.testing._segmentation_parity import random_image_batch
+    from mobius_vision.testing._text_prompted_segmentation_parity import (
+        REFERENCE_CLASS,
+        compare_text_prompted_segmentation,
+    )
+    from mobius_vision.testing._zero_shot_detection_parity import query_batch
+    from mobius_vision.vl_model import cpu_session
+
+    sessions = tuple(cpu_session(package_dir / g / "model.onnx") for g in ("text", "image"))
+    config = _config(package_dir)
+    vocab = _count(_section(config, "text_config"), "vocab_size", None, low=3)
+    input_ids, attention_mask = query_batch((6, 3), vocab, SEED)
+    channels, height, width = sessions[1].get_inputs()[0].shape[1:]
+    pixels = random_image_batch(SAMPLE_IMAGES, channels, (height, width), SEED)
+    checked = f"2 random prompts, {SAMPLE_IMAGES} random images of {height}x{width} pixels"
+    if not reference:
+        text = _run(sessions[0], {"input_ids": input_ids, "attention_mask": attention_mask})
+        outputs = {**text, **_run(sessions[1], {"pixel_values": pixels, **text})}
+        return smoke_report("text-prompted-segmentation", checked, outputs)
+    torch_model = load_reference(REFERENCE_CLASS, source)
+    report = ValidationReport("text-prompted-segmentation", _reference_name(torch_model), checked)
+    report.diffs = compare_text_prompted_segmentation(
         torch_model, sessions, input_ids, attention_mask, pixels, min_spread=0.0
     )
     return report

@@ -8,6 +8,8 @@ predicts its box) runs in ONNX Runtime. The queries go through the package's
 ``pipeline("zero-shot-object-detection")`` lists them: each label scored alone (a
 sigmoid), every box above the threshold, best first. ``mobius detect --labels`` prints
 them as ``mobius detect`` prints an object detector's, and draws them with ``--output``.
+A package of the grounded form (Grounding DINO) goes to
+:mod:`mobius_vision.grounded_detection_runner`.
 
 Example::
 
@@ -31,6 +33,7 @@ import numpy as np
 from mobius.classification import open_session
 from mobius.errors import MobiusError
 from mobius.generate import ORT_FLOAT_TYPES, PackageError
+from mobius_vision import grounded_detection_runner as grounded
 from mobius_vision.classifier import parse_labels
 from mobius_vision.detection_runner import checked_run, pixels_of, report
 from mobius_vision.processing._image import image_size
@@ -150,6 +153,8 @@ def run_cli(package_dir: str | os.PathLike, inputs: list[str], options: dict) ->
     threshold = options.get("threshold")
     threshold = DEFAULT_THRESHOLD if threshold is None else threshold
     output = checked_run(inputs, options, threshold)
+    if grounded.is_grounded_package(package_dir):  # Grounding DINO: one prompt of phrases
+        return grounded.run_cli(package_dir, inputs, options, labels, threshold, output)
     detector = ZeroShotDetector(package_dir, threads=options.get("threads"))
     text_embeds = detector.embed_labels(labels)  # once for every image
     for path in inputs:

@@ -8,5 +8,6 @@ from __future__ import annotations
 
 from .mask2former import CASES as MASK2FORMER
 from .maskformer import CASES as MASKFORMER
+from .oneformer import CASES as ONEFORMER
 
-CASES: dict[str, tuple] = {**MASKFORMER, **MASK2FORMER}
+CASES: dict[str, tuple] = {**MASKFORMER, **MASK2FORMER, **ONEFORMER}

@@ -1,6 +1,9 @@
 """Mask2Former over a transformers ResNet (four maps, strides 4 to 32: the deformable
 encoder reads the last three, the FPN adds the first), with and without the decoder's input
-projections, two and three masked-attention layers."""
+projections, two and three masked-attention layers; over transformers' Swin (strides 4 to 32
+too), at a size no stage's window divides."""
+
+from .maskformer import SWIN as MASKFORMER_SWIN
 
 #: transformers' ResNet, four stages: strides 4, 8, 16, 32 (Mask2Former's feature_strides).
 RESNET = dict(
@@ -25,6 +28,9 @@ MASK2FORMER = dict(
     num_labels=3,
     init_std=1.0,  # transformers' 0.02 leaves every query's class and mask nearly the same
 )
+#: transformers' SwinBackbone, MaskFormer's case's four stages; window 4 on a 12x18 patch grid
+#: (48x72 pixels): the stages (12x18, 6x9, 3x5, 2x3) are padded to whole windows.
+SWIN = dict(MASKFORMER_SWIN, out_features=["stage1", "stage2", "stage3", "stage4"])
 OPTIONS = dict(model_class="Mask2FormerForUniversalSegmentation")
 
 CASES = {
@@ -35,5 +41,10 @@ CASES = {
         "mask2former",
         dict(MASK2FORMER, hidden_dim=48, decoder_layers=5, activation_function="gelu"),
         dict(OPTIONS, image_size=(64, 96)),
+    ),
+    "mask2former-swin": (
+        "mask2former",
+        dict(MASK2FORMER, backbone_config=SWIN),
+        dict(OPTIONS, image_size=(48, 72)),
     ),
 }

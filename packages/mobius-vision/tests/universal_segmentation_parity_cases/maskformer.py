@@ -1,5 +1,6 @@
 """MaskFormer over a transformers ResNet (three maps: a two-layer FPN), with and without the
-input projection, a wide image, and a bottleneck backbone with gelu in the decoder."""
+input projection, a wide image, and a bottleneck backbone with gelu in the decoder; over Swin
+(MaskFormer's own, four stages), every stage padded to its windows."""
 
 #: transformers' ResNet, three stages (MaskFormer's FPN needs more than one map).
 RESNET = dict(
@@ -29,6 +30,16 @@ MASKFORMER = dict(
     num_labels=3,
     init_std=1.0,  # the query table: distinct queries
 )
+#: A hub-style ``swin`` backbone_config: transformers makes it MaskFormer's own Swin, all four
+#: stages out. Window 4 on a 12x20 patch grid (48x80 pixels): the stages (12x20, 6x10, 3x5,
+#: 2x3) are padded to whole windows; the shifted blocks' masks at each padded size.
+SWIN = dict(
+    model_type="swin",
+    embed_dim=8,
+    depths=[2, 1, 1, 2],
+    num_heads=[1, 1, 2, 2],
+    window_size=4,
+)
 OPTIONS = dict(model_class="MaskFormerForInstanceSegmentation")
 
 CASES = {
@@ -52,5 +63,10 @@ CASES = {
             fpn_feature_size=64,
         ),
         dict(OPTIONS, image_size=(45, 70)),
+    ),
+    "maskformer-swin": (
+        "maskformer",
+        dict(MASKFORMER, backbone_config=SWIN),
+        dict(OPTIONS, image_size=(48, 80)),
     ),
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mobius.errors import ConfigError
-from mobius_audio.models.wav2vec2 import Wav2Vec2Config, Wav2Vec2ForCTC
+from mobius_audio.models.wav2vec2 import UTTERANCE_HEADS, Wav2Vec2Config, Wav2Vec2ForCTC
 
 
 class HubertConfig(Wav2Vec2Config):
@@ -19,6 +19,7 @@ class HubertConfig(Wav2Vec2Config):
 class HubertForCTC(Wav2Vec2ForCTC):
     config_class = HubertConfig
     base_model_prefix = "hubert"
+    heads = UTTERANCE_HEADS
 
 
 MODEL_TYPES = {"hubert": HubertForCTC}

@@ -20,6 +20,7 @@ from onnxscript import nn
 from mobius.components import LayerNorm, Linear, get_activation
 from mobius.errors import ConfigError
 from mobius_audio.models.wav2vec2 import (
+    UTTERANCE_HEADS,
     Wav2Vec2Config,
     Wav2Vec2Encoder,
     Wav2Vec2FeatureEncoder,
@@ -153,6 +154,7 @@ class SEWModel(nn.Module):
 class SEWForCTC(Wav2Vec2ForCTC):
     config_class = SEWConfig
     base_model_prefix = "sew"
+    heads = UTTERANCE_HEADS
     model_class = SEWModel
 
     def classify(self, op, hidden, states, mask):

@@ -189,13 +189,17 @@ class Speech2TextEncoder(nn.Module):
 
 
 class Speech2TextDecoder(nn.Module):
+    layer_class = (
+        Speech2TextDecoderLayer  # SeamlessM4T's text decoder names its layers' parts otherwise
+    )
+
     def __init__(self, config: Speech2TextConfig) -> None:
         super().__init__()
         d = config.hidden_size
         self.config = config
         self.embed_tokens = Embedding(config.vocab_size, d)
         layers = [
-            Speech2TextDecoderLayer(config, config.decoder_heads, config.decoder_ffn_dim)
+            self.layer_class(config, config.decoder_heads, config.decoder_ffn_dim)
             for _ in range(config.decoder_layers)
         ]
         self.layers = nn.ModuleList(layers)

@@ -1,7 +1,8 @@
 """Wav2Vec2: a strided conv feature encoder, a projection, a conv position embedding, a transformer.
 
 The module tree follows ``Wav2Vec2For*`` checkpoints (``wav2vec2.feature_extractor.
-conv_layers.0.conv``..., ``lm_head``, ``projector``/``classifier``); a bare
+conv_layers.0.conv``..., ``lm_head``, ``projector``/``classifier``, the x-vector's
+``tdnn``/``feature_extractor``); a bare
 ``Wav2Vec2Model`` checkpoint gets the ``wav2vec2.`` prefix added. Padded samples
 are masked frame by frame: the sample mask's lengths go through every conv's
 ``(length - kernel) // stride + 1``.
@@ -25,6 +26,14 @@ from mobius.components import (
 )
 from mobius.errors import ConfigError
 from mobius.model import Model
+from mobius_audio.heads import head_of
+from mobius_audio.models._xvector import TDNNLayer, statistics_pooling
+
+#: Every head of the family; a type transformers gives fewer heads narrows ``heads``.
+ALL_HEADS = ("none", "ctc", "sequence-classification", "audio-frame-classification", "xvector")
+UTTERANCE_HEADS = ALL_HEADS[:3]  # HuBERT, UniSpeech, SEW: no frame or x-vector head
+#: The x-vector's embedding Linear: top-level keys, not the base model's ``feature_extractor.*``.
+XVECTOR_EMBEDDING = ("feature_extractor.weight", "feature_extractor.bias")
 
 
 @dataclass
@@ -50,7 +59,11 @@ class Wav2Vec2Config:
     num_labels: int = 2
     classifier_proj_size: int = 256
     use_weighted_layer_sum: bool = False
-    head: str = "none"  # none, ctc, sequence-classification
+    tdnn_dim: tuple[int, ...] = (512, 512, 512, 512, 1500)  # the x-vector head's TDNN layers
+    tdnn_kernel: tuple[int, ...] = (5, 3, 3, 1, 1)
+    tdnn_dilation: tuple[int, ...] = (1, 2, 3, 1, 1)
+    xvector_output_dim: int = 512
+    head: str = "none"  # one of ALL_HEADS
 
     @classmethod
     def from_hf(cls, hf_config: Any) -> Wav2Vec2Config:
@@ -82,26 +95,41 @@ class Wav2Vec2Config:
             num_labels=int(getattr(hf_config, "num_labels", 2) or 2),
             classifier_proj_size=getattr(hf_config, "classifier_proj_size", 256),
             use_weighted_layer_sum=bool(getattr(hf_config, "use_weighted_layer_sum", False)),
+            **cls.xvector_fields(hf_config),
             head=cls.head_of(hf_config),
         )
 
     @staticmethod
-    def head_of(hf_config: Any) -> str:
-        """The head the config's ``architectures`` name; the speaker (x-vector) and frame heads are refused."""
-        architectures = getattr(hf_config, "architectures", None) or []
-        unbuilt = [
-            a for a in architectures if a.endswith(("ForXVector", "ForAudioFrameClassification"))
-        ]
-        if unbuilt:
-            raise ConfigError(
-                f"{hf_config.model_type} heads {unbuilt} are not built (audio-feature-extraction "
-                "builds the bare model, ForCTC and ForSequenceClassification)"
+    def xvector_fields(hf_config: Any) -> dict[str, Any]:
+        """The x-vector head's TDNN layers, checked: one kernel and dilation per layer."""
+        fields = {
+            name: getattr(hf_config, name, default)
+            for name, default in (
+                ("tdnn_dim", Wav2Vec2Config.tdnn_dim),
+                ("tdnn_kernel", Wav2Vec2Config.tdnn_kernel),
+                ("tdnn_dilation", Wav2Vec2Config.tdnn_dilation),
             )
-        if any(a.endswith("ForCTC") for a in architectures):
-            return "ctc"
-        if any(a.endswith("ForSequenceClassification") for a in architectures):
-            return "sequence-classification"
-        return "none"
+        }
+        lists = all(isinstance(v, (list, tuple)) and v for v in fields.values())
+        values = [x for v in fields.values() for x in v] if lists else []
+        output_dim = getattr(hf_config, "xvector_output_dim", Wav2Vec2Config.xvector_output_dim)
+        if (
+            not lists
+            or len({len(v) for v in fields.values()}) != 1
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in values)
+            or not isinstance(output_dim, int)
+            or output_dim < 1
+        ):
+            raise ConfigError(
+                "tdnn_dim, tdnn_kernel, tdnn_dilation must list positive ints, one per layer, "
+                f"and xvector_output_dim be one: {fields}, {output_dim!r}"
+            )
+        return dict({k: tuple(v) for k, v in fields.items()}, xvector_output_dim=output_dim)
+
+    @staticmethod
+    def head_of(hf_config: Any) -> str:
+        """The head the config's ``architectures`` name (:data:`ALL_HEADS`)."""
+        return head_of(getattr(hf_config, "architectures", None))
 
 
 class Conv1d(nn.Module):
@@ -353,75 +381,133 @@ class Wav2Vec2Model(nn.Module):
 
 
 class Wav2Vec2ForCTC(Model):
-    """The encoder and the checkpoint's head: ``lm_head`` (CTC) or ``projector``+``classifier``."""
+    """The encoder and the checkpoint's head (:data:`ALL_HEADS`): ``lm_head`` (CTC),
+    ``projector``+``classifier`` (utterance), ``classifier`` per frame, or the x-vector's
+    ``projector``, ``tdnn``, ``feature_extractor`` (the embedding) and ``classifier``."""
 
     config_class = Wav2Vec2Config
     task = "audio-feature-extraction"
     base_model_prefix = "wav2vec2"
     model_class = Wav2Vec2Model
+    heads = ALL_HEADS  # what transformers has for the type
 
     def __init__(self, config: Wav2Vec2Config) -> None:
         super().__init__()
+        if config.head not in self.heads:
+            raise ConfigError(
+                f"{config.model_type} has no {config.head} head in transformers; "
+                f"built: {', '.join(self.heads)}"
+            )
         self.config = config
         setattr(self, self.base_model_prefix, self.model_class(config))
-        d = config.hidden_size
-        self.lm_head = Linear(d, config.vocab_size, True) if config.head == "ctc" else None
+        d, head = config.hidden_size, config.head
+        self.lm_head = Linear(d, config.vocab_size, True) if head == "ctc" else None
         self.projector = self.classifier = self.layer_weights = None
-        if config.head == "sequence-classification":
+        self.tdnn = self.feature_extractor = None
+        if head not in ("none", "ctc") and config.use_weighted_layer_sum:
+            self.layer_weights = nn.Parameter([config.num_hidden_layers + 1])
+        if head == "sequence-classification":
             self.projector = Linear(d, config.classifier_proj_size, True)
             self.classifier = Linear(config.classifier_proj_size, config.num_labels, True)
-            if config.use_weighted_layer_sum:
-                self.layer_weights = nn.Parameter([config.num_hidden_layers + 1])
+        elif head == "audio-frame-classification":
+            self.classifier = Linear(d, config.num_labels, True)
+        elif head == "xvector":
+            dims, out = config.tdnn_dim, config.xvector_output_dim
+            self.projector = Linear(d, dims[0], True)
+            self.tdnn = nn.ModuleList(
+                [
+                    TDNNLayer(dims[max(i - 1, 0)], dims[i], kernel, dilation)
+                    for i, (kernel, dilation) in enumerate(
+                        zip(config.tdnn_kernel, config.tdnn_dilation, strict=True)
+                    )
+                ]
+            )
+            self.feature_extractor = Linear(2 * dims[-1], out, True)
+            self.classifier = Linear(out, out, True)
 
     @property
     def base_model(self) -> Wav2Vec2Model:
         return getattr(self, self.base_model_prefix)
 
     def output_shapes(self) -> dict[str, list]:
-        logits = ["batch", "frames", self.config.vocab_size]
-        if self.config.head == "sequence-classification":
-            logits = ["batch", self.config.num_labels]
-        return {"last_hidden_state": ["batch", "frames", self.config.hidden_size], "logits": logits}
+        config = self.config
+        shapes = {"last_hidden_state": ["batch", "frames", config.hidden_size]}
+        if config.head == "ctc":
+            shapes["logits"] = ["batch", "frames", config.vocab_size]
+        elif config.head == "sequence-classification":
+            shapes["logits"] = ["batch", config.num_labels]
+        elif config.head == "audio-frame-classification":
+            shapes["logits"] = ["batch", "frames", config.num_labels]
+        elif config.head == "xvector":
+            shapes["logits"] = ["batch", config.xvector_output_dim]
+            shapes["embeddings"] = ["batch", config.xvector_output_dim]
+        return shapes
+
+    def head_input(self, op, hidden, states):
+        """The final states, or the softmax-weighted sum of every layer's (``use_weighted_layer_sum``)."""
+        if self.layer_weights is None:
+            return hidden
+        stacked = op.Concat(*[op.Unsqueeze(s, [0]) for s in states], axis=0)  # [L+1, b, f, d]
+        weights = op.Reshape(op.Softmax(self.layer_weights, axis=0), [-1, 1, 1, 1])
+        return op.ReduceSum(op.Mul(stacked, weights), [0], keepdims=0)
 
     def classify(self, op, hidden, states, mask):
-        """``[batch, num_labels]``: projected frames (or the softmax-weighted layer sum) averaged over real frames."""
-        if self.layer_weights is not None:
-            stacked = op.Concat(*[op.Unsqueeze(s, [0]) for s in states], axis=0)  # [L+1, b, f, d]
-            weights = op.Reshape(op.Softmax(self.layer_weights, axis=0), [-1, 1, 1, 1])
-            hidden = op.ReduceSum(op.Mul(stacked, weights), [0], keepdims=0)
-        x = self.projector(op, hidden)
+        """``[batch, num_labels]``: the projected head input averaged over the real frames."""
+        x = self.projector(op, self.head_input(op, hidden, states))
         real = op.CastLike(op.Unsqueeze(mask, [2]), x)  # [batch, frames, 1]
         pooled = op.Div(
             op.ReduceSum(op.Mul(x, real), [1], keepdims=0), op.ReduceSum(real, [1], keepdims=0)
         )
         return self.classifier(op, pooled)
 
+    def xvector(self, op, hidden, states, mask) -> dict:
+        """``embeddings`` and ``logits`` ``[batch, xvector_output_dim]`` of the x-vector head."""
+        x = self.projector(op, self.head_input(op, hidden, states))
+        for layer in self.tdnn:
+            x = layer(op, x)
+        pooled = statistics_pooling(op, x, mask, self.config.tdnn_kernel)
+        embeddings = self.feature_extractor(op, pooled)
+        return {"logits": self.classifier(op, embeddings), "embeddings": embeddings}
+
     def forward(self, op, input_values, attention_mask):
         hidden, states, mask = self.base_model(op, input_values, attention_mask)
         outputs = {"last_hidden_state": hidden}
-        if self.lm_head is not None:
+        head = self.config.head
+        if head == "ctc":
             outputs["logits"] = self.lm_head(op, hidden)
-        if self.classifier is not None:
+        elif head == "sequence-classification":
             outputs["logits"] = self.classify(op, hidden, states, mask)
+        elif head == "audio-frame-classification":
+            outputs["logits"] = self.classifier(op, self.head_input(op, hidden, states))
+        elif head == "xvector":
+            outputs.update(self.xvector(op, hidden, states, mask))
         return outputs
 
     @property
     def ignored(self) -> tuple[str, ...]:
-        """The training-only mask embedding and the heads this build does not have."""
-        ignored = [f"{self.base_model_prefix}.masked_spec_embed"]
+        """The training-only mask embedding and AM-softmax weight, and the heads not built."""
+        ignored = [f"{self.base_model_prefix}.masked_spec_embed", "objective.*"]
         if self.lm_head is None:
             ignored.append("lm_head.*")
+        if self.projector is None:
+            ignored.append("projector.*")
         if self.classifier is None:
-            ignored += ["projector.*", "classifier.*", "layer_weights"]
+            ignored.append("classifier.*")
+        if self.layer_weights is None:
+            ignored.append("layer_weights")
+        if self.tdnn is None:
+            ignored += ["tdnn.*", *XVECTOR_EMBEDDING]
         return tuple(ignored)
 
     def sanitize(self, weights: dict) -> dict:
         """The ``wav2vec2.`` prefix on a bare checkpoint; weight-norm tensors under both spellings."""
         prefix = f"{self.base_model_prefix}."
-        heads = ("lm_head", "projector", "classifier", "layer_weights")
+        heads = ("lm_head", "projector", "classifier", "layer_weights", "tdnn.", "objective.")
         out = {}
         for key, value in weights.items():
-            key = key if key.startswith((prefix, *heads)) else prefix + key
+            # a bare checkpoint's feature_extractor.conv_layers.* is the base model's
+            head = key.startswith((prefix, *heads)) or key in XVECTOR_EMBEDDING
+            key = key if head else prefix + key
             key = key.replace("parametrizations.weight.original0", "weight_g")
             out[key.replace("parametrizations.weight.original1", "weight_v")] = value
         return out

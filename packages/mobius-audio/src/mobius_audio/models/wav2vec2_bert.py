@@ -61,6 +61,7 @@ class Wav2Vec2BertConfig(Wav2Vec2ConformerConfig):
             num_labels=int(getattr(hf_config, "num_labels", 2) or 2),
             classifier_proj_size=hf_config.classifier_proj_size,
             use_weighted_layer_sum=bool(hf_config.use_weighted_layer_sum),
+            **cls.xvector_fields(hf_config),
             head=cls.head_of(hf_config),
         )
 

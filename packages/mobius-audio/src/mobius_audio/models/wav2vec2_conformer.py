@@ -261,10 +261,14 @@ class Wav2Vec2ConformerEncoder(nn.Module):
         )
         self.layer_norm = LayerNorm(d, config.layer_norm_eps) if self.final_norm else None
 
+    def attention_bias(self, op, x, frame_mask):
+        """The additive self-attention mask ``[batch, 1, frames, frames]``: every real frame."""
+        return padding_bias(op, frame_mask, x.dtype or ir.DataType.FLOAT)
+
     def forward(self, op, x, frame_mask):
         """``x`` [batch, frames, hidden], ``frame_mask`` bool [batch, frames]; the output and the layer states."""
         x = op.Where(op.Unsqueeze(frame_mask, [2]), x, _const(op, 0.0, x))  # padded frames 0
-        bias = padding_bias(op, frame_mask, x.dtype or ir.DataType.FLOAT)
+        bias = self.attention_bias(op, x, frame_mask)
         positions = self.embed_positions(op, x) if self.embed_positions is not None else None
         states = [x]  # as transformers records them: the first layer's input, each layer's output
         for layer in self.layers:

@@ -13,12 +13,24 @@ from mobius_audio.testing._audio_parity import (
     random_audio_batch,
 )
 from mobius_audio.testing._speech_parity import OnnxSpeechToText, check_speech_to_text_parity
+from mobius_audio.testing._tts_parity import (
+    TINY_VOCAB,
+    TtsParity,
+    check_tts_parity,
+    make_random_vits,
+    speak_with_torch,
+)
 
 __all__ = [
     "AudioParity",
     "OnnxSpeechToText",
+    "TINY_VOCAB",
+    "TtsParity",
     "check_audio_parity",
     "check_speech_to_text_parity",
+    "check_tts_parity",
     "make_random_audio_model",
+    "make_random_vits",
     "random_audio_batch",
+    "speak_with_torch",
 ]

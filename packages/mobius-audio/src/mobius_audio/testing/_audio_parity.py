@@ -24,6 +24,8 @@ _AUTO_CLASSES = {
     "none": "AutoModel",
     "ctc": "AutoModelForCTC",
     "sequence-classification": "AutoModelForAudioClassification",
+    "audio-frame-classification": "AutoModelForAudioFrameClassification",
+    "xvector": "AutoModelForAudioXVector",
 }
 
 
@@ -65,6 +67,18 @@ def random_audio_batch(
     return {k: np.asarray(v) for k, v in features.items()}
 
 
+def extracted_batch(feature_extractor, lengths: list[int], with_mask: bool, seed: int = 0):
+    """:func:`random_audio_batch`'s clips through ``feature_extractor`` (mask dropped unless ``with_mask``)."""
+    rng = np.random.default_rng(seed)
+    audio = [rng.standard_normal(n).astype(np.float32) * 0.3 for n in lengths]
+    rate = feature_extractor.sampling_rate
+    features = feature_extractor(audio, sampling_rate=rate, padding=True, return_tensors="np")
+    features = {k: np.asarray(v) for k, v in features.items()}
+    if not with_mask:
+        features.pop("attention_mask", None)
+    return features
+
+
 @dataclass
 class AudioParity:
     """Max abs differences of one head's outputs, with or without the mask."""
@@ -78,6 +92,8 @@ class AudioParity:
         record_parity(self)
         what = f"--ep {self.ep} head {self.head} mask={self.with_mask}"
         assert self.diffs, f"{what}: no output was compared"
+        if self.head != "none":  # a head the build missed would leave last_hidden_state alone
+            assert set(self.diffs) - {"last_hidden_state"}, f"{what}: the head has no output"
         assert max(self.diffs.values()) <= atol, f"{what}: {self.diffs} > {atol:g}"
 
 
@@ -94,6 +110,8 @@ def compare_audio(torch_model, session, features: dict[str, np.ndarray]) -> dict
             np.int64
         ),
     }
+    taken = {i.name for i in session.get_inputs()}  # AST's fixed window takes no mask
+    feeds = {name: value for name, value in feeds.items() if name in taken}
     names = [o.name for o in session.get_outputs()]
     got = dict(zip(names, session.run(None, feeds), strict=True))
     with torch.no_grad():
@@ -101,9 +119,13 @@ def compare_audio(torch_model, session, features: dict[str, np.ndarray]) -> dict
         if mask is not None:
             kwargs["attention_mask"] = torch.from_numpy(mask.astype(np.int64))
         # A head model's graph also returns the base model's final states.
-        reference = {"last_hidden_state": torch_model.base_model(**kwargs).last_hidden_state}
-        if "logits" in got:
-            reference["logits"] = torch_model(**kwargs).logits
+        base = torch_model.base_model(**kwargs)
+        if "last_hidden_state" not in base:  # a head over an encoder attribute (ParakeetForCTC)
+            base = torch_model.get_encoder()(**kwargs)
+        reference = {"last_hidden_state": base.last_hidden_state}
+        if set(got) - set(reference):  # the head's: logits, and the x-vector's embeddings
+            output = torch_model(**kwargs)
+            reference.update({name: output[name] for name in set(got) - set(reference)})
     diffs = {}
     for name, value in got.items():
         expected = reference[name].float().numpy()
@@ -122,11 +144,14 @@ def check_audio_parity(
     seed: int = 0,
     atol: float = PARITY_ATOL,
     eps: tuple[str, ...] = ("default", "cpu"),
+    feature_extractor=None,
 ) -> list[AudioParity]:
     """Build a perturbed tiny audio encoder per head with the CLI and check it against PyTorch.
 
     Each head is compared on a batch of 2 padded waveforms, with the attention mask
     and without it (``masks``), on every execution-provider build in ``eps``.
+    ``feature_extractor``: a transformers extractor for a model that takes neither
+    of :func:`random_audio_batch`'s inputs (Parakeet's log-mels).
     """
     import onnxruntime as ort
 
@@ -144,9 +169,12 @@ def check_audio_parity(
                 str(out / "model.onnx"), providers=["CPUExecutionProvider"]
             )
             for with_mask in masks:
-                features = random_audio_batch(
-                    list(lengths), with_mask, seed, torch_model.main_input_name
-                )
+                if feature_extractor is not None:
+                    features = extracted_batch(feature_extractor, list(lengths), with_mask, seed)
+                else:
+                    features = random_audio_batch(
+                        list(lengths), with_mask, seed, torch_model.main_input_name
+                    )
                 diffs = compare_audio(torch_model, session, features)
                 result = AudioParity(head, ep, with_mask, diffs)
                 result.assert_close(atol)

@@ -70,9 +70,15 @@ def reference_encoder_mask(torch_model, hidden, attention_mask):
     """transformers' encoder mask ``[batch, encoder_sequence]``: the subsampled ``attention_mask``."""
 
     mask = getattr(hidden, "attention_mask", None)  # Moonshine's encoder returns it
-    if mask is None:  # Speech2Text reduces it in the model's forward
+    pooled = getattr(torch_model, "_compute_sub_sample_lengths_from_attention_mask", None)
+    if pooled is not None:  # SeamlessM4T: the adapter's lengths, computed in the model's forward
+        steps = np.arange(hidden.last_hidden_state.shape[1])
+        return (steps[None, :] < pooled(attention_mask).numpy()[:, None]).astype(np.int64)
+    if mask is None:  # Speech2Text reduces it in the model's forward, SpeechT5 in its prenet
         length = hidden.last_hidden_state.shape[1]
-        mask = torch_model.model._get_feature_vector_attention_mask(length, attention_mask)
+        reducer = getattr(torch_model.get_encoder(), "prenet", None)
+        reducer = torch_model.model if reducer is None else reducer
+        mask = reducer._get_feature_vector_attention_mask(length, attention_mask)
     return mask.numpy().astype(np.int64)
 
 

@@ -186,11 +186,15 @@ def apply_weights(
     weights: Mapping[str, Any],
     *,
     ignore: Iterable[str] = (),
+    unread: Iterable[str] = (),
 ) -> None:
     """Fill every parameter of ``models`` from ``weights``, or raise listing every problem.
 
     ``ignore`` holds glob patterns of checkpoint tensors that are known to be unused
-    (rotary caches, for example); any other unused tensor is an error.
+    (rotary caches, for example); any other unused tensor is an error. ``unread``
+    names parameters the module declared but a graph pass removed because no node
+    reads them (a backbone stage past the last feature map taken): their tensors
+    belong to the model, so they are not unexpected.
     """
     models = [models] if isinstance(models, ir.Model) else list(models)
     params: dict[str, ir.Value] = {}
@@ -202,11 +206,12 @@ def apply_weights(
             else:
                 params[name] = value
     patterns = list(ignore)
+    unread = set(unread)
 
     missing = sorted(set(params) - set(weights))
     unexpected = sorted(
         name
-        for name in set(weights) - set(params)
+        for name in set(weights) - set(params) - unread
         if not any(fnmatch.fnmatchcase(name, p) for p in patterns)
     )
     bad_shape, bad_dtype = [], []

@@ -20,16 +20,21 @@ from mobius.components import module_scope
 from mobius.errors import ConfigError
 
 
-def backbone(model_type: str, config: Any) -> nn.Module:
+def backbone(model_type: str, config: Any, *, any_size: bool = False) -> nn.Module:
     """The backbone module mobius registers for ``model_type``, built from ``config``.
 
     ``config`` is whatever that family's ``backbone_class`` takes (usually its own
-    config dataclass made from the head's ``backbone_config``).
+    config dataclass made from the head's ``backbone_config``). ``any_size``: for a head
+    whose graph takes any image size, the family's ``any_size_backbone_class()`` where it has
+    one (Swin's: its ``backbone_class`` is built for one size; a convolutional family's
+    ``backbone_class`` takes any size already).
     """
     top = registry.get(model_type).module_class()
     backbone_class = getattr(top, "backbone_class", None)
     if backbone_class is None:
         raise ConfigError(f"{model_type} is not a backbone mobius can put under a dense head")
+    if any_size and hasattr(top, "any_size_backbone_class"):
+        backbone_class = top.any_size_backbone_class()
     return backbone_class(config)
 
 

@@ -163,13 +163,19 @@ def sine_cosine(op, angles, num_features: int):
 
 
 def sine_positions(
-    op, mask, num_features: int, like, temperatures=(SINE_TEMPERATURE, SINE_TEMPERATURE)
+    op,
+    mask,
+    num_features: int,
+    like,
+    temperatures=(SINE_TEMPERATURE, SINE_TEMPERATURE),
+    offset: float = 0.0,
 ):
     """transformers' normalised sine positions of a mask ``[batch, h, w]``: ``[batch, h*w, 2*num_features]``.
 
-    Each axis's running count of real pixels, normalised to ``2 pi`` at its last pixel,
-    divided by the :func:`frequencies` of that axis's temperature (``temperatures``:
-    height's, width's); even features take its sine, odd its cosine; ``y`` comes first.
+    Each axis's running count of real pixels (less ``offset``: Deformable DETR's 0.5 puts
+    each pixel at its centre), normalised to ``2 pi`` at its last pixel, divided by the
+    :func:`frequencies` of that axis's temperature (``temperatures``: height's, width's);
+    even features take its sine, odd its cosine; ``y`` comes first.
     """
     eps = float_constant(op, 1e-6, like)
     scale = float_constant(op, SINE_SCALE, like)
@@ -178,6 +184,8 @@ def sine_positions(
     for axis, temperature in zip((1, 2), temperatures, strict=True):  # y, then x
         embed = op.CumSum(mask, op.Constant(value_int=axis))
         last = op.Slice(embed, [-1], [2**62], [axis])
+        if offset:
+            embed = op.Sub(embed, float_constant(op, offset, like))
         embed = op.Mul(op.Div(embed, op.Add(last, eps)), scale)
         dim_t = frequencies(op, num_features, like, temperature)
         angles = op.Div(op.Unsqueeze(embed, [-1]), dim_t)  # [batch, h, w, features]
@@ -236,6 +244,14 @@ class DetrLearnedPositionEmbedding(nn.Module):
         )
         batch = op.Shape(feature_map, start=0, end=1)
         return op.Expand(positions, op.Concat(batch, op.Constant(value_ints=[1, 1]), axis=0))
+
+
+def position_tables(config: DetrConfig) -> DetrLearnedPositionEmbedding | None:
+    """The learned row and column tables where ``position_embedding_type`` is learned (sine
+    positions are computed from the mask, not stored)."""
+    if config.position_embedding_type == "learned":
+        return DetrLearnedPositionEmbedding(config.d_model // 2)
+    return None
 
 
 class DetrAttention(nn.Module):
@@ -394,10 +410,7 @@ class DetrModel(nn.Module):
         self.config = config
         d = config.d_model
         self.backbone = DetrConvModel(config)
-        if config.position_embedding_type == "learned":
-            self.position_embedding = DetrLearnedPositionEmbedding(d // 2)
-        else:
-            self.position_embedding = None
+        self.position_embedding = position_tables(config)
         self.query_position_embeddings = Embedding(config.num_queries, d)
         channels = config.backbone.feature_channels()[-1]
         self.input_projection = Conv2d(channels, d, 1)

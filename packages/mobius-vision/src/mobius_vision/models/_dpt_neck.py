@@ -52,12 +52,14 @@ def drop_class_token(op, tokens):
 
 
 class ConvTranspose2d(nn.Module):
-    """``torch.nn.ConvTranspose2d`` with ``kernel_size == stride`` and no padding."""
+    """``torch.nn.ConvTranspose2d`` with ``kernel_size == stride`` and no padding
+    (``out_channels`` defaults to ``channels``)."""
 
-    def __init__(self, channels: int, factor: int) -> None:
+    def __init__(self, channels: int, factor: int, out_channels: int | None = None) -> None:
         super().__init__()
-        self.weight = nn.Parameter([channels, channels, factor, factor])
-        self.bias = nn.Parameter([channels])
+        out = channels if out_channels is None else out_channels
+        self.weight = nn.Parameter([channels, out, factor, factor])
+        self.bias = nn.Parameter([out])
         self.factor = factor
 
     def forward(self, op, x):

@@ -8,6 +8,11 @@ embedding per label (0 background, 1 foreground, box corners 2 and 3); a point l
 -1 is ``not_a_point_embed`` and -10 nothing. Without a box, transformers appends one
 padding point (label -1): so does the graph, when ``input_boxes`` has no box.
 
+The dense prompt is a previous low-resolution mask (``input_masks``) through
+``mask_embed`` (two stride-2 convolutions to the embedding's grid, then a 1x1 one to its
+channels), or, where ``has_input_mask`` is 0, the learned ``no_mask_embed``: the graph
+computes both and picks per image, so one graph serves either prompt.
+
 The mask decoder's two-way transformer attends the prompt tokens (after an IoU token and
 one token per mask) to the image and back; the image is upscaled 4x by two transposed
 convolutions and each mask token's hypernetwork MLP weights its channels into a mask.
@@ -21,9 +26,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import onnx_ir as ir
 from onnxscript import nn
 
-from mobius.components import Embedding, LayerNorm, Linear
+from mobius.components import Conv2d, Embedding, LayerNorm, Linear, get_activation
 from mobius.errors import ConfigError
 from mobius_vision.models._conv import ChannelsLayerNorm
 from mobius_vision.models.got_ocr2 import GotOcr2MLPBlock
@@ -49,6 +55,10 @@ class SamDecoderConfig:
     num_multimask_outputs: int
     iou_head_depth: int
     iou_head_hidden_dim: int
+    # the mask prompt's encoder (the prompt encoder config's mask_input_channels, act, eps)
+    mask_input_channels: int
+    mask_hidden_act: str
+    mask_layer_norm_eps: float
 
     @classmethod
     def from_hf(cls, hf: Any) -> SamDecoderConfig:
@@ -67,6 +77,7 @@ class SamDecoderConfig:
             num_multimask_outputs=int(decoder.num_multimask_outputs),
             iou_head_depth=int(decoder.iou_head_depth),
             iou_head_hidden_dim=int(decoder.iou_head_hidden_dim),
+            **mask_prompt_settings(prompt),
         )
         config.check(hf.model_type)
         return config
@@ -90,10 +101,30 @@ class SamDecoderConfig:
             )
         if self.iou_head_depth < 2 or self.num_multimask_outputs < 1:
             raise ConfigError(f"{model_type}: iou_head_depth < 2 or no multimask output")
+        # the first mask convolution has a quarter of the channels, the second all of them
+        if self.mask_input_channels % 4:
+            raise ConfigError(
+                f"{model_type}: mask_input_channels {self.mask_input_channels} is not a "
+                "multiple of 4"
+            )
+        try:
+            get_activation(self.mask_hidden_act)
+        except ValueError as error:
+            raise ConfigError(f"{model_type}: prompt encoder hidden_act: {error}") from None
 
     @property
     def num_mask_tokens(self) -> int:
         return self.num_multimask_outputs + 1
+
+
+def mask_prompt_settings(prompt_config: Any) -> dict:
+    """The mask prompt encoder's fields of :class:`SamDecoderConfig` from transformers'
+    prompt encoder config (SAM's, SAM-HQ's and SAM 2's have the same three)."""
+    return dict(
+        mask_input_channels=int(prompt_config.mask_input_channels),
+        mask_hidden_act=str(prompt_config.hidden_act),
+        mask_layer_norm_eps=float(prompt_config.layer_norm_eps),
+    )
 
 
 def per_prompt(op, x, prompt_shape):
@@ -136,8 +167,29 @@ def normalised_coordinates(op, coordinates, image_size: int):
     return op.Div(op.Add(coordinates, 0.5), float(image_size))
 
 
+class SamMaskEmbedding(nn.Module):
+    """A low-resolution mask ``[b, 1, 4h, 4w]`` to a dense prompt ``[b, C, h, w]``."""
+
+    def __init__(self, config: SamDecoderConfig) -> None:
+        super().__init__()
+        channels, quarter = config.mask_input_channels, config.mask_input_channels // 4
+        eps = config.mask_layer_norm_eps
+        self.conv1 = Conv2d(1, quarter, 2, stride=2)
+        self.layer_norm1 = ChannelsLayerNorm(quarter, eps)
+        self.conv2 = Conv2d(quarter, channels, 2, stride=2)
+        self.layer_norm2 = ChannelsLayerNorm(channels, eps)
+        self.conv3 = Conv2d(channels, config.hidden_size, 1)
+        self.act = get_activation(config.mask_hidden_act)
+
+    def forward(self, op, masks):
+        x = self.act(op, self.layer_norm1(op, self.conv1(op, masks)))
+        x = self.act(op, self.layer_norm2(op, self.conv2(op, x)))
+        return self.conv3(op, x)
+
+
 class SamPromptEncoder(nn.Module):
-    """Encoded points (with labels) and box corners to sparse prompt tokens ``[b, pb, T, C]``.
+    """Encoded points (with labels) and box corners to sparse prompt tokens ``[b, pb, T, C]``,
+    and a mask (or none) to the dense prompt.
 
     The coordinates arrive encoded by the model's shared Fourier embedding
     (``shared_image_embedding``, a parameter of the model, not of this module).
@@ -146,6 +198,7 @@ class SamPromptEncoder(nn.Module):
     def __init__(self, config: SamDecoderConfig) -> None:
         super().__init__()
         c = config.hidden_size
+        self.mask_embed = SamMaskEmbedding(config)
         self.no_mask_embed = Embedding(1, c)
         self.point_embed = nn.ModuleList([Embedding(1, c) for _ in range(4)])
         self.not_a_point_embed = Embedding(1, c)
@@ -178,9 +231,19 @@ class SamPromptEncoder(nn.Module):
         )
         return op.Reshape(embedded, shape)
 
-    def forward(self, op, points, encoded_points, labels, boxes, encoded_corners):
+    def embed_mask(self, op, masks, has_mask):
+        """The dense prompt ``[b, C, h, w]``: each image's ``masks`` row through ``mask_embed``
+        where its ``has_mask`` flag is nonzero, else ``no_mask_embed`` (transformers' choice
+        between ``input_masks`` and none, made per image so that one graph does both)."""
+        no_mask = op.Reshape(
+            table_rows(op, self.no_mask_embed), op.Constant(value_ints=[1, -1, 1, 1])
+        )
+        use_mask = op.Unsqueeze(op.Cast(has_mask, to=ir.DataType.BOOL), [1, 2, 3])
+        return op.Where(use_mask, self.mask_embed(op, masks), no_mask)
+
+    def forward(self, op, points, encoded_points, labels, boxes, encoded_corners, masks, has_mask):
         """``(sparse, dense)``: the sparse tokens (the points, one padding point when there is
-        no box, the corners) and the no-mask dense prompt ``[1, C, 1, 1]``.
+        no box, the corners) and the dense prompt (:meth:`embed_mask`).
 
         ``input_boxes`` has ``point_batch`` boxes (one per prompt) or none; with boxes and
         no points, ``input_points`` has no point (``[b, boxes, 0, 2]``).
@@ -201,10 +264,7 @@ class SamPromptEncoder(nn.Module):
             self.embed_boxes(op, encoded_corners, point_batch),
             axis=2,
         )
-        dense = op.Reshape(
-            table_rows(op, self.no_mask_embed), op.Constant(value_ints=[1, -1, 1, 1])
-        )
-        return sparse, dense
+        return sparse, self.embed_mask(op, masks, has_mask)
 
 
 class SamAttention(nn.Module):
@@ -311,10 +371,10 @@ class SamFeedForward(nn.Module):
 class ConvTranspose2x2(nn.Module):
     """``nn.ConvTranspose2d(kernel_size=2, stride=2)``: each cell to a 2x2 block."""
 
-    def __init__(self, in_channels: int, out_channels: int) -> None:
+    def __init__(self, in_channels: int, out_channels: int, bias: bool = True) -> None:
         super().__init__()
         self.weight = nn.Parameter([in_channels, out_channels, 2, 2])
-        self.bias = nn.Parameter([out_channels])
+        self.bias = nn.Parameter([out_channels]) if bias else None
 
     def forward(self, op, x):
         return op.ConvTranspose(x, self.weight, self.bias, kernel_shape=[2, 2], strides=[2, 2])
@@ -365,7 +425,8 @@ class SamMaskDecoder(nn.Module):
         return op.Reshape(x, op.Constant(value_ints=[0, c // 8, -1]))
 
     def forward(self, op, image_embeddings, image_pe, dense, sparse, *image_extras):
-        """``(masks [b, pb, masks, 4h, 4w], iou [b, pb, iou])``, every mask token's.
+        """``(masks [b, pb, masks, 4h, 4w], iou [b, pb, iou], *extras [b, pb, k])``, every
+        mask token's; ``extras``: what a variant's :meth:`predict` returns beside them.
 
         ``image_embeddings [b, C, h, w]`` plus the ``dense`` prompt; ``sparse [b, pb, T, C]``;
         ``image_pe [1, hw, C]``; ``image_extras``: what a variant's :meth:`predict` reads
@@ -379,12 +440,12 @@ class SamMaskDecoder(nn.Module):
         image = per_prompt(op, op.Add(image_embeddings, dense), prompt_shape)  # [n, C, h, w]
         rows = op.Reshape(image, op.Constant(value_ints=[0, self.hidden_size, s * s]))
         queries, keys = self.transformer(op, tokens, op.Transpose(rows, perm=[0, 2, 1]), image_pe)
-        masks, iou = self.predict(
+        masks, *per_token = self.predict(
             op, queries, keys, image, prompt_shape, image_embeddings, *image_extras
         )
         mask_shape = op.Concat(prompt_shape, op.Constant(value_ints=[-1, 4 * s, 4 * s]), axis=0)
-        iou_shape = op.Concat(prompt_shape, op.Constant(value_ints=[-1]), axis=0)
-        return op.Reshape(masks, mask_shape), op.Reshape(iou, iou_shape)
+        row_shape = op.Concat(prompt_shape, op.Constant(value_ints=[-1]), axis=0)
+        return op.Reshape(masks, mask_shape), *(op.Reshape(x, row_shape) for x in per_token)
 
     def token(self, op, queries, index: int):
         """The transformer's output at token ``index``: ``[n, C]``."""

@@ -36,7 +36,7 @@ from mobius_vision.models._conv import (
     Sequential,
 )
 from mobius_vision.models._sam_decoder import ConvTranspose2x2
-from mobius_vision.models.beit import BeitConfig, BeitEmbeddings, BeitEncoder
+from mobius_vision.models.beit import BeitConfig, BeitEmbeddings, BeitLayersEncoder
 from mobius_vision.models.upernet import UperNetConvModule, UperNetHead
 
 #: The encoder layers BeitForSemanticSegmentation reads: exactly four.
@@ -99,18 +99,6 @@ class BeitSegmentationConfig(BeitConfig):
     @property
     def grid(self) -> int:
         return self.image_size[0] // self.patch_size
-
-
-class BeitLayersEncoder(BeitEncoder):
-    """The encoder returning its hidden states: its input, then every layer's output."""
-
-    def forward(self, op, x) -> list:
-        bias = None if self.relative_position_bias is None else self.relative_position_bias(op)
-        outputs = [x]
-        for layer in self.layer:
-            x = layer(op, x, bias)
-            outputs.append(x)
-        return outputs
 
 
 class BeitFeatureModel(nn.Module):

@@ -8,6 +8,7 @@ are. ``layer_type`` picks pre-activation (v2) or plain (v1.5) bottlenecks; ``glo
 follows ``BitFor*`` checkpoints (``bit.embedder.convolution``,
 ``bit.encoder.stages.0.layers.0.conv1``..., ``classifier.1``); ``last_hidden_state`` is
 ``[batch, C, h, w]`` and ``pooler_output`` ``[batch, C, 1, 1]``, as transformers returns them.
+As a dense backbone (:class:`BitBackbone`, DPT-Hybrid's stem) it returns the stages' maps.
 """
 
 from __future__ import annotations
@@ -17,8 +18,11 @@ from typing import Any
 
 from onnxscript import nn
 
+from mobius.components import module_scope
 from mobius.errors import ConfigError
 from mobius_vision.config import VisionConfig
+from mobius_vision.models._backbone import staged_feature_maps
+from mobius_vision.models._backbone_config import out_features, require_backbone_type
 from mobius_vision.models._conv import (
     Conv2d,
     ConvNetForImageClassification,
@@ -69,9 +73,11 @@ class BitConfig(VisionConfig):
         return (stride - 1 + span) // 2
 
     def stages(self) -> list[tuple[int, int, int, int]]:
-        """``(in, out, stride, dilation)`` of each stage; past ``output_stride`` it dilates."""
+        """``(in, out, stride, dilation)`` of each stage; past ``output_stride`` it dilates.
+        A stage is a ``depths`` entry: transformers zips them with ``hidden_sizes``, so extra
+        widths (DPT-Hybrid's config lists 4 for its 3 stages) are unused."""
         current, dilation, stages, in_ch = 4, 1, [], self.embedding_size
-        for i, size in enumerate(self.hidden_sizes):
+        for i, size in enumerate(self.hidden_sizes[: len(self.depths)]):
             out, stride = make_divisible(size * self.width_factor), 1 if i == 0 else 2
             if current >= self.output_stride:
                 dilation, stride = dilation * stride, 1
@@ -264,12 +270,62 @@ class BitModel(nn.Module):
         return x, global_average_pool(op, x)
 
 
+@dataclass
+class BitBackboneConfig(BitConfig):
+    """BiT as a backbone: the maps it returns, by transformers' stage names (``stem``,
+    ``stage1``...). Its ``image_size`` is the head's: TF SAME pooling pads for it."""
+
+    out_features: tuple[str, ...] = ()
+
+    @classmethod
+    def hf_fields(cls, hf_config: Any) -> dict[str, Any]:
+        require_backbone_type(hf_config, "bit")
+        fields = super().hf_fields(hf_config)
+        return dict(fields, out_features=out_features(hf_config, len(fields["depths"])))
+
+    def feature_channels(self) -> list[int]:
+        """The channels of each returned map."""
+        channels = [self.embedding_size, *(out for _, out, _, _ in self.stages())]
+        names = ["stem", *(f"stage{i}" for i in range(1, len(channels)))]
+        return [dict(zip(names, channels, strict=True))[name] for name in self.out_features]
+
+    def reduction(self) -> int:
+        """How many pixels one cell of the last stage's map spans (the stem's 4, then the
+        stages' strides)."""
+        stride = 4
+        for _, _, step, _ in self.stages():
+            stride *= step
+        return stride
+
+
+class BitBackbone(nn.Module):
+    """transformers' ``BitBackbone``: ``feature_maps``, one per ``out_features`` entry, each a
+    stage's output as it is (``bit.embedder``, ``bit.encoder.stages.N`` keys)."""
+
+    config_class = BitBackboneConfig
+    #: The pre-activation model's final norm, which the feature maps never pass through.
+    ignored = ("bit.norm.*",)
+    #: The name the depth heads read the same list under.
+    unused = ignored
+
+    def __init__(self, config: BitBackboneConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.bit = BitModel(config)
+
+    def forward(self, op, pixel_values) -> list:
+        with module_scope(op, self.bit):
+            return staged_feature_maps(op, self.bit, pixel_values, self.config.out_features)
+
+
 class BitForImageClassification(ConvNetForImageClassification):
     """The backbone and, with ``--head image-classification``, ``classifier.1`` on the pool."""
 
     config_class = BitConfig
     model_class = BitModel
     base_model_prefix = "bit"
+    #: What a dense head (DPT-Hybrid) puts under itself (:mod:`._backbone`).
+    backbone_class = BitBackbone
 
     def output_shapes(self) -> dict[str, list]:
         c = self.config

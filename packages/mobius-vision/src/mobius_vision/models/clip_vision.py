@@ -72,7 +72,11 @@ class CLIPVisionEmbeddings(nn.Module):
         shape = op.Concat(batch, op.Constant(value_ints=[1, 1]), axis=0)  # [batch, 1, 1]
         cls = op.Expand(op.Reshape(self.class_embedding, op.Constant(value_ints=[1, 1, -1])), shape)
         x = op.Concat(cls, patches, axis=1)  # [batch, positions, hidden]
-        return op.Add(x, self.position_embedding(op))
+        return op.Add(x, self.positions(op))
+
+    def positions(self, op):
+        """``[positions, hidden]``: the learned table as it is (CLIPSeg resizes it)."""
+        return self.position_embedding(op)
 
 
 class PositionTable(nn.Module):

@@ -1,23 +1,27 @@
 """DPT (``DPTForDepthEstimation``): a ViT, or a registered backbone, under the DPT neck and head.
 
-Two forms, as transformers builds them:
+Three forms, as transformers builds them:
 
 - its own ViT (``dpt.embeddings``, ``dpt.encoder.layer.N``: ViT's layers), whose
   positions are resized bilinearly to the image's patch grid; the neck reads the
   outputs of the layers in ``backbone_out_indices``. transformers reshapes them to a
   square grid, so the images must be square (any multiple of the patch size);
-- a ``backbone_config`` (DINOv2): the backbone mobius registers for it
-  (:mod:`._backbone`), returning token sequences; any size.
+- a ``backbone_config`` (DINOv2, BEiT): the backbone mobius registers for it
+  (:mod:`._backbone`), returning token sequences; any size;
+- DPT-Hybrid (``is_hybrid``): a BiT stem (``dpt.embeddings.backbone.bit...``) whose last
+  map, projected, is the ViT's tokens; its first two maps go to the neck's first two
+  stages as they are (``neck_ignore_stages``), the read layers to the others. transformers
+  takes the position table's image size only, so the graph's size is fixed.
 
 The class token is read out into each stage's patches (``readout_type``: ``ignore``,
 ``add``, or ``project``: a linear layer over ``[patch, cls]``). The fusion layers always
 double their map (unlike Depth Anything's, which upsample to the next map's size); the
-head (``head.head.0..5``) doubles once more and ends in a ReLU. DPT-Hybrid (a BiT stem)
-is refused.
+head (``head.head.0..5``) doubles once more and ends in a ReLU.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +31,7 @@ from mobius.components import Conv2d, Linear
 from mobius.errors import ConfigError
 from mobius.model import Model
 from mobius_vision.models._backbone import backbone
-from mobius_vision.models._conv import BATCHNORM_COUNTERS, Activation, Sequential
+from mobius_vision.models._conv import BATCHNORM_COUNTERS, Activation, Identity, Sequential
 from mobius_vision.models._dpt_neck import (
     DptStyleNeck,
     FeatureFusionStage,
@@ -63,6 +67,10 @@ class DptConfig:
     fusion_bias: bool
     add_projection: bool
     num_channels: int = 3
+    #: DPT-Hybrid's BiT stem (its backbone config), None otherwise.
+    stem: Any = None
+    #: DPT-Hybrid's neck stages that take the stem's maps as they are.
+    neck_ignore_stages: tuple[int, ...] = ()
 
     @classmethod
     def from_hf(cls, hf_config: Any) -> DptConfig:
@@ -71,15 +79,14 @@ class DptConfig:
     @classmethod
     def hf_fields(cls, hf_config: Any) -> dict[str, Any]:
         head = hf_config.model_type
-        if hf_config.is_hybrid:
-            raise ConfigError(f"{head}: DPT-Hybrid (a BiT stem under the ViT) is not built yet")
-        if list(hf_config.neck_ignore_stages or []):
+        hybrid = bool(hf_config.is_hybrid)
+        if list(hf_config.neck_ignore_stages or []) and not hybrid:
             raise ConfigError(f"{head}: neck_ignore_stages applies to DPT-Hybrid only")
         readout = hf_config.readout_type
         if readout not in READOUT_TYPES:
             raise ConfigError(f"{head}: readout_type {readout!r} is not one of {READOUT_TYPES}")
         sub = None
-        if hf_config.backbone_config is not None:
+        if hf_config.backbone_config is not None and not hybrid:
             sub = backbone_config(hf_config.backbone_config, head)
             if getattr(sub, "reshape_hidden_states", True):
                 raise ConfigError(f"{head}: mobius builds DPT over token backbones only (DINOv2)")
@@ -91,10 +98,14 @@ class DptConfig:
             indices = list(hf_config.backbone_out_indices)
             if not all(isinstance(i, int) and 0 <= i < vit.num_hidden_layers for i in indices):
                 raise ConfigError(f"{head}: backbone_out_indices {indices} are not layer indices")
+            if hybrid:  # the stem's first two maps come first, then layers past the first two
+                indices = indices[len(HYBRID_STEM_STAGES) :]
             indices = sorted(set(indices))  # transformers keeps the layers in order, once each
         sizes = tuple(int(s) for s in hf_config.neck_hidden_sizes)
         factors = reassemble_factors(hf_config.reassemble_factors, head)
-        if not len(sizes) == len(factors) == len(indices):
+        stem = hybrid_stem(hf_config, vit, sizes) if hybrid else None
+        inputs = len(indices) + (len(HYBRID_STEM_STAGES) if hybrid else 0)  # the neck's inputs
+        if not len(sizes) == len(factors) == inputs:
             raise ConfigError(
                 f"{head}: neck_hidden_sizes, reassemble_factors and the backbone's out indices "
                 "must be as many"
@@ -119,7 +130,48 @@ class DptConfig:
             fusion_bias=(not batch_norm) if bias is None else bool(bias),
             add_projection=bool(hf_config.add_projection),
             num_channels=int(getattr(hf_config, "num_channels", 3) or 3),
+            stem=stem,
+            neck_ignore_stages=HYBRID_STEM_STAGES if hybrid else (),
         )
+
+
+#: The neck stages DPT-Hybrid fills with its stem's first two maps (transformers fixes them).
+HYBRID_STEM_STAGES = (0, 1)
+
+
+def hybrid_stem(hf_config: Any, vit: ViTConfig, neck_sizes: tuple[int, ...]) -> Any:
+    """DPT-Hybrid's BiT backbone config, at the ViT's image size, checked against what
+    transformers' hybrid embeddings assume of it."""
+    head = hf_config.model_type
+    if tuple(hf_config.neck_ignore_stages or ()) != HYBRID_STEM_STAGES:
+        raise ConfigError(f"{head}: DPT-Hybrid's neck_ignore_stages must be [0, 1]")
+    if hf_config.readout_type != "project":
+        raise ConfigError(f"{head}: DPT-Hybrid reads its class token out by projection only")
+    if hf_config.backbone_config is None or hf_config.backbone_config.model_type != "bit":
+        raise ConfigError(f"{head}: DPT-Hybrid's stem must be a BiT backbone_config")
+    stem = dataclasses.replace(
+        backbone_config(hf_config.backbone_config, head), image_size=vit.image_size
+    )
+    channels = stem.feature_channels()
+    if len(channels) != 3:
+        raise ConfigError(f"{head}: DPT-Hybrid's BiT must return 3 maps (out_features)")
+    if stem.reduction() != vit.patch_size or any(s % vit.patch_size for s in vit.image_size):
+        raise ConfigError(
+            f"{head}: DPT-Hybrid's BiT reduces the image {stem.reduction()}x; its patch_size "
+            f"{vit.patch_size} must equal that and divide image_size {vit.image_size}"
+        )
+    shape = list(hf_config.backbone_featmap_shape or ())
+    if len(shape) != 4 or shape[1] != channels[-1]:
+        raise ConfigError(
+            f"{head}: backbone_featmap_shape {shape} does not give its BiT's last width "
+            f"{channels[-1]}"
+        )
+    if tuple(neck_sizes[: len(HYBRID_STEM_STAGES)]) != tuple(channels[: len(HYBRID_STEM_STAGES)]):
+        raise ConfigError(
+            f"{head}: neck_hidden_sizes {list(neck_sizes)} must start with the BiT stage "
+            f"widths {channels[:2]}"
+        )
+    return stem
 
 
 class DptViTEmbeddings(ViTEmbeddings):
@@ -132,6 +184,10 @@ class DptViTEmbeddings(ViTEmbeddings):
         self.table_side = config.image_size[0] // config.patch_size
 
     def forward(self, op, pixel_values):
+        return self.with_positions(op, self.patch_embeddings(op, pixel_values), pixel_values)
+
+    def with_positions(self, op, patches, pixel_values):
+        """``[cls, patches] + positions`` for ``patches`` ``[batch, patches, hidden]``."""
         side, dim = self.table_side, self.hidden_size
         table = self.position_embeddings
         grid = op.Reshape(op.Slice(table, [1], [2**62], [1]), [1, side, side, dim])
@@ -141,8 +197,6 @@ class DptViTEmbeddings(ViTEmbeddings):
         )
         grid = op.Reshape(op.Transpose(grid, perm=[0, 2, 3, 1]), [1, -1, dim])
         positions = op.Concat(op.Slice(table, [0], [1], [1]), grid, axis=1)
-
-        patches = self.patch_embeddings(op, pixel_values)
         batch = op.Shape(pixel_values, start=0, end=1)
         cls = op.Expand(self.cls_token, op.Concat(batch, op.Constant(value_ints=[1, 1]), axis=0))
         return op.Add(op.Concat(cls, patches, axis=1), positions)
@@ -171,6 +225,43 @@ class DptViTModel(nn.Module):
     def forward(self, op, pixel_values) -> list:
         outputs = self.encoder(op, self.embeddings(op, pixel_values))
         return [outputs[i] for i in self.out_indices]
+
+
+class DptHybridEmbeddings(DptViTEmbeddings):
+    """DPT-Hybrid's: the BiT stem's last map projected (1x1) to tokens, then ``[cls, tokens] +
+    positions``; also returns the stem's first two maps, which go to the neck as they are."""
+
+    def __init__(self, config: ViTConfig, stem: Any) -> None:
+        nn.Module.__init__(self)  # no patch embeddings: the stem makes the tokens
+        self.cls_token = nn.Parameter([1, 1, config.hidden_size])
+        self.position_embeddings = nn.Parameter([1, config.num_patches + 1, config.hidden_size])
+        self.backbone = backbone("bit", stem)
+        self.projection = Conv2d(stem.feature_channels()[-1], config.hidden_size, 1)
+        self.hidden_size = config.hidden_size
+        self.patch_size = config.patch_size
+        self.table_side = config.image_size[0] // config.patch_size
+
+    def forward(self, op, pixel_values):
+        maps = self.backbone(op, pixel_values)
+        tokens = self.projection(op, maps[-1])
+        tokens = op.Reshape(tokens, op.Concat(op.Shape(tokens, start=0, end=2), [-1], axis=0))
+        tokens = op.Transpose(tokens, perm=[0, 2, 1])  # [batch, patches, hidden]
+        return self.with_positions(op, tokens, pixel_values), maps[: len(HYBRID_STEM_STAGES)]
+
+
+class DptHybridViTModel(DptViTModel):
+    """DPT-Hybrid's ViT: the stem's first two maps, then the read layers' outputs."""
+
+    def __init__(self, config: DptConfig) -> None:
+        nn.Module.__init__(self)
+        self.embeddings = DptHybridEmbeddings(config.vit, config.stem)
+        self.encoder = DptViTEncoder(config.vit)
+        self.out_indices = config.backbone_out_indices
+
+    def forward(self, op, pixel_values) -> list:
+        tokens, maps = self.embeddings(op, pixel_values)
+        outputs = self.encoder(op, tokens)
+        return [*maps, *(outputs[i] for i in self.out_indices)]
 
 
 class DptReassembleStage(ReassembleStage):
@@ -202,6 +293,27 @@ class DptReassembleStage(ReassembleStage):
         return patches_to_map(op, patches, grid)
 
 
+class DptHybridReassembleStage(DptReassembleStage):
+    """DPT-Hybrid's: the stages in ``neck_ignore_stages`` take the stem's maps as they are
+    (their layers and readouts are identities, without weights)."""
+
+    def __init__(self, config: DptConfig) -> None:
+        super().__init__(config)
+        self.ignored = config.neck_ignore_stages
+        self.layers = nn.ModuleList(
+            [Identity() if i in self.ignored else m for i, m in enumerate(self.layers)]
+        )
+        self.readout_projects = nn.ModuleList(
+            [Identity() if i in self.ignored else m for i, m in enumerate(self.readout_projects)]
+        )
+
+    def forward(self, op, hidden_states: list, grid) -> list:
+        return [
+            x if index in self.ignored else layer(op, self.to_map(op, index, x, grid))
+            for index, (layer, x) in enumerate(zip(self.layers, hidden_states, strict=True))
+        ]
+
+
 class DoublingFusionStage(FeatureFusionStage):
     """DPT's fusion: every layer doubles its map."""
 
@@ -212,6 +324,10 @@ class DoublingFusionStage(FeatureFusionStage):
 class DptNeck(DptStyleNeck):
     reassemble_class = DptReassembleStage
     fusion_class = DoublingFusionStage
+
+
+class DptHybridNeck(DptNeck):
+    reassemble_class = DptHybridReassembleStage
 
 
 class Upsample2x(nn.Module):
@@ -258,13 +374,19 @@ class DptForDepthEstimation(Model):
     def __init__(self, config: DptConfig) -> None:
         super().__init__()
         self.config = config
+        hybrid = config.stem is not None
         if config.backbone is not None:
             self.backbone = backbone(config.backbone_type, config.backbone)
             self.dpt = None
+        elif hybrid:  # transformers' hybrid embeddings take their table's size only
+            self.backbone = None
+            self.dpt = DptHybridViTModel(config)
+            self.fixed_image_size = config.vit.image_size
         else:
             self.backbone = None
             self.dpt = DptViTModel(config.vit, config.backbone_out_indices)
-        self.neck = DptNeck(config, batch_norm=config.fusion_batch_norm, bias=config.fusion_bias)
+        neck = DptHybridNeck if hybrid else DptNeck
+        self.neck = neck(config, batch_norm=config.fusion_batch_norm, bias=config.fusion_bias)
         self.head = DptDepthEstimationHead(config)
 
     @property
@@ -272,10 +394,15 @@ class DptForDepthEstimation(Model):
         """The ViT's final norm and pooler, the backbone's unused tensors, batch-norm counters,
         and the coarsest fusion layer's skip unit (it has no skip)."""
         unused = getattr(self.backbone, "unused", ())
+        if self.config.stem is not None:
+            stem = self.dpt.embeddings.backbone
+            unused = (f"dpt.embeddings.backbone.{name}" for name in stem.unused)
+        else:
+            unused = (f"backbone.{name}" for name in unused)
         return (
             "dpt.layernorm.*",
             "dpt.pooler.*",
-            *(f"backbone.{name}" for name in unused),
+            *unused,
             BATCHNORM_COUNTERS,
             "neck.fusion_stage.layers.0.residual_layer1.*",
         )

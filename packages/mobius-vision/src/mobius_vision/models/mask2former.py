@@ -14,7 +14,9 @@ and ``masks_queries_logits`` at the pixel decoder's finest map.
 
 The pixel decoder reads the last three backbone maps (transformers fixes three levels,
 four points); the FPN adds one level per halving from their finest stride down to
-``common_stride``. Refused in one line besides the backbones of
+``common_stride``. The graph takes any image size: a Swin backbone (transformers'
+``SwinBackbone``) is built in its any-size form (:mod:`._swin_any_size`). Refused in one
+line besides the backbones of
 :func:`.maskformer.transformers_backbone`: ``pre_norm`` decoders, fewer than three maps, and
 strides that are not powers of two.
 """
@@ -266,7 +268,7 @@ class Mask2FormerPixelDecoder(nn.Module):
 class Mask2FormerPixelLevelModule(nn.Module):
     def __init__(self, config: Mask2FormerConfig) -> None:
         super().__init__()
-        self.encoder = backbone(config.backbone_type, config.backbone)
+        self.encoder = backbone(config.backbone_type, config.backbone, any_size=True)
         self.decoder = Mask2FormerPixelDecoder(config, config.backbone.feature_channels())
 
     def forward(self, op, pixel_values):

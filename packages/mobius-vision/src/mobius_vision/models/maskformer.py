@@ -11,10 +11,14 @@ DETR's, :mod:`._detr`, over no padding mask), ``class_predictor`` and
 ``mask_embedder.N.0``. The masks are each query's embedding dotted with the pixel
 embeddings: ``[batch, queries, h, w]`` at the FPN's finest map.
 
+The graph takes any image size: a backbone family built for one size (Swin) is put under
+in its any-size form (``backbone(..., any_size=True)``). A ``swin`` backbone_config becomes
+MaskFormer's own Swin (:mod:`.maskformer_swin`, all four stages out), as transformers swaps it
+(:func:`maskformer_backbone`).
+
 Refused in one line: a timm backbone or one named only by ``backbone`` (weights mobius does
-not map), a Swin backbone (transformers swaps it for its own ``MaskFormerSwinBackbone``;
-see :func:`transformers_backbone`), and ``use_auxiliary_loss`` (transformers then reads the
-class and masks from the last layer's states before the decoder's final LayerNorm).
+not map), and ``use_auxiliary_loss`` (transformers then reads the class and masks from the
+last layer's states before the decoder's final LayerNorm).
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ from mobius_vision.tasks.universal_segmentation import UniversalSegmentationMode
 
 #: transformers' FPN normalises with GroupNorm of this many groups.
 FPN_GROUPS = 32
+#: The maps transformers takes from a ``swin`` backbone under MaskFormer.
+MASKFORMER_SWIN_STAGES = ("stage1", "stage2", "stage3", "stage4")
 #: The decoder families a MaskFormer config may name (``decoder_config.model_type``).
 DECODER_TYPES = ("detr",)
 
@@ -76,8 +82,7 @@ class MaskFormerDecoderConfig:
 def transformers_backbone(owner: str, hf_config: Any) -> Any:
     """The ``backbone_config`` of ``hf_config``, or a one-line refusal of the backbones mobius
     cannot build under a universal-segmentation head: timm's or a named checkpoint (weights
-    mobius does not map), and Swin (MaskFormer swaps it for its own ``MaskFormerSwinBackbone``;
-    mobius's Swin is built for one fixed image size, and this contract takes any)."""
+    mobius does not map)."""
     hf_backbone = getattr(hf_config, "backbone_config", None)
     kind = getattr(hf_backbone, "model_type", None)
     timm = kind == "timm_backbone" or getattr(hf_config, "use_timm_backbone", False)
@@ -86,12 +91,25 @@ def transformers_backbone(owner: str, hf_config: Any) -> Any:
             f"{owner}: the backbone is a timm or named checkpoint (no backbone_config), whose "
             "weights mobius does not map; use a checkpoint with a transformers backbone_config"
         )
-    if kind in ("swin", "maskformer-swin"):
-        raise ConfigError(
-            f"{owner}: a Swin backbone (MaskFormerSwinBackbone under MaskFormer) is not built "
-            "for universal segmentation yet: mobius's Swin takes one fixed image size"
-        )
     return hf_backbone
+
+
+def maskformer_backbone(owner: str, hf_config: Any) -> Any:
+    """:func:`transformers_backbone`, a ``swin`` one made MaskFormer's own Swin with its four
+    stages out, as ``MaskFormerPixelLevelModule`` does (hub checkpoints name ``swin``)."""
+    hf_backbone = transformers_backbone(owner, hf_config)
+    if hf_backbone.model_type != "swin":
+        return hf_backbone
+    from transformers import MaskFormerSwinConfig
+
+    stages = len(hf_backbone.depths)
+    if stages != len(MASKFORMER_SWIN_STAGES):
+        raise ConfigError(
+            f"{owner}: transformers puts out all four stages of a Swin backbone under "
+            f"MaskFormer; this one has {stages}"
+        )
+    settings = dict(hf_backbone.to_dict(), model_type="maskformer-swin")
+    return MaskFormerSwinConfig.from_dict(settings, out_features=list(MASKFORMER_SWIN_STAGES))
 
 
 def ones_mask(op, feature_map):
@@ -117,7 +135,7 @@ class MaskFormerConfig:
     def from_hf(cls, hf_config: Any) -> MaskFormerConfig:
         """Normalise a transformers ``MaskFormerConfig``; the backbone's through its family."""
         t = hf_config.model_type
-        hf_backbone = transformers_backbone(t, hf_config)
+        hf_backbone = maskformer_backbone(t, hf_config)
         if getattr(hf_config, "use_auxiliary_loss", False):
             raise ConfigError(
                 f"{t}: use_auxiliary_loss makes transformers read the last decoder layer "
@@ -218,7 +236,7 @@ class MaskFormerPixelLevelModule(nn.Module):
 
     def __init__(self, config: MaskFormerConfig) -> None:
         super().__init__()
-        self.encoder = backbone(config.backbone_type, config.backbone)
+        self.encoder = backbone(config.backbone_type, config.backbone, any_size=True)
         self.decoder = MaskFormerPixelDecoder(config, config.backbone.feature_channels())
 
     def forward(self, op, pixel_values):

@@ -65,14 +65,12 @@ class SamModel(Model):
     """``vision_encoder``, ``shared_image_embedding``, ``prompt_encoder`` and ``mask_decoder``.
 
     Hooks of the ``mask-generation`` task: :meth:`image_outputs` (what the image encoder
-    graph returns, and the prompt decoder graph takes), :meth:`encode_image` and
-    :meth:`decode_prompts`.
+    graph returns, and the prompt decoder graph takes), :meth:`encode_image`,
+    :meth:`decode_prompts` and :meth:`prompt_outputs` (what it returns).
     """
 
     config_class = SamConfig
     task = "mask-generation"
-    #: ``input_masks`` (a previous mask as a prompt) is not in the contract yet.
-    ignored = ("prompt_encoder.mask_embed.*",)
     #: The tied copy of the Fourier matrix transformers may save beside the shared one.
     _TIED_COPY: ClassVar[str] = "prompt_encoder.shared_embedding.positional_embedding"
     _SHARED: ClassVar[str] = "shared_image_embedding.positional_embedding"
@@ -110,6 +108,14 @@ class SamModel(Model):
     def mask_size(self) -> int:
         return 4 * self.config.decoder.embedding_size
 
+    def prompt_outputs(self) -> dict[str, list]:
+        """The prompt decoder graph's outputs and shapes."""
+        masks, size = self.num_masks, self.mask_size
+        return {
+            "pred_masks": ["batch", "point_batch", masks, size, size],
+            "iou_scores": ["batch", "point_batch", masks],
+        }
+
     def encode_image(self, op, pixel_values) -> dict:
         return {"image_embeddings": self.vision_encoder(op, pixel_values)}
 
@@ -128,17 +134,32 @@ class SamModel(Model):
             [0],
         )
 
-    def decode_prompts(self, op, image: dict, points, labels, boxes) -> dict:
-        """``pred_masks [b, pb, num_masks, 4h, 4w]`` and ``iou_scores [b, pb, num_masks]``:
-        transformers' ``multimask_output=True`` (every mask token but the first)."""
+    def encode_coordinates(self, op, coordinates):
+        """``[..., 2]`` pixel coordinates through the Fourier matrix the prompts use (SAM's
+        is the shared one)."""
         size = self.config.decoder.input_image_size
-        encoded_points = self.shared_image_embedding(op, normalised_coordinates(op, points, size))
+        return self.shared_image_embedding(op, normalised_coordinates(op, coordinates, size))
+
+    def decode_prompts(self, op, image: dict, prompt: dict) -> dict:
+        """``pred_masks [b, pb, num_masks, 4h, 4w]`` and ``iou_scores [b, pb, num_masks]``:
+        transformers' ``multimask_output=True`` (every mask token but the first).
+
+        ``prompt``: the graph's prompt inputs by name (``input_points``, ``input_labels``,
+        ``input_boxes``, ``input_masks``, ``has_input_mask``).
+        """
+        points, boxes = prompt["input_points"], prompt["input_boxes"]
         corners = op.Reshape(boxes, op.Constant(value_ints=[0, -1, 2, 2]))
-        encoded_corners = self.shared_image_embedding(op, normalised_coordinates(op, corners, size))
         sparse, dense = self.prompt_encoder(
-            op, points, encoded_points, labels, boxes, encoded_corners
+            op,
+            points,
+            self.encode_coordinates(op, points),
+            prompt["input_labels"],
+            boxes,
+            self.encode_coordinates(op, corners),
+            prompt["input_masks"],
+            prompt["has_input_mask"],
         )
-        masks, iou = self.mask_decoder(
+        outputs = self.mask_decoder(
             op,
             image["image_embeddings"],
             self.image_positional_embedding(op),
@@ -146,7 +167,7 @@ class SamModel(Model):
             sparse,
             *self.image_extras(image),
         )
-        return self.multimask(op, masks, iou)
+        return self.multimask(op, *outputs)
 
     def multimask(self, op, masks, iou) -> dict:
         """Every mask token's output but the first (the single-mask one)."""

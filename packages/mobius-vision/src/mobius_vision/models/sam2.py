@@ -17,10 +17,14 @@ The delta of the prompt decoder from SAM's (:mod:`._sam_decoder`):
 - the mask decoder puts an object-score token before the IoU token, adds the
   high-resolution features to its upscaling, ends its IoU head with a sigmoid, uses
   ReLU MLPs of ``num_hidden_layers`` layers and ``nn.LayerNorm``'s eps in its two-way
-  transformer, and names its attention output ``o_proj``.
+  transformer, and names its attention output ``o_proj``;
+- the prompt decoder graph also returns ``object_score_logits`` ``[b, pb, 1]``
+  (``pred_obj_score_head`` over the object-score token: above 0, the object is in the
+  image). As in transformers' ``Sam2Model`` (and the original image predictor), the
+  masks are not changed by it: only the video tracker (``Sam2VideoModel``) replaces
+  the masks of an absent object by -1024. A user may do the same with this output.
 
-``multimask_output=True`` as transformers' default (three masks per prompt); the object
-score logits (the video tracker's) are not an output of the contract yet. The video
+``multimask_output=True`` as transformers' default (three masks per prompt). The video
 path (``sam2_video``: memory attention and encoder) is another model.
 """
 
@@ -41,6 +45,7 @@ from mobius_vision.models._sam_decoder import (
     SamMaskDecoder,
     SamPositionalEmbedding,
     SamPromptEncoder,
+    mask_prompt_settings,
     normalised_coordinates,
     per_prompt,
 )
@@ -120,6 +125,7 @@ class Sam2Config:
             num_multimask_outputs=int(decoder.num_multimask_outputs),
             iou_head_depth=int(decoder.iou_head_depth),
             iou_head_hidden_dim=int(decoder.iou_head_hidden_dim),
+            **mask_prompt_settings(prompt),
         )
         decoder_config.check(kind)
         config = cls(kind, vision, decoder_config, int(prompt.num_point_embeddings))
@@ -266,7 +272,8 @@ class Sam2PromptEncoder(SamPromptEncoder):
 
 
 class Sam2MaskDecoder(SamMaskDecoder):
-    """SAM's decoder with the object-score token, high-resolution features and sigmoid IoU."""
+    """SAM's decoder with the object-score token and head, high-resolution features and
+    sigmoid IoU."""
 
     def __init__(self, config: SamDecoderConfig) -> None:
         super().__init__(config)
@@ -275,6 +282,7 @@ class Sam2MaskDecoder(SamMaskDecoder):
         for layer in self.transformer.layers:
             layer.mlp = SamFeedForward(c, config.mlp_dim, c, config.num_hidden_layers)
         self.obj_score_token = Embedding(1, c)
+        self.pred_obj_score_head = SamFeedForward(c, c, 1, 3)
         self.conv_s0 = Conv2d(c, c // 8, 1)
         self.conv_s1 = Conv2d(c, c // 4, 1)
 
@@ -293,23 +301,22 @@ class Sam2MaskDecoder(SamMaskDecoder):
 
     def predict(self, op, queries, keys, image, prompt_shape, image_embeddings, feat_s0, feat_s1):
         """SAM's prediction with ``feat_s1`` and ``feat_s0`` added after each upscaling and
-        a sigmoid on the IoU head."""
+        a sigmoid on the IoU head; then the object score logit ``[n, 1]``."""
         iou = op.Sigmoid(self.iou_prediction_head(op, self.token(op, queries, 0)))
         x = self.upscale_conv1(op, self.grid(op, keys))
         x = op.Gelu(self.upscale_layer_norm(op, op.Add(x, per_prompt(op, feat_s1, prompt_shape))))
         x = op.Add(self.upscale_conv2(op, x), per_prompt(op, feat_s0, prompt_shape))
         upscaled = op.Reshape(op.Gelu(x), op.Constant(value_ints=[0, self.hidden_size // 8, -1]))
-        return op.MatMul(self.hypernetwork(op, queries), upscaled), iou
+        score = self.pred_obj_score_head(op, super().token(op, queries, 0))
+        return op.MatMul(self.hypernetwork(op, queries), upscaled), iou, score
 
 
 class Sam2Model(SamModel):
     """SAM 2's image predictor on the ``mask-generation`` contract (module docstring)."""
 
     config_class = Sam2Config
-    #: The mask prompt, the object-score head and the video path's tensors are not built.
+    #: The video path's tensors are not built (the image predictor reads none of them).
     ignored = (
-        "prompt_encoder.mask_embed.*",
-        "mask_decoder.pred_obj_score_head.*",
         "memory_*",
         "mask_downsample.*",
         "object_pointer_proj.*",
@@ -354,25 +361,21 @@ class Sam2Model(SamModel):
     def image_extras(self, image: dict) -> tuple:
         return tuple(image[name] for name in HIGH_RESOLUTION)
 
-    def decode_prompts(self, op, image: dict, points, labels, boxes) -> dict:
-        """SAM's, the prompts encoded by the prompt encoder's own Fourier matrix."""
-        size, encode = self.config.decoder.input_image_size, self.prompt_encoder.shared_embedding
-        corners = op.Reshape(boxes, op.Constant(value_ints=[0, -1, 2, 2]))
+    def prompt_outputs(self) -> dict[str, list]:
+        """SAM's outputs and ``object_score_logits`` ``[batch, point_batch, 1]``."""
+        return {**super().prompt_outputs(), "object_score_logits": ["batch", "point_batch", 1]}
+
+    def encode_coordinates(self, op, coordinates):
+        """Through the prompt encoder's own Fourier matrix (not the image's)."""
+        size = self.config.decoder.input_image_size
         with module_scope(op, self.prompt_encoder):
-            encoded_points = encode(op, normalised_coordinates(op, points, size))
-            encoded_corners = encode(op, normalised_coordinates(op, corners, size))
-        sparse, dense = self.prompt_encoder(
-            op, points, encoded_points, labels, boxes, encoded_corners
-        )
-        masks, iou = self.mask_decoder(
-            op,
-            image[IMAGE_EMBEDDINGS],
-            self.image_positional_embedding(op),
-            dense,
-            sparse,
-            *self.image_extras(image),
-        )
-        return self.multimask(op, masks, iou)
+            return self.prompt_encoder.shared_embedding(
+                op, normalised_coordinates(op, coordinates, size)
+            )
+
+    def multimask(self, op, masks, iou, object_score) -> dict:
+        """SAM's multimask outputs and the object score logit (one per prompt)."""
+        return {**super().multimask(op, masks, iou), "object_score_logits": object_score}
 
 
 MODEL_TYPES = {"sam2": Sam2Model}

@@ -9,6 +9,23 @@ embedding through ``encoder_conv*`` and the early ViT feature through
 ``compress_vit_conv*``). As transformers' defaults (fixed at build): the three multimask
 outputs, sorted by predicted IoU (best first), each plus the HQ mask
 (``hq_token_only=False``).
+
+transformers 5.24 differs from the original SAM-HQ code (SysCV/sam-hq,
+``segment_anything/modeling/mask_decoder_hq.py``), and so, for real checkpoints, from
+the masks the SAM-HQ authors trained and published; parity is with transformers:
+
+- the upscaled image: the original upscales the two-way transformer's *output* image
+  (``hs, src = self.transformer(...)``; ``src.transpose(1, 2).view(b, c, h, w)``), as
+  SAM does; transformers' ``SamHQMaskDecoder`` drops that output (``point_embedding,
+  iou_token_out = self.transformer(...)``, then overwrites ``iou_token_out``) and
+  upscales the transformer's *input* (the embedding plus the dense prompt, repeated per
+  prompt) after ``transpose(2, 3)`` of its ``[n, C, h, w]`` form, which swaps rows and
+  columns. Both the SAM masks and the HQ mask (``mask_conv*`` reads that upscaling) are
+  affected; the HQ features (``encoder_conv*`` of the embedding without the dense
+  prompt, plus ``compress_vit_conv*`` of the first global block's output) and the
+  tokens agree;
+- ``multimask_output=True``: the original keeps only the SAM mask of the best IoU (plus
+  the HQ mask, one mask and one score per prompt); transformers keeps all three, sorted.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import onnx_ir as ir
@@ -380,11 +380,13 @@ class SwinBackboneConfig(SwinConfig):
     """Swin as a backbone: the maps it returns, by transformers' stage names."""
 
     out_features: tuple[str, ...] = field(default=("stage4",))
+    #: The ``model_type`` of the backbone configs this class reads.
+    backbone_type: ClassVar[str] = "swin"
 
     @classmethod
     def hf_fields(cls, hf_config: Any) -> dict[str, Any]:
         # A variant's classifier (swinv2, convnextv2...) inherits this class's backbone_class.
-        require_backbone_type(hf_config, "swin")
+        require_backbone_type(hf_config, cls.backbone_type)
         fields = super().hf_fields(hf_config)
         return dict(fields, out_features=out_features(hf_config, len(fields["depths"])))
 
@@ -435,14 +437,17 @@ class SwinBackbone(nn.Module):
     """transformers' ``SwinBackbone``: ``feature_maps``, one per ``out_features`` entry."""
 
     config_class = SwinBackboneConfig
-    #: The encoder's final LayerNorm, which a backbone checkpoint keeps and never applies.
-    ignored: tuple[str, ...] = ("swin.layernorm.*",)
+    embeddings_class = SwinEmbeddings
+    encoder_class = SwinStagesEncoder
+    #: The encoder's final LayerNorm, which a backbone checkpoint keeps and never applies, and
+    #: the lookup tables older checkpoints saved (constants here).
+    ignored: tuple[str, ...] = ("swin.layernorm.*", "*.relative_position_index")
 
     def __init__(self, config: SwinBackboneConfig) -> None:
         super().__init__()
         self.config = config
-        self.embeddings = SwinEmbeddings(config)
-        self.encoder = SwinStagesEncoder(config)
+        self.embeddings = self.embeddings_class(config)
+        self.encoder = self.encoder_class(config)
         channels = zip(config.out_features, config.feature_channels(), strict=True)
         self.hidden_states_norms = StageNorms({name: LayerNorm(c) for name, c in channels})
 
@@ -473,6 +478,14 @@ class SwinForImageClassification(ConvNetForImageClassification):
     base_model_prefix = "swin"
     #: What a dense head (UperNet) puts under itself (:mod:`._backbone`).
     backbone_class = SwinBackbone
+
+    @staticmethod
+    def any_size_backbone_class() -> type:
+        """The backbone under heads whose graph takes any image size (MaskFormer's):
+        imported here, as :mod:`._swin_any_size` builds on this module."""
+        from mobius_vision.models._swin_any_size import AnySizeSwinBackbone
+
+        return AnySizeSwinBackbone
 
     def make_classifier(self, config) -> nn.Module:
         return Linear(config.num_features, config.num_labels, bias=True)

@@ -16,7 +16,16 @@ declares them in ``output_shapes()``:
 - ``predicted_depth`` [batch, depth_height, depth_width]: the raw depth (relative
   inverse depth, or metric depth in the family's unit), at the model's own output
   resolution; a runner resizes it to the image's size;
-- any extra field a family returns (Depth Pro's ``field_of_view``), by its transformers name.
+- any extra field a family returns, by its transformers name: Depth Pro's
+  ``field_of_view`` [batch], the horizontal field of view in degrees, where the checkpoint
+  has its FOV head (``use_fov_model``); its ``predicted_depth`` is then an inverse depth that
+  ``post_process_depth_estimation`` makes metric with the focal length the angle gives.
+  ZoeDepth's two-domain ("NK") form returns ``domain_logits`` [batch, 2], the scores of its
+  bin configurations (the batch's summed scores pick the one its depth comes from).
+
+Depth Pro's graph takes one image size (``patch_size`` over the smallest of
+``scaled_images_ratios``: 1536 x 1536 for ``apple/DepthPro-hf``), the size its image
+processor makes.
 
 The module takes ``pixel_values`` and returns a dict of its outputs.
 """

@@ -21,17 +21,28 @@ The image is encoded once; each prompt then runs the small decoder.
   box per prompt (``boxes == point_batch``) or none (``boxes == 0``: a zero-sized
   input, which is how "no box" is said). A box-only prompt passes points of shape
   [batch, boxes, 0, 2]. Without a box the graph appends transformers' padding point.
+- ``input_masks`` float [batch, 1, 4h, 4w]: a mask prompt per image, low-resolution mask
+  logits as ``pred_masks`` gives them (256x256 for SAM; transformers' ``input_masks``),
+  and ``has_input_mask`` float [batch]: 1 where the image's mask is a prompt, 0 where it
+  has none (the mask's values are then not read: pass zeros). Both are always fed, so
+  that one graph serves both cases, as in the original SAM's ONNX export
+  (``mask_input``, ``has_mask_input``); ``has_input_mask`` 0 is transformers'
+  ``input_masks=None`` (the learned no-mask embedding).
 - outputs ``pred_masks`` float [batch, point_batch, num_masks, 4h, 4w] (low-resolution
   mask logits: 256x256 for SAM; upscale, crop and resize them as transformers'
-  ``post_process_masks`` does) and ``iou_scores`` [batch, point_batch, num_masks].
+  ``post_process_masks`` does) and ``iou_scores`` [batch, point_batch, num_masks];
+  SAM 2 adds ``object_score_logits`` [batch, point_batch, 1] (the object is in the
+  image where it is above 0; the masks are not suppressed by it, as in transformers'
+  ``Sam2Model``).
 
 ``multimask_output`` is fixed at build to transformers' default, True: three masks per
-prompt for SAM. ``input_masks`` (a previous mask as a dense prompt) is not part of the
-contract yet: the dense prompt is the no-mask embedding.
+prompt for SAM. Iterative refinement, as SAM's predictor examples do it: run the decoder
+again with the best mask of the last run as ``input_masks`` (``has_input_mask`` 1).
 
-Module hooks: ``image_outputs()`` (names and shapes), ``encode_image(op, pixel_values)``
-(a dict of them), ``decode_prompts(op, image_outputs, points, labels, boxes)`` (a dict of
-``pred_masks`` and ``iou_scores``), ``num_masks`` and ``mask_size``; the config gives
+Module hooks: ``image_outputs()`` and ``prompt_outputs()`` (names and shapes),
+``encode_image(op, pixel_values)`` (a dict of the image outputs),
+``decode_prompts(op, image_outputs, prompt)`` (``prompt``: the prompt inputs by name; a
+dict of the prompt outputs), ``num_masks`` and ``mask_size``; the config gives
 ``image_size`` and ``num_channels``.
 """
 
@@ -86,15 +97,18 @@ class MaskGenerationTask(ModelTask):
             name: builder.input(name, dtype, shape)
             for name, shape in module.image_outputs().items()
         }
-        points = builder.input("input_points", dtype, ["batch", "point_batch", "points", 2])
-        labels = builder.input("input_labels", INT64, ["batch", "point_batch", "points"])
-        boxes = builder.input("input_boxes", dtype, ["batch", "boxes", 4])
-        outputs = module.decode_prompts(builder.op, image, points, labels, boxes)
-        size, masks = module.mask_size, module.num_masks
-        shapes = {
-            "pred_masks": ["batch", "point_batch", masks, size, size],
-            "iou_scores": ["batch", "point_batch", masks],
+        size = module.mask_size
+        prompt_inputs = {
+            "input_points": (dtype, ["batch", "point_batch", "points", 2]),
+            "input_labels": (INT64, ["batch", "point_batch", "points"]),
+            "input_boxes": (dtype, ["batch", "boxes", 4]),
+            "input_masks": (dtype, ["batch", 1, size, size]),
+            "has_input_mask": (dtype, ["batch"]),
         }
-        for name, shape in shapes.items():
+        prompt = {
+            name: builder.input(name, kind, shape) for name, (kind, shape) in prompt_inputs.items()
+        }
+        outputs = module.decode_prompts(builder.op, image, prompt)
+        for name, shape in module.prompt_outputs().items():
             set_output(builder, outputs[name], name, dtype, shape)
         return _model(graph)

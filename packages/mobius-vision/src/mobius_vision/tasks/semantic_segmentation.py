@@ -42,6 +42,12 @@ def processor_image_size(source_dir: Path | None) -> tuple[int, int] | None:
         settings = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from None
+    return fixed_image_size(settings, path)
+
+
+def fixed_image_size(settings, where) -> tuple[int, int] | None:
+    """The fixed ``(height, width)`` of image-processor ``settings`` (a dict read from
+    ``where``), as :func:`processor_image_size` reads it."""
     if not isinstance(settings, dict) or settings.get("do_resize", True) is False:
         return None
     size = settings.get("size")
@@ -54,7 +60,7 @@ def processor_image_size(source_dir: Path | None) -> tuple[int, int] | None:
     for side in pair:
         if not isinstance(side, int) or isinstance(side, bool) or not 0 < side <= MAX_IMAGE_SIDE:
             raise ConfigError(
-                f"{path}: size {size!r} is not a pair of sides in 1..{MAX_IMAGE_SIDE}"
+                f"{where}: size {size!r} is not a pair of sides in 1..{MAX_IMAGE_SIDE}"
             )
     return pair
 

@@ -13,6 +13,14 @@ sigmoid applied):
 - ``masks_queries_logits`` [batch, queries, height', width']: each query's mask logits at
   the pixel decoder's resolution (a quarter of the input for a ResNet backbone).
 
+Optional input, for families that condition their queries on a task (OneFormer):
+``task_inputs`` int64 [batch, task_seq_len], the token ids of "the task is semantic"
+("instance", "panoptic") as OneFormerProcessor makes them: the tokenizer's ids padded to
+``task_seq_len`` and multiplied by its attention mask (padding is 0). ``task_seq_len`` is
+fixed by the model (its task MLP reads the ids as numbers). A module declares it with
+:meth:`UniversalSegmentationModel.task_sequence_length` and takes it as ``forward``'s second
+argument; the graph's inputs are then ``pixel_values``, ``task_inputs``, in that order.
+
 ``mobius segment`` (:mod:`mobius_vision.universal_segmentation_runner`) turns them into a
 class map as ``post_process_semantic_segmentation`` does: the softmax of the classes (no
 "no object") times the sigmoid of the masks, summed over the queries, upsampled to each
@@ -40,6 +48,10 @@ class UniversalSegmentationModel(Model):
     def num_queries(self) -> int:
         raise NotImplementedError
 
+    def task_sequence_length(self) -> int | None:
+        """The length of the optional ``task_inputs`` input; None: the graph takes no task."""
+        return None
+
     def num_classes(self) -> int:
         """The class logits per query: the labels and "no object"."""
         return self.config.num_labels + 1
@@ -53,7 +65,8 @@ class UniversalSegmentationModel(Model):
 
 
 class UniversalSegmentationTask(ModelTask):
-    """One graph: ``pixel_values`` -> ``class_queries_logits``, ``masks_queries_logits``.
+    """One graph: ``pixel_values`` (and ``task_inputs`` where the module takes a task) ->
+    ``class_queries_logits``, ``masks_queries_logits``.
 
     The module (a :class:`UniversalSegmentationModel`) returns both outputs by name and
     says their shapes in ``output_shapes()``.
@@ -66,7 +79,11 @@ class UniversalSegmentationTask(ModelTask):
         pixel_values = builder.input(
             "pixel_values", dtype, ["batch", config.num_channels, "height", "width"]
         )
-        outputs = module(builder.op, pixel_values)
+        inputs = [pixel_values]
+        task_length = module.task_sequence_length()
+        if task_length is not None:
+            inputs.append(builder.input("task_inputs", ir.DataType.INT64, ["batch", task_length]))
+        outputs = module(builder.op, *inputs)
         shapes = module.output_shapes()
         for name in UNIVERSAL_SEGMENTATION_OUTPUTS:
             set_output(builder, outputs[name], name, dtype, shapes[name])

@@ -19,8 +19,9 @@ import onnx
 
 from mobius.testing import PARITY_ATOL, build_with_cli, perturb_parameters, record_parity
 
-#: transformers output fields compared with the graph outputs of the same name.
-_COMPARED = ("predicted_depth", "field_of_view")
+#: transformers output fields compared with the graph outputs of the same name (Depth Pro's
+#: ``field_of_view`` [batch], in degrees, where its FOV head is built).
+_COMPARED = ("predicted_depth", "field_of_view", "domain_logits")
 #: How far apart two images' reference depths must be, relative to the depth's magnitude, for a
 #: comparison to count (a tiny model whose head's biases swamp the image proves little).
 _MIN_IMAGE_SPREAD = 1e-2

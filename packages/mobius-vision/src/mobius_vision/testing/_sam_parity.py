@@ -3,12 +3,17 @@
 A tiny transformers ``SamModel`` (or the family's class) with every parameter perturbed
 is saved, built with the CLI, and compared on a batch of two different random images:
 ``image_embeddings`` (and the family's other image outputs) against
-``get_image_embeddings``; ``pred_masks`` and ``iou_scores`` against ``forward`` given the
-image embeddings, for three prompts: points with mixed labels (one padded), a point and
-a box per prompt, and boxes alone. The decoder is fed the ONNX image encoder's outputs,
-as a user runs the two graphs. Every difference is absolute, at fp32: the cases' tiny
-models (``initializer_range`` 0.2) give mask logits and IoU scores of order one, checked
-(at least 0.1), and a few units at most, so 1e-4 is the plain PARITY_ATOL.
+``get_image_embeddings``; ``pred_masks`` and ``iou_scores`` (and SAM 2's
+``object_score_logits``) against ``forward`` given the image embeddings, for four
+prompts: points with mixed labels (one padded), a point and a box per prompt, boxes
+alone, and a point with a mask prompt (``input_masks``) for every other image
+(``has_input_mask`` 1, 0, ...: transformers, which takes a mask for all images or none,
+runs image by image there). The other prompts pass ``has_input_mask`` 0, its no mask;
+the points pass random masks with it, which must not be read. The decoder is fed the
+ONNX image encoder's outputs, as a user runs the two graphs. Every difference is
+absolute, at fp32: the cases' tiny models (``initializer_range`` 0.2) give mask logits
+and IoU scores of order one, checked (at least 0.1), and a few units at most, so 1e-4
+is the plain PARITY_ATOL.
 """
 
 from __future__ import annotations
@@ -40,10 +45,27 @@ def make_random_sam(hf_config, model_class: str = "SamModel", seed: int = 0):
     return model.eval()
 
 
-def sam_prompts(image_size: int, batch: int, seed: int) -> dict[str, dict[str, np.ndarray]]:
+def prompt_mask_size(decoder) -> int:
+    """The side of the mask prompt a ``prompt_decoder`` session takes (``input_masks``)."""
+    shape = {i.name: i.shape for i in decoder.get_inputs()}["input_masks"]
+    return int(shape[-1])
+
+
+def sam_prompts(
+    image_size: int, batch: int, seed: int, mask_size: int
+) -> dict[str, dict[str, np.ndarray]]:
     """The compared prompts, as the ``prompt_decoder`` graph takes them (pixels of the
-    resized image): points (one padded with label -10), a point and a box each, boxes alone."""
+    resized image): points (one padded with label -10), a point and a box each, boxes
+    alone, a point and a ``mask_size`` square mask prompt for every other image."""
     rng = np.random.default_rng(seed)
+    no_mask = dict(
+        input_masks=np.zeros((batch, 1, mask_size, mask_size), np.float32),
+        has_input_mask=np.zeros(batch, np.float32),
+    )
+    # logits of the size a previous prediction gives: a few units either side of 0
+    masks = rng.normal(0.0, 3.0, (batch, 1, mask_size, mask_size)).astype(np.float32)
+    every_other = (np.arange(batch) % 2 == 0).astype(np.float32)
+    with_mask = dict(input_masks=masks, has_input_mask=every_other)
 
     def points(point_batch, count):
         return rng.uniform(0, image_size, (batch, point_batch, count, 2)).astype(np.float32)
@@ -54,25 +76,47 @@ def sam_prompts(image_size: int, batch: int, seed: int) -> dict[str, dict[str, n
 
     labels = np.array([[[1, 0, 1], [1, -1, -10]]] * batch, np.int64)
     return {
-        "points": dict(input_points=points(2, 3), input_labels=labels, input_boxes=boxes(0)),
+        "points": dict(
+            input_points=points(2, 3),
+            input_labels=labels,
+            input_boxes=boxes(0),
+            # a mask whose flag is 0 is not read: transformers' no mask
+            input_masks=masks,
+            has_input_mask=no_mask["has_input_mask"],
+        ),
         "points_and_boxes": dict(
             input_points=points(2, 1),
             input_labels=np.ones((batch, 2, 1), np.int64),
             input_boxes=boxes(2),
+            **no_mask,
         ),
         "boxes": dict(
             input_points=points(2, 0),
             input_labels=np.ones((batch, 2, 0), np.int64),
             input_boxes=boxes(2),
+            **no_mask,
+        ),
+        "points_and_mask": dict(
+            input_points=points(2, 1),
+            input_labels=np.ones((batch, 2, 1), np.int64),
+            input_boxes=boxes(0),
+            **with_mask,
         ),
     }
 
 
 def torch_prompt_arguments(prompt: dict[str, np.ndarray]) -> dict:
-    """The same prompt as transformers' ``forward`` takes it: absent parts are None."""
+    """The same prompt as transformers' ``forward`` takes it: absent parts are None (a mask
+    prompt for every image or for none: transformers takes no mix, see
+    :func:`torch_prompt_outputs`)."""
     import torch
 
     arguments = {}
+    has_mask = prompt["has_input_mask"]
+    if has_mask.all():
+        arguments["input_masks"] = torch.from_numpy(prompt["input_masks"])
+    elif has_mask.any():
+        raise ValueError("transformers takes a mask prompt for every image or for none")
     if prompt["input_points"].shape[2]:
         arguments["input_points"] = torch.from_numpy(prompt["input_points"])
         arguments["input_labels"] = torch.from_numpy(prompt["input_labels"])
@@ -140,6 +184,32 @@ def torch_decoder_inputs(torch_model, image: dict[str, np.ndarray]) -> dict:
     return arguments
 
 
+def torch_prompt_outputs(torch_model, image: dict, prompt: dict, names: list[str]) -> dict:
+    """transformers' ``forward`` outputs ``names`` given the image outputs and the prompt;
+    image by image where only some images have a mask prompt."""
+    import torch
+
+    has_mask = prompt["has_input_mask"]
+    if has_mask.any() and not has_mask.all():
+        rows = [
+            torch_prompt_outputs(
+                torch_model,
+                {k: v[i : i + 1] for k, v in image.items()},
+                {k: v[i : i + 1] for k, v in prompt.items()},
+                names,
+            )
+            for i in range(len(has_mask))
+        ]
+        return {name: np.concatenate([row[name] for row in rows]) for name in names}
+    with torch.no_grad():
+        reference = torch_model(
+            **torch_decoder_inputs(torch_model, image),
+            **torch_prompt_arguments(prompt),
+            multimask_output=True,
+        )
+    return {name: getattr(reference, name).float().numpy() for name in names}
+
+
 def compare_mask_generation(
     torch_model, encoder, decoder, pixels: np.ndarray, prompts: dict, *, checked: bool = True
 ) -> dict[str, float]:
@@ -147,8 +217,6 @@ def compare_mask_generation(
     ``decoder``) from ``torch_model``'s on ``pixels`` and each of ``prompts``
     (:func:`sam_prompts`); ``checked``: assert that the outputs depend on the image and are
     large enough to prove something (module docstring)."""
-    import torch
-
     diffs = {}
     names = [o.name for o in encoder.get_outputs()]
     image = dict(zip(names, encoder.run(None, {"pixel_values": pixels}), strict=True))
@@ -156,18 +224,13 @@ def compare_mask_generation(
         if checked:
             _spread_checked(name, reference)
         diffs[name] = float(np.abs(image[name] - reference).max())
-    outputs = ["pred_masks", "iou_scores"]
+    outputs = [o.name for o in decoder.get_outputs()]
     for prompt_name, prompt in prompts.items():
         got = dict(zip(outputs, decoder.run(outputs, {**image, **prompt}), strict=True))
-        with torch.no_grad():
-            reference = torch_model(
-                **torch_decoder_inputs(torch_model, image),
-                **torch_prompt_arguments(prompt),
-                multimask_output=True,
-            )
+        reference = torch_prompt_outputs(torch_model, image, prompt, outputs)
         for name in outputs:
             key = f"{prompt_name}/{name}"
-            expected = getattr(reference, name).float().numpy()
+            expected = reference[name]
             if checked:
                 _spread_checked(key, expected)
                 assert np.abs(expected).max() > _MIN_SCALE, (
@@ -208,7 +271,8 @@ def check_mask_generation_parity(
     vision = getattr(vision, "backbone_config", None) or vision  # SAM2: the Hiera's config
     size = image_size_pair(vision.image_size)[0]
     pixels = np.random.default_rng(seed).standard_normal((batch, 3, size, size)).astype(np.float32)
-    prompts = sam_prompts(int(hf_config.prompt_encoder_config.image_size), batch, seed)
+    image_size = int(hf_config.prompt_encoder_config.image_size)
+    prompts = sam_prompts(image_size, batch, seed, prompt_mask_size(sessions[1]))
     result = MaskGenerationParity(hf_config.model_type)
     result.diffs = compare_mask_generation(torch_model, *sessions, pixels, prompts)
     result.assert_close(atol)

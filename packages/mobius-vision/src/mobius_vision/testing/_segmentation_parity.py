@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import onnx
@@ -119,11 +120,14 @@ def check_backbone_parity(
     batch: int = 2,
     seed: int = 0,
     atol: float = PARITY_ATOL,
+    any_size: tuple[tuple[int, int], ...] = (),
 ) -> VisionParity:
     """mobius's ``backbone_class`` of ``hf_config.model_type`` against transformers'
     ``AutoBackbone``: every feature map, on a batch of random images at the config's
     ``image_size``. The backbone is built as a module (it is no registered model of its own)
-    and filled from the transformers model's saved checkpoint, every tensor used or ignored."""
+    and filled from the transformers model's saved checkpoint, every tensor used or ignored.
+    ``any_size``: image sizes instead, one graph of the family's backbone for heads that take
+    any size (:func:`~mobius_vision.models._backbone.backbone`) run at each."""
     import onnxruntime as ort
     import torch
     import transformers
@@ -132,12 +136,15 @@ def check_backbone_parity(
     torch_model = transformers.AutoBackbone.from_config(hf_config, dtype=torch.float32)
     perturb_parameters(torch_model, seed)
     torch_model.eval()
-    image_size = image_size_pair(getattr(hf_config, "image_size", 224))
-    pixels = random_image_batch(batch, hf_config.num_channels, image_size, seed)
+    sizes = any_size or (image_size_pair(getattr(hf_config, "image_size", 224)),)
+    batches = [random_image_batch(batch, hf_config.num_channels, size, seed) for size in sizes]
     with torch.no_grad():
-        references = [m.numpy() for m in torch_model(torch.from_numpy(pixels)).feature_maps]
+        references = [
+            [m.numpy() for m in torch_model(torch.from_numpy(pixels)).feature_maps]
+            for pixels in batches
+        ]
 
-    probe = BackboneProbe.of(hf_config)
+    probe = BackboneProbe.of(hf_config, any_size=bool(any_size))
     package = build_from_module(probe, task=TASK, config=probe.config)
     import onnx_ir as ir
     from safetensors.numpy import load_file
@@ -151,13 +158,15 @@ def check_backbone_parity(
     path = Path(workdir) / "backbone"
     package.save(path, progress=False)
     session = ort.InferenceSession(str(path / "model.onnx"), providers=["CPUExecutionProvider"])
-    got = session.run(None, {"pixel_values": pixels})
-    assert len(got) == len(references), f"{len(got)} maps, transformers {len(references)}"
     diffs = {}
-    for i, (mine, reference) in enumerate(zip(got, references, strict=True)):
-        _assert_depends_on_image(f"feature_maps.{i}", reference)
-        assert mine.shape == reference.shape, f"map {i}: {mine.shape} != {reference.shape}"
-        diffs[f"feature_maps.{i}"] = scaled_difference(mine, reference)
+    for size, pixels, maps in zip(sizes, batches, references, strict=True):
+        got = session.run(None, {"pixel_values": pixels})
+        assert len(got) == len(maps), f"{len(got)} maps, transformers {len(maps)}"
+        at = f" at {size[0]}x{size[1]}" if any_size else ""
+        for i, (mine, reference) in enumerate(zip(got, maps, strict=True)):
+            _assert_depends_on_image(f"feature_maps.{i}", reference)
+            assert mine.shape == reference.shape, f"map {i}{at}: {mine.shape} != {reference.shape}"
+            diffs[f"feature_maps.{i}{at}"] = scaled_difference(mine, reference)
     result = VisionParity("backbone", "default", diffs)
     result.assert_close(atol)
     return result
@@ -175,10 +184,18 @@ class BackboneProbe(Model):
         self.backbone = module
 
     @classmethod
-    def of(cls, hf_config) -> BackboneProbe:
-        """The probe of the backbone mobius registers for ``hf_config.model_type``."""
+    def of(cls, hf_config, any_size: bool = False) -> BackboneProbe:
+        """The probe of the backbone mobius registers for ``hf_config.model_type`` (for heads
+        that take any image size: ``pixel_values`` of a symbolic height and width)."""
         config = backbone_config(hf_config)
-        return cls(config, backbone(hf_config.model_type, config))
+        module = backbone(hf_config.model_type, config, any_size=any_size)
+        if any_size:  # the task reads the input's size from the config it is given
+            config = SimpleNamespace(
+                image_size=("height", "width"),
+                num_channels=config.num_channels,
+                out_features=config.out_features,
+            )
+        return cls(config, module)
 
     def output_shapes(self) -> dict[str, list]:
         count = len(self.config.out_features)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import onnx
@@ -64,10 +65,12 @@ class ZeroShotDetectionParity:
 
     ep: str
     diffs: dict[str, float] = field(default_factory=dict)
+    #: The outputs a comparison must hold.
+    required: ClassVar[tuple[str, ...]] = ("text_embeds", "logits", "pred_boxes")
 
     def assert_close(self, atol: float = PARITY_ATOL) -> None:
         record_parity(self)
-        for name in ("text_embeds", "logits", "pred_boxes"):
+        for name in self.required:
             assert name in self.diffs, f"--ep {self.ep}: {name} not compared ({self.diffs})"
         worst = max(self.diffs.values())
         assert worst <= atol, f"--ep {self.ep}: {self.diffs} > {atol:g}"
@@ -135,10 +138,21 @@ def check_zero_shot_detection_parity(
     seed: int = 0,
     atol: float = PARITY_ATOL,
     eps: tuple[str, ...] = ("default", "cpu"),
+    grounded: dict | None = None,
 ) -> list[ZeroShotDetectionParity]:
     """Build a perturbed tiny open-vocabulary detector with the CLI (once per ``eps`` entry)
     and compare both graphs' outputs with PyTorch on ``images`` random images and query
-    texts of ``lengths`` tokens."""
+    texts of ``lengths`` tokens. ``grounded`` (the options of
+    :func:`~._grounded_detection_parity.check_grounded_detection_parity`, e.g. ``{}``): a
+    family of the contract's grounded form (Grounding DINO), checked by that kit."""
+    if grounded is not None:
+        from mobius_vision.testing._grounded_detection_parity import (
+            check_grounded_detection_parity,
+        )
+
+        return check_grounded_detection_parity(
+            hf_config, workdir, seed=seed, atol=atol, eps=eps, **grounded
+        )
     workdir = Path(workdir)
     torch_model = make_random_open_detector(hf_config, seed)
     config = torch_model.config
