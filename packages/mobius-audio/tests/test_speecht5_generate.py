@@ -110,3 +110,53 @@ def test_build_validates(speecht5):
     assert report["passed"] and report["tokens_agree"], report
     assert report["reference"] == "transformers SpeechT5ForSpeechToText"
     assert max(report["diffs"].values()) <= 1e-4, report["diffs"]
+
+
+def char_sentencepiece(directory) -> str:
+    """A character-level sentencepiece model as SpeechT5's ``spm_char.model`` is (28 ids:
+    ``<s> <pad> </s> <unk>``, the word boundary and the letters), trained here."""
+    import sentencepiece
+
+    corpus = directory / "corpus.txt"
+    corpus.write_text("the quick brown fox jumps over the lazy dog\n" * 20)
+    prefix = directory / "spm_char"
+    sentencepiece.SentencePieceTrainer.train(
+        input=str(corpus), model_prefix=str(prefix), model_type="char", vocab_size=28,
+        bos_id=0, pad_id=1, eos_id=2, unk_id=3, minloglevel=2,
+    )  # fmt: skip
+    return f"{prefix}.model"
+
+
+def test_a_sentencepiece_tokenizer_travels_with_the_package(tmp_path, capsys):
+    """SpeechT5's real tokenizer (spm_char.model, no tokenizer.json form) is copied into the
+    package and decodes the transcription as transformers' tokenizer does."""
+    import torch
+    from transformers import SpeechT5Tokenizer
+
+    tokenizer = SpeechT5Tokenizer(char_sentencepiece(tmp_path))
+    hf_config = AutoConfig.for_model(
+        "speecht5", architectures=["SpeechT5ForSpeechToText"], **dict(SPEECHT5, vocab_size=28)
+    )
+    model = make_random_seq2seq(hf_config, seed=5, auto_class="AutoModelForSpeechSeq2Seq")
+    model.save_pretrained(tmp_path / "hf")
+    tokenizer.save_pretrained(tmp_path / "hf")
+    extractor = SpeechT5FeatureExtractor(do_normalize=True)
+    extractor.save_pretrained(tmp_path / "hf")
+    wav = tmp_path / "speech.wav"
+    write_wav(wav)
+    inputs = extract_inputs(
+        extractor, reference_audio(wav, 16000), 16000, "input_values", mask=True
+    )
+    with torch.no_grad():
+        generated = model.generate(
+            **{k: torch.from_numpy(v) for k, v in inputs.items()}, do_sample=False,
+            max_new_tokens=MAX_NEW_TOKENS,
+        )[0].tolist()  # fmt: skip
+    text = tokenizer.decode(generated, skip_special_tokens=True)
+    assert text.strip(), "a degenerate reference: the test would prove little"
+
+    package = build_with_cli(tmp_path / "hf", tmp_path / "onnx")
+    assert (package / "spm_char.model").is_file()
+    capsys.readouterr()
+    assert main(["generate", str(package), str(wav), "--max-new-tokens", str(MAX_NEW_TOKENS)]) == 0
+    assert capsys.readouterr().out.rstrip("\n") == text

@@ -17,6 +17,7 @@ import onnx_ir as ir
 from tqdm.auto import tqdm
 
 from mobius.errors import OutputError
+from mobius.weights._resolve import SENTENCEPIECE_FILES
 
 logger = logging.getLogger("mobius")
 
@@ -31,11 +32,7 @@ AUX_FILES = (
     "generation_config.json",
     "tokenizer.json",
     "tokenizer_config.json",
-    "tokenizer.model",
-    "spiece.model",
-    "sentencepiece.bpe.model",
-    "source.spm",
-    "target.spm",
+    *SENTENCEPIECE_FILES,
     "special_tokens_map.json",
     "added_tokens.json",
     "vocab.json",

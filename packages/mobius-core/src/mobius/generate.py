@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from mobius.errors import MobiusError
+from mobius.weights._resolve import SENTENCEPIECE_FILES
 
 __all__ = [
     "ORT_FLOAT_TYPES",
@@ -67,7 +68,7 @@ _DECODER_CACHE = re.compile(r"past_key_values\.\d+\.decoder\.(key|value)")  # se
 #: ONNX Runtime element type -> numpy type, for the float types its Python API feeds.
 ORT_FLOAT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
 # Files that hold a vocabulary; tokenizer_config.json alone does not.
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt")
+_TOKENIZER_FILES = ("tokenizer.json", *SENTENCEPIECE_FILES, "vocab.json", "vocab.txt")
 
 
 #: What ``mobius generate`` takes for an audio file, not a text prompt.

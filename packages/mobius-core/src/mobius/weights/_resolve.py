@@ -8,6 +8,17 @@ import pathlib
 from mobius.errors import ModelSourceError
 from mobius.plugins import load
 
+#: The sentencepiece models tokenizers read, under the names checkpoints give them
+#: (Llama, T5, XLM-R and NLLB, Marian's two, SpeechT5's character model).
+SENTENCEPIECE_FILES = (
+    "tokenizer.model",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "source.spm",
+    "target.spm",
+    "spm_char.model",
+)
+
 #: The files fetched from the hub: configs, tokenizer files and safetensors weights only.
 HUB_ALLOW_PATTERNS = [
     "config.json",
@@ -22,8 +33,7 @@ HUB_ALLOW_PATTERNS = [
     "vocab.json",
     "vocab.txt",
     "merges.txt",
-    "tokenizer.model",
-    "spiece.model",
+    *SENTENCEPIECE_FILES,
     # sentence-transformers: how the token states become one embedding
     "modules.json",
     "*_Pooling/config.json",
