@@ -120,3 +120,19 @@ def test_generate_refuses_a_broken_language_map(translated, tmp_path, capsys):
         err
         == "mobius: error: text_decoder_lang_to_code_id['fra']=1000000 is not a token id of the model\n"
     )
+
+
+def test_validate_v2_runs_the_reference_that_masks_the_chunks(tmp_path):
+    """``--validate`` on v2 (chunked attention, one adapter layer as real checkpoints have)
+    compares with transformers' SDPA attention: its eager path adds the boolean chunk mask
+    to the scores, which an eager reference would report as a mismatch."""
+    from mobius.validate import validate_package
+
+    model_type, overrides, _ = CASES["seamless_m4t_v2"]
+    config = AutoConfig.for_model(model_type, **dict(overrides, num_adapter_layers=1))
+    model = make_random_seq2seq(config, seed=0, auto_class="AutoModelForSpeechSeq2Seq")
+    for part in (model, SeamlessM4TFeatureExtractor()):
+        part.save_pretrained(tmp_path / "hf")
+    package = build_with_cli(tmp_path / "hf", tmp_path / "onnx")
+    report = validate_package(package, tmp_path / "hf")
+    assert report.passed, report.summary()

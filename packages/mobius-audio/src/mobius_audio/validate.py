@@ -99,7 +99,9 @@ def validate_speech_to_text(package_dir: Path, source: Path, record: dict, refer
     )
     if not reference:
         return smoke_report("speech-to-text", checked, _greedy(onnx_model, inputs, start))
-    torch_model = load_reference("AutoModelForSpeechSeq2Seq", source)
+    torch_model = load_reference(
+        "AutoModelForSpeechSeq2Seq", source, attn_implementation=_reference_attention(record)
+    )
     result = compare_speech_to_text(
         torch_model, onnx_model, inputs, [start], SAMPLE_DECODE_STEPS, False
     )
@@ -113,6 +115,18 @@ def validate_speech_to_text(package_dir: Path, source: Path, record: dict, refer
     }
     report.tokens_agree = result.onnx_tokens == result.torch_tokens
     return report
+
+
+def _reference_attention(record: dict) -> str:
+    """The attention transformers' reference runs with: what the built family asks for
+    (``reference_attention`` on its module class), else eager."""
+    from mobius import registry
+
+    for row in record.get("models") or []:
+        key = row.get("model_type") if isinstance(row, dict) else None
+        if isinstance(key, str) and key in registry:
+            return getattr(registry.get(key).module_class(), "reference_attention", "eager")
+    return "eager"
 
 
 def _greedy(onnx_model, inputs: dict[str, np.ndarray], start: int) -> dict[str, np.ndarray]:

@@ -224,10 +224,14 @@ def _write_validation(path: Path, report: ValidationReport) -> None:
 # -- shared by validators -------------------------------------------------------------
 
 
-def load_reference(auto_class: str, source: Path, **keywords: Any):
+def load_reference(
+    auto_class: str, source: Path, attn_implementation: str = "eager", **keywords: Any
+):
     """The source as transformers reads it: ``auto_class.from_pretrained`` in float32, eval.
 
-    A GGUF file goes through transformers' own GGUF reader (``gguf_file``).
+    A GGUF file goes through transformers' own GGUF reader (``gguf_file``). Attention
+    runs ``eager`` unless a family whose eager path transformers gets wrong asks for
+    another (``"sdpa"``).
     """
     import torch
     import transformers
@@ -238,7 +242,9 @@ def load_reference(auto_class: str, source: Path, **keywords: Any):
         arguments["gguf_file"] = source.name
         source = source.parent
     try:
-        model = model_class.from_pretrained(str(source), attn_implementation="eager", **arguments)
+        model = model_class.from_pretrained(
+            str(source), attn_implementation=attn_implementation, **arguments
+        )
     except Exception as exc:  # the reference's own refusal: say whose and why, in one line
         raise MobiusError(
             f"--validate: transformers' {auto_class} cannot load {source}: "

@@ -111,6 +111,11 @@ class SeamlessM4Tv2SpeechEncoder(SeamlessM4TSpeechEncoder):
 
 
 class SeamlessM4Tv2ForSpeechToText(SeamlessM4TForSpeechToText):
+    #: ``--validate``'s reference attention: with chunked attention (every real checkpoint),
+    #: transformers 5.24's eager path adds the boolean chunk mask to the scores instead of
+    #: masking; SDPA, its default, masks.
+    reference_attention = "sdpa"
+
     config_class = SeamlessM4Tv2Config
     speech_encoder_class = SeamlessM4Tv2SpeechEncoder
     ignored = SeamlessM4TForSpeechToText.ignored[:-1]  # no BatchNorm
