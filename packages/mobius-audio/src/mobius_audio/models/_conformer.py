@@ -35,11 +35,7 @@ from onnxscript import nn
 
 from mobius.components import BatchNorm, Conv2d, LayerNorm, Linear, get_activation
 from mobius_audio.models.wav2vec2 import Conv1d
-from mobius_audio.models.wav2vec2_conformer import RelPositionalEmbedding
-
-
-def _const(op, value: float, like):
-    return op.CastLike(op.Constant(value=ir.tensor(np.array(value, np.float32))), like)
+from mobius_audio.models.wav2vec2_conformer import RelPositionalEmbedding, _const, rel_shift
 
 
 def length_mask(op, lengths, like):
@@ -50,20 +46,6 @@ def length_mask(op, lengths, like):
     frames = op.Squeeze(op.Shape(like, start=1, end=2), [0])
     positions = op.Range(op.Constant(value_int=0), frames, op.Constant(value_int=1))
     return op.Less(op.Unsqueeze(positions, [0]), lengths)
-
-
-def rel_shift(op, scores, frames):
-    """Transformer-XL's skew of ``[b, h, f, 2f-1]`` position scores into ``[b, h, f(q), f(k)]``.
-
-    Pad one column on the left, fold to ``[2f, f]``, drop the first row, unfold to
-    ``[f, 2f-1]``, keep the first ``f`` columns: query ``i`` then reads the
-    distance ``i - j`` for key ``j`` (``frames`` is the 1-D shape slice ``[f]``).
-    """
-    scores = op.Pad(scores, op.Constant(value_ints=[0, 0, 0, 1, 0, 0, 0, 0]))
-    scores = op.Reshape(scores, op.Concat(op.Constant(value_ints=[0, 0, -1]), frames, axis=0))
-    scores = op.Slice(scores, [1], [np.iinfo(np.int64).max], [2])  # [b, h, 2f-1, f]
-    scores = op.Reshape(scores, op.Concat(op.Constant(value_ints=[0, 0]), frames, [-1], axis=0))
-    return op.Slice(scores, op.Constant(value_ints=[0]), frames, [3])
 
 
 class _ReLU(nn.Module):

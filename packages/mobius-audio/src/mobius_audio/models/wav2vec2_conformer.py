@@ -75,6 +75,20 @@ def _const(op, value: float, like):
     return op.CastLike(op.Constant(value=ir.tensor(np.array(value, np.float32))), like)
 
 
+def rel_shift(op, scores, frames):
+    """Transformer-XL's skew of ``[b, h, f, 2f-1]`` position scores into ``[b, h, f(q), f(k)]``.
+
+    Pad one column on the left, fold to ``[2f, f]``, drop the first row, unfold to
+    ``[f, 2f-1]``, keep the first ``f`` columns: query ``i`` then reads the
+    distance ``i - j`` for key ``j`` (``frames`` is the 1-D shape slice ``[f]``).
+    """
+    scores = op.Pad(scores, op.Constant(value_ints=[0, 0, 0, 1, 0, 0, 0, 0]))
+    scores = op.Reshape(scores, op.Concat(op.Constant(value_ints=[0, 0, -1]), frames, axis=0))
+    scores = op.Slice(scores, [1], [np.iinfo(np.int64).max], [2])  # [b, h, 2f-1, f]
+    scores = op.Reshape(scores, op.Concat(op.Constant(value_ints=[0, 0]), frames, [-1], axis=0))
+    return op.Slice(scores, op.Constant(value_ints=[0]), frames, [3])
+
+
 class RelPositionalEmbedding(nn.Module):
     """Sinusoids ``[2*frames - 1, hidden]`` for relative positions ``frames-1 .. -(frames-1)``.
 
@@ -164,13 +178,7 @@ class Wav2Vec2ConformerSelfAttention(nn.Module):
         pos = self.heads(op, op.Unsqueeze(self.linear_pos(op, positions), [0]))  # [1, h, 2f-1, d]
         with_v = self.heads(op, op.Add(q, op.Reshape(self.pos_bias_v, [-1])))
         scores = op.MatMul(with_v, op.Transpose(pos, perm=[0, 1, 3, 2]))  # [b, h, f, 2f-1]
-        # transformers' skew: pad one column left, fold to [2f, f], drop a row, unfold, keep f
-        frames = op.Shape(q, start=1, end=2)
-        scores = op.Pad(scores, op.Constant(value_ints=[0, 0, 0, 1, 0, 0, 0, 0]))
-        scores = op.Reshape(scores, op.Concat(op.Constant(value_ints=[0, 0, -1]), frames, axis=0))
-        scores = op.Slice(scores, [1], [np.iinfo(np.int64).max], [2])  # [b, h, 2f-1, f]
-        scores = op.Reshape(scores, op.Concat(op.Constant(value_ints=[0, 0]), frames, [-1], axis=0))
-        scores = op.Slice(scores, op.Constant(value_ints=[0]), frames, [3])  # [b, h, f, f]
+        scores = rel_shift(op, scores, op.Shape(q, start=1, end=2))  # [b, h, f, f]
         q = op.Add(q, op.Reshape(self.pos_bias_u, [-1]))
         return q, op.Mul(scores, _const(op, self.scale, scores))
 

@@ -61,6 +61,21 @@ NUM_POINTS = 4
 MASKED = -1e9
 
 
+def pixel_level_backbone(model_type: str, hf_config: Any) -> tuple[Any, Any]:
+    """``(transformers' backbone config, its family's config)``, refused with fewer than the
+    three maps the pixel decoder reads (Mask2Former, OneFormer)."""
+    hf_backbone = transformers_backbone(model_type, hf_config)
+    if getattr(hf_config, "pre_norm", False):
+        raise ConfigError(f"{model_type}: pre_norm decoder layers are not built yet")
+    inner = backbone_config(hf_backbone)
+    channels = inner.feature_channels() if hasattr(inner, "feature_channels") else []
+    if len(channels) < NUM_LEVELS:
+        raise ConfigError(
+            f"{model_type}: the backbone returns {len(channels)} maps; it needs 3 or more"
+        )
+    return hf_backbone, inner
+
+
 @dataclass
 class Mask2FormerConfig:
     model_type: str
@@ -85,13 +100,7 @@ class Mask2FormerConfig:
     def from_hf(cls, hf_config: Any) -> Mask2FormerConfig:
         """Normalise a transformers ``Mask2FormerConfig``; the backbone's through its family."""
         t = hf_config.model_type
-        hf_backbone = transformers_backbone(t, hf_config)
-        if getattr(hf_config, "pre_norm", False):
-            raise ConfigError(f"{t}: pre_norm decoder layers are not built yet")
-        inner = backbone_config(hf_backbone)
-        channels = inner.feature_channels() if hasattr(inner, "feature_channels") else []
-        if len(channels) < NUM_LEVELS:
-            raise ConfigError(f"{t}: the backbone returns {len(channels)} maps; it needs 3 or more")
+        hf_backbone, inner = pixel_level_backbone(t, hf_config)
         config = cls(
             model_type=t,
             backbone_type=hf_backbone.model_type,

@@ -39,7 +39,6 @@ from onnxscript import nn
 
 from mobius.components import Embedding, LayerNorm, Linear
 from mobius.errors import ConfigError
-from mobius_vision.models._backbone_config import backbone_config
 from mobius_vision.models._conv import Activation, Conv2d, Sequential
 from mobius_vision.models._deformable import flatten_map
 from mobius_vision.models._detr import DetrAttention, FeedForward, sine_positions
@@ -50,12 +49,12 @@ from mobius_vision.models.mask2former import (
     Mask2FormerPixelLevelModule,
     PackedMultiheadAttention,
     fpn_levels,
+    pixel_level_backbone,
 )
 from mobius_vision.models.maskformer import (
     checkpoint_ignored,
     mask_embedder,
     ones_mask,
-    transformers_backbone,
 )
 from mobius_vision.tasks.universal_segmentation import UniversalSegmentationModel
 
@@ -87,9 +86,7 @@ class OneFormerConfig(Mask2FormerConfig):
                 f"{t}: a DiNAT backbone (neighbourhood attention, natten's kernels) is not "
                 "built by mobius; OneFormer checkpoints over Swin or ConvNeXt are"
             )
-        hf_backbone = transformers_backbone(t, hf_config)
-        if getattr(hf_config, "pre_norm", False):
-            raise ConfigError(f"{t}: pre_norm decoder layers are not built yet")
+        hf_backbone, inner = pixel_level_backbone(t, hf_config)
         conv_dim, hidden = int(hf_config.conv_dim), int(hf_config.hidden_dim)
         if conv_dim != hidden or getattr(hf_config, "enforce_input_proj", False):
             raise ConfigError(
@@ -104,10 +101,6 @@ class OneFormerConfig(Mask2FormerConfig):
             )
         if float(hf_config.layer_norm_eps) != LAYER_NORM_EPS:
             raise ConfigError(f"{t}: layer_norm_eps {hf_config.layer_norm_eps} is not 1e-5")
-        inner = backbone_config(hf_backbone)
-        channels = inner.feature_channels() if hasattr(inner, "feature_channels") else []
-        if len(channels) < NUM_LEVELS:
-            raise ConfigError(f"{t}: the backbone returns {len(channels)} maps; it needs 3 or more")
         config = cls(
             model_type=t,
             backbone_type=hf_backbone.model_type,
