@@ -203,3 +203,14 @@ def write_image_and_wav(folder, samples: int, rate: int):
         out.setframerate(rate)
         out.writeframes((np.clip(clip, -1, 1) * 32767).astype("<i2").tobytes())
     return image, sound
+
+
+def assert_one_line_refusals(capsys, command: str, refusals: dict) -> None:
+    """Each ``message -> args`` of ``refusals`` run as ``mobius COMMAND *args`` exits 1 with
+    nothing on stdout and one stderr line containing ``message``."""
+    for message, args in refusals.items():
+        capsys.readouterr()
+        code = main([command, *map(str, args)])
+        out, err = capsys.readouterr()
+        assert code == 1 and not out, (message, out, err)
+        assert len(err.strip().splitlines()) == 1 and message in err, err

@@ -66,14 +66,14 @@ CASES = {
 }
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    """``built(case)``: ``(hf_dir, package_dir)`` of a case with its image processor, built once."""
-    root, done = tmp_path_factory.mktemp("depth"), {}
+def case_builder(root, cases: dict):
+    """``build(case)``: ``(hf_dir, package_dir)`` of a case of ``cases`` (model_type, config,
+    image processor factory) saved under ``root`` with its processor, built once."""
+    done = {}
 
     def build(case: str):
         if case not in done:
-            model_type, config, processor = CASES[case]
+            model_type, config, processor = cases[case]
             model = make_random_depth_model(AutoConfig.for_model(model_type, **config))
             model.save_pretrained(root / case)
             processor().save_pretrained(root / case)
@@ -81,6 +81,12 @@ def built(tmp_path_factory):
         return done[case]
 
     return build
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """``built(case)``: ``(hf_dir, package_dir)`` of a case with its image processor, built once."""
+    return case_builder(tmp_path_factory.mktemp("depth"), CASES)
 
 
 def usable(case: str, images: list[str]) -> list[str]:  # noqa: F811

@@ -22,15 +22,15 @@ import transformers
 from depth_parity_cases.dpt_hybrid import DPT_HYBRID
 from depth_parity_cases.zoedepth import BEIT_BACKBONE, ZOEDEPTH, ZOEDEPTH_NK
 from test_classify import images  # noqa: F401 (a module fixture: five varied images)
+from test_depth_cli import case_builder
 from transformers import AutoConfig
 
 from mobius.cli import main
 from mobius.errors import ConfigError, MobiusError
-from mobius.testing import PARITY_ATOL, assert_validation_fails, broken_copy, build_with_cli
+from mobius.testing import PARITY_ATOL, assert_validation_fails, broken_copy
 from mobius.validate import validate_package
 from mobius_vision.depth_runner import ZoeDepthProcessor, depth_processor
 from mobius_vision.models.zoedepth import ZoeDepthConfig
-from mobius_vision.testing import make_random_depth_model
 
 #: ZoeDepth's processor at a tiny size (its real one: 384 x 512, multiples of 32).
 PROCESSOR = dict(size={"height": 32, "width": 40}, ensure_multiple_of=4)
@@ -54,18 +54,7 @@ CASES = {
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """``built(case)``: ``(hf_dir, package_dir)`` of a case with its image processor, built once."""
-    root, done = tmp_path_factory.mktemp("zoedepth"), {}
-
-    def build(case: str):
-        if case not in done:
-            model_type, config, processor = CASES[case]
-            model = make_random_depth_model(AutoConfig.for_model(model_type, **config))
-            model.save_pretrained(root / case)
-            processor().save_pretrained(root / case)
-            done[case] = root / case, build_with_cli(root / case, root / f"{case}-onnx")
-        return done[case]
-
-    return build
+    return case_builder(tmp_path_factory.mktemp("zoedepth"), CASES)
 
 
 @pytest.mark.parametrize("do_pad", [True, False])

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _vl_built import assert_one_line_refusals
 from PIL import Image
 from text_prompted_segmentation_parity_cases.clipseg import TINY_CLIPSEG
 from transformers import AutoConfig
@@ -169,12 +170,7 @@ def test_refusals(built, image_file, capsys, tmp_path, monkeypatch):
             "2",
         ),
     }
-    for message, args in refusals.items():
-        capsys.readouterr()
-        code = main(["segment", *map(str, args)])
-        out, err = capsys.readouterr()
-        assert code == 1 and not out, (message, out, err)
-        assert len(err.strip().splitlines()) == 1 and message in err, err
+    assert_one_line_refusals(capsys, "segment", refusals)
 
 
 def test_wrong_packages_are_refused(built, image_file, tmp_path, capsys, monkeypatch):

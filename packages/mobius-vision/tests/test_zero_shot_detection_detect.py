@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _vl_built import assert_one_line_refusals
 from PIL import Image
 from transformers import AutoConfig
 from zero_shot_detection_parity_cases.owlvit import TINY_OWL
@@ -158,12 +159,7 @@ def test_refusals(built, image_file, capsys, tmp_path):
             "2",
         ),
     }
-    for message, args in refusals.items():
-        capsys.readouterr()
-        code = main(["detect", *map(str, args)])
-        out, err = capsys.readouterr()
-        assert code == 1 and not out, (message, out, err)
-        assert len(err.strip().splitlines()) == 1 and message in err, err
+    assert_one_line_refusals(capsys, "detect", refusals)
 
 
 def test_bad_processor_settings_are_refused():
