@@ -1,173 +1,40 @@
 """A built vision–language package in ONNX Runtime, driven one step at a time.
 
-Both forms of :mod:`mobius_vision.tasks.vision_language` run here: the split form (the
-``vision/`` graph once per prompt, ``embedding/`` on every step, ``decoder/`` with its
-cache) and the single ``model.onnx`` (``pixel_values`` beside the causal-LM inputs, no
-images on decode steps). The runner (:mod:`mobius_vision.runner`) and the parity kit
-(:mod:`mobius_vision.testing`) share this class.
+Core's :class:`~mobius.multimodal.OnnxMultimodalDecoder` over the folders a
+vision–language package holds (``vision/`` always; ``audio/`` where the package hears:
+:mod:`mobius_vision.tasks.audio_vision_language`). The runner (:mod:`mobius_vision.runner`)
+and the parity kit (:mod:`mobius_vision.testing`) share this class.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-
-import numpy as np
-
+from mobius.multimodal import OnnxMultimodalDecoder, cpu_session
 from mobius_vision.tasks.audio_vision_language import AUDIO_INPUTS
 
-#: Decoder inputs that are not images (the single form's other inputs are the images').
-TEXT_INPUTS = ("input_ids", "attention_mask", "position_ids", "token_type_ids")
-#: The split form's encoder graphs, each a folder beside embedding/ and decoder/ (vision/
-#: always; audio/ where the package hears: :mod:`mobius_vision.tasks.audio_vision_language`).
-ENCODERS = ("vision", "audio")
-#: (int64: a processor's bool masks go into int64 mask inputs, Aria's ``pixel_mask``; bool:
-#: the masks a graph takes as onnxruntime-genai feeds them, Phi-4-multimodal's audio mask.)
-_ORT_TYPES = {
-    "tensor(float)": np.float32,
-    "tensor(float16)": np.float16,
-    "tensor(int64)": np.int64,
-    "tensor(bool)": np.bool_,
-}
+__all__ = ["OnnxVisionLanguage", "cpu_session"]
 
 
-def cpu_session(path: Path):
-    """An ONNX Runtime session of ``path`` on the CPU with ONNX Runtime's default options."""
-    import onnxruntime as ort
+class OnnxVisionLanguage(OnnxMultimodalDecoder):
+    """A built VL package (``--form single`` or ``split``) driven step by step."""
 
-    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    ENCODERS = ("vision", "audio")
 
-
-def _empty(info) -> np.ndarray:
-    """An ONNX Runtime input's value with its symbolic dimensions at zero (no images)."""
-    dtype = np.int64 if info.type == "tensor(int64)" else _ORT_TYPES.get(info.type, np.float32)
-    return np.zeros([0 if isinstance(d, str) or d is None else d for d in info.shape], dtype)
-
-
-def _as_input(info, value: np.ndarray) -> np.ndarray:
-    """``value`` in the element type the graph input ``info`` takes (float32 pixels into an
-    f16 build)."""
-    dtype = _ORT_TYPES.get(info.type)
-    return value.astype(dtype) if dtype is not None and value.dtype != dtype else value
-
-
-class OnnxVisionLanguage:
-    """A built VL package (``--form single`` or ``split``) driven step by step.
-
-    ``open_session(path)`` opens each graph (default: :func:`cpu_session`);
-    ``decoder_session`` opens the decoder (default: ``open_session``).
-    """
-
-    def __init__(
-        self,
-        package: Path,
-        open_session: Callable[[Path], object] = cpu_session,
-        decoder_session: Callable[[Path], object] | None = None,
-    ) -> None:
-        package = Path(package)
-        self.single = (package / "model.onnx").exists()
-        decoder = package / ("model.onnx" if self.single else "decoder/model.onnx")
-        self.session = (decoder_session or open_session)(decoder)
-        self.vision = self.embedding = None
-        #: The split form's graphs beside embedding/ and decoder/ (vision/, audio/...) by name.
-        self.encoders = {}
-        if not self.single:
-            for name in ENCODERS:
-                if name == "vision" or (package / name / "model.onnx").is_file():
-                    self.encoders[name] = open_session(package / name / "model.onnx")
-            self.vision = self.encoders["vision"]
-            self.embedding = open_session(package / "embedding/model.onnx")
-        inputs = self.session.get_inputs()
-        self.inputs = {i.name: i for i in inputs}
-        self.past_inputs = [i for i in inputs if i.name.startswith("past_key_values.")]
-        self.output_names = [o.name for o in self.session.get_outputs()]
-        # pixel_values and any other vision input (image_sizes...) of the single graph
-        self.vision_names = [
-            i.name for i in inputs if i.name not in TEXT_INPUTS and i not in self.past_inputs
-        ]
-        self.decoder_inputs = set(self.inputs)
+    @property
+    def vision(self):
+        """The split form's vision graph (None in the single form)."""
+        return self.encoders.get("vision")
 
     @property
     def image_inputs(self) -> list:
-        """The graph inputs that take the processor's image (and audio) outputs (pixel_values...)."""
-        if self.single:
-            return [self.inputs[name] for name in self.vision_names]
-        encoders = [i for session in self.encoders.values() for i in session.get_inputs()]
-        return encoders + self._given_embedding_inputs()
+        """The graph inputs that take the processor's image (and audio) outputs."""
+        return self.encoder_inputs
 
-    def _given_embedding_inputs(self) -> list:
-        """The embedding graph's inputs the processor gives (Kosmos-2's
-        ``image_embeds_position_mask``): neither ``input_ids`` nor an encoder's output."""
-        made = {o.name for session in self.encoders.values() for o in session.get_outputs()}
-        inputs = self.embedding.get_inputs()
-        return [i for i in inputs if i.name != "input_ids" and i.name not in made]
+    def image_features(self, vision):
+        """The embedding graph's inputs but ``input_ids`` (:meth:`encoder_features`)."""
+        return self.encoder_features(vision)
 
     @property
     def audio_names(self) -> list[str]:
         """The inputs of the audio contract (:mod:`mobius_vision.tasks.audio_vision_language`)
         the package takes: none for a package that does not hear."""
         return [i.name for i in self.image_inputs if i.name in AUDIO_INPUTS]
-
-    @property
-    def position_rank(self) -> int:
-        """2 for ``position_ids`` [batch, sequence], 3 for M-RoPE's [3, batch, sequence]."""
-        return len(self.inputs["position_ids"].shape)
-
-    def empty_cache(self, batch: int) -> dict[str, np.ndarray]:
-        """Zero-length KV caches and zero-filled fixed-size states (conv, ssm)."""
-        cache = {}
-        for inp in self.past_inputs:
-            shape = [batch if d == "batch" else 0 if isinstance(d, str) else d for d in inp.shape]
-            cache[inp.name] = np.zeros(shape, dtype=_ORT_TYPES.get(inp.type, np.float32))
-        return cache
-
-    def __call__(
-        self, input_ids, vision: dict[str, np.ndarray] | None, mask, positions, cache, types=None
-    ):
-        """Logits and the next cache; ``vision`` holds the processor's image inputs, or None.
-
-        ``types`` is the processor's ``token_type_ids``, for decoders that take them
-        (zeros on decode steps).
-        """
-        if self.single:
-            vision = vision or {}  # no images (nor audio) on a decode step: empty inputs
-            images = {
-                n: _as_input(self.inputs[n], vision[n]) if n in vision else _empty(self.inputs[n])
-                for n in self.vision_names
-            }
-            return self._run_decoder({"input_ids": input_ids, **images}, mask, positions, cache)
-        features = self.image_features(vision)
-        values = self.embedding.run(None, {"input_ids": input_ids, **features})
-        names = [o.name for o in self.embedding.get_outputs()]
-        # inputs_embeds and any other embedding output the decoder takes (DeepStack's)
-        feeds = {n: v for n, v in zip(names, values, strict=True) if n in self.decoder_inputs}
-        if "token_type_ids" in self.decoder_inputs:
-            feeds["token_type_ids"] = np.zeros_like(input_ids) if types is None else types
-        return self._run_decoder(feeds, mask, positions, cache)
-
-    def image_features(self, vision: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
-        """The embedding graph's inputs but ``input_ids``, by name: the encoder graphs' outputs
-        (``image_features``, ``audio_features``...), each graph run where ``vision`` holds its
-        inputs (the outputs of the others empty), and what the processor gives the embedding
-        itself (Kosmos-2's ``image_embeds_position_mask``; empty where ``vision`` lacks it)."""
-        features = {i.name: _empty(i) for i in self.embedding.get_inputs() if i.name != "input_ids"}
-        for session in self.encoders.values():
-            inputs = session.get_inputs()
-            if vision is None or any(i.name not in vision for i in inputs):
-                continue
-            values = session.run(None, {i.name: _as_input(i, vision[i.name]) for i in inputs})
-            features.update(zip([o.name for o in session.get_outputs()], values, strict=True))
-        for i in self._given_embedding_inputs():
-            if vision is not None and i.name in vision:
-                features[i.name] = _as_input(i, vision[i.name])
-        return features
-
-    def _run_decoder(self, feeds, mask, positions, cache):
-        feeds = dict(feeds, attention_mask=mask, position_ids=positions, **cache)
-        outputs = dict(zip(self.output_names, self.session.run(None, feeds), strict=True))
-        present = {
-            name.replace("present.", "past_key_values."): value
-            for name, value in outputs.items()
-            if name.startswith("present.")
-        }
-        return outputs["logits"], present

@@ -1,6 +1,7 @@
 """Tasks: the input/output contracts of the graphs mobius builds.
 
-Core owns the causal-LM, seq2seq and feature-extraction contracts; domain
+Core owns the causal-LM, seq2seq, feature-extraction and multimodal-decoder
+contracts (the last a base: a domain names the task and lists its encoders); domain
 packages register theirs (``registry.register_task``). :func:`get_task` finds
 either by name.
 """
@@ -8,6 +9,7 @@ either by name.
 from mobius.tasks._base import IR_VERSION, OPSET, ModelTask, new_graph, set_output, twin_module
 from mobius.tasks._causal_lm import INT64, CausalLMTask, cache_layout, present_shape
 from mobius.tasks._feature_extraction import FeatureExtractionTask
+from mobius.tasks._multimodal import EncoderGraph, MultimodalDecoderTask
 from mobius.tasks._seq2seq import Seq2SeqTask
 
 
@@ -23,8 +25,10 @@ __all__ = [
     "IR_VERSION",
     "OPSET",
     "CausalLMTask",
+    "EncoderGraph",
     "FeatureExtractionTask",
     "ModelTask",
+    "MultimodalDecoderTask",
     "Seq2SeqTask",
     "cache_layout",
     "get_task",

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import logging
 
-from mobius_vision.tasks.vision_language import Encoder, VisionLanguageTask
+from mobius_vision.tasks.vision_language import EncoderGraph, VisionLanguageTask
 
 logger = logging.getLogger("mobius")
 
@@ -71,11 +71,11 @@ class AudioVisionLanguageTask(VisionLanguageTask):
             logger.warning("%s: %s", config.model_type, left_out)
         return config
 
-    def encoders(self, module) -> list[Encoder]:
+    def encoders(self, module) -> list[EncoderGraph]:
         """The vision graph, then the audio graph where the module has an audio tower."""
         if not module.audio_modules():
             return super().encoders(module)
-        audio = Encoder(
+        audio = EncoderGraph(
             "audio",
             module.audio_inputs,
             module.audio_modules,
