@@ -381,3 +381,14 @@ def test_no_weights_needs_no_checkpoint(capsys, tiny_llama_dir: Path, tmp_path: 
     out = tmp_path / "graph-only"
     build(capsys, tiny_llama_dir, out, "--no-weights")
     assert (out / "model.onnx").is_file()
+
+
+def test_model_type_builds_the_checkpoint_as_that_key(capsys, tiny_llama_dir, tmp_path) -> None:
+    out = tmp_path / "as-mistral"
+    build(capsys, tiny_llama_dir, out, "--model-type", "mistral", "--no-weights")
+    record = json.loads((out / "mobius.json").read_text())
+    assert [m["model_type"] for m in record["models"]] == ["mistral"]
+    code, _, stderr = run_cli(
+        capsys, "build", "--model", str(tiny_llama_dir), str(tmp_path / "x"), "--model-type", "nope"
+    )
+    assert code != 0 and "nope" in stderr and not (tmp_path / "x").exists()

@@ -39,6 +39,7 @@ _CORE_BUILD_DESTS = {
     "quant_embeddings", "requantize", "block_size", "symmetric", "accuracy_level", "revision", "head",
     "quant_method", "quant_mix", "validate", "atol", "opset",
     "pooling", "normalize", "overwrite", "allow_pickle", "quiet", "verbose", "run", "command",
+    "model_type",
 }  # fmt: skip
 
 
@@ -55,6 +56,7 @@ def build_options(args: argparse.Namespace):
         opset=args.opset,
         revision=args.revision,
         allow_pickle=args.allow_pickle,
+        model_type=args.model_type,
         head=args.head,
         pooling=args.pooling,
         normalize=args.normalize,
@@ -381,6 +383,14 @@ def make_parser(plugins: bool = True) -> argparse.ArgumentParser:
         help=f"the ONNX opset of the graphs (default {OPSETS[0]}): a later one for a runtime "
         "that wants it. Earlier ones cannot hold the Attention, RotaryEmbedding and "
         "RMSNormalization ops the graphs use",
+    )
+    build.add_argument(
+        "--model-type",
+        metavar="KEY",
+        default=None,
+        help="build the checkpoint as this registered key instead of the type its config.json "
+        "names: a checkpoint holding several models picks one by its class (SeamlessM4T's "
+        "SeamlessM4TForTextToText). mobius list shows the keys",
     )
     build.add_argument(
         "--no-weights",
