@@ -201,3 +201,13 @@ def test_text_runners_refuse_an_output_file(tmp_path):
         stream_to_stdout(Streamer(), "hi", options)
     with pytest.raises(MobiusError, match=f"{tmp_path} generates text"):
         run_text_cli(tmp_path, "hi", options)
+
+
+def test_text_runner_refuses_guidance(tmp_path):
+    """``--guidance-scale`` (core's, for guided image, music and speech generators) is refused
+    for a text package rather than ignored."""
+    from mobius.errors import MobiusError
+    from mobius.generate import run_text_cli
+
+    with pytest.raises(MobiusError, match="--guidance-scale applies to guided generators"):
+        run_text_cli(tmp_path, "hi", {"guidance_scale": 3.0})

@@ -85,7 +85,8 @@ class Registry:
         self._register_core()
 
     def _register_core(self) -> None:
-        """The contracts core owns itself: causal LM, seq2seq, feature extraction."""
+        """The contracts core owns itself (causal LM, seq2seq, feature extraction) and the
+        generate option several domains read (``--guidance-scale``)."""
         for name, target, heads, validate in (
             ("causal-lm", "_causal_lm:CausalLMTask", (), "validate_causal_lm"),
             ("seq2seq", "_seq2seq:Seq2SeqTask", (), "validate_seq2seq"),
@@ -105,6 +106,25 @@ class Registry:
                     validate=f"mobius._validators:{validate}",
                 )
             )
+        # Classifier-free guidance: diffusion pipelines, music and speech generators all mix a
+        # conditional and an unconditional prediction, so one flag serves every domain.
+        self.register_option(
+            CliOption(
+                "generate",
+                "guidance_scale",
+                ("--guidance-scale",),
+                dict(
+                    type=float,
+                    default=None,
+                    metavar="G",
+                    help="classifier-free guidance scale, for packages that mix a conditional "
+                    "and an unconditional prediction (image, music and speech generators); "
+                    "default: the package's own; 1 turns guidance off where the model allows",
+                ),
+                group="guided generators",
+                package="mobius-core",
+            )
+        )
 
     def register(
         self, key: str, module: Any, *, task: str, package: str, config: Any = None

@@ -5,7 +5,7 @@
   component directory and a lone adapter ``.safetensors`` (:mod:`mobius_diffusion.source`);
 - ``mobius build --skip-component``;
 - the ``mobius generate`` runner of pipeline packages (:mod:`mobius_diffusion.runner`)
-  and its options (``--steps``, ``--guidance-scale``, ``--height``, ``--width``).
+  and its options (``--steps``, ``--height``, ``--width``; it reads core's ``--guidance-scale``).
 
 Everything is named by lazy ``"module:attribute"`` strings: registering imports nothing.
 """
@@ -87,17 +87,6 @@ def register_slice(registry) -> None:
             "steps",
             ("--steps",),
             dict(type=int, default=20, metavar="N", help="denoising steps (default 20)"),
-        ),
-        (
-            "guidance_scale",
-            ("--guidance-scale",),
-            dict(
-                type=float,
-                default=None,
-                metavar="G",
-                help="classifier-free guidance (Stable Diffusion, default 7.5; SDXL, 5.0) or "
-                "the guidance embedding (Flux dev, default 3.5)",
-            ),
         ),
         ("height", ("--height",), dict(type=int, default=None, metavar="PX", help="image height")),
         ("width", ("--width",), dict(type=int, default=None, metavar="PX", help="image width")),
