@@ -392,3 +392,17 @@ def test_model_type_builds_the_checkpoint_as_that_key(capsys, tiny_llama_dir, tm
         capsys, "build", "--model", str(tiny_llama_dir), str(tmp_path / "x"), "--model-type", "nope"
     )
     assert code != 0 and "nope" in stderr and not (tmp_path / "x").exists()
+
+
+def test_a_processor_nested_in_processor_config_is_unfolded(capsys, tiny_llama_dir, tmp_path):
+    """transformers 5 saves a processor's feature extractor inside processor_config.json;
+    the package gets it as preprocessor_config.json, where the runners read it."""
+    settings = {"feature_size": 80, "sampling_rate": 16000}
+    processor = {"feature_extractor": settings, "processor_class": "SomeProcessor"}
+    (tiny_llama_dir / "processor_config.json").write_text(json.dumps(processor))
+    build(capsys, tiny_llama_dir, tmp_path / "nested", "--no-weights")
+    assert json.loads((tmp_path / "nested" / "preprocessor_config.json").read_text()) == settings
+    assert (tmp_path / "nested" / "processor_config.json").is_file()
+    (tiny_llama_dir / "preprocessor_config.json").write_text(json.dumps({"own": 1}))
+    build(capsys, tiny_llama_dir, tmp_path / "own", "--no-weights")
+    assert json.loads((tmp_path / "own" / "preprocessor_config.json").read_text()) == {"own": 1}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import logging
 import os
 import re
@@ -41,8 +42,32 @@ AUX_FILES = (
     "chat_template.jinja",
     "chat_template.json",
     "preprocessor_config.json",
+    "processor_config.json",
     "normalizer.json",  # Whisper's English text normaliser (read by its tokenizer)
 )
+
+#: The sub-processors transformers 5 nests in ``processor_config.json`` instead of writing
+#: ``preprocessor_config.json``, where mobius's runners read their settings.
+NESTED_PREPROCESSORS = ("feature_extractor", "image_processor")
+
+
+def nested_preprocessor_config(source_dir: Path) -> str | None:
+    """``preprocessor_config.json`` for a source that holds its settings only nested in
+    ``processor_config.json`` (transformers 5's processors save them there), or None.
+
+    Only an unambiguous case is unfolded: exactly one nested feature extractor or image
+    processor, as a JSON object. An unreadable file is left to the runner that needs it.
+    """
+    if (source_dir / "preprocessor_config.json").is_file():
+        return None
+    try:
+        raw = json.loads((source_dir / "processor_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(raw, dict):
+        return None
+    nested = [raw[k] for k in NESTED_PREPROCESSORS if isinstance(raw.get(k), dict)]
+    return json.dumps(nested[0], indent=2) + "\n" if len(nested) == 1 else None
 
 
 @dataclass
@@ -163,7 +188,12 @@ class ModelPackage:
         for name, source in self.aux_files().items():
             (staging / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, staging / name)
-        for name, text in self.text_files.items():
+        text_files = dict(self.text_files)
+        if self.source_dir is not None and self.source_dir.is_dir():
+            unfolded = nested_preprocessor_config(self.source_dir)
+            if unfolded is not None and "preprocessor_config.json" not in self.extra_files:
+                text_files.setdefault("preprocessor_config.json", unfolded)
+        for name, text in text_files.items():
             (staging / name).parent.mkdir(parents=True, exist_ok=True)
             (staging / name).write_text(text, encoding="utf-8")
 

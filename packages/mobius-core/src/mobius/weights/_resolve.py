@@ -24,6 +24,7 @@ HUB_ALLOW_PATTERNS = [
     "config.json",
     "generation_config.json",
     "preprocessor_config.json",
+    "processor_config.json",
     "tokenizer.json",
     "tokenizer_config.json",
     "special_tokens_map.json",
