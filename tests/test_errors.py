@@ -110,9 +110,11 @@ def test_near_miss_model_type_lists_close_matches(capsys, tmp_path: Path, output
 
 
 def test_known_domain_key_without_support_yet(capsys, tmp_path: Path, outputs: Path) -> None:
-    """An audio model_type mobius-audio does not register (Bark): still one clear line."""
-    model = write_tiny_llama(tmp_path / "m", model_type="bark")
-    assert_fails_cleanly(capsys, model, outputs / "out", "unknown model type 'bark'")
+    """An audio model_type mobius-audio does not register (FastSpeech2): still one clear line."""
+    model = write_tiny_llama(tmp_path / "m", model_type="fastspeech2_conformer")
+    assert_fails_cleanly(
+        capsys, model, outputs / "out", "unknown model type 'fastspeech2_conformer'"
+    )
 
 
 def test_diffusers_component_class_not_registered(capsys, tmp_path: Path, outputs: Path) -> None:

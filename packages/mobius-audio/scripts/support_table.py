@@ -24,14 +24,19 @@ OUTPUT = PACKAGE_DIR / "SUPPORT.md"
 VERIFIED = PACKAGE_DIR / "src" / "mobius_audio" / "verified.json"
 
 #: A parity test: (file, test function, case table, model_type of every case or None
-#: when each case's value starts with its model_type).
+#: when each case's value starts with its model_type). The case table is
+#: ``"module:ATTR"`` (a dict or a function returning one), or ``"=id1,id2"``: the
+#: function's parametrize ids written out (``"="`` alone: an unparametrized test).
 Parity = tuple[str, str, str, str | None]
 
-#: (task, transformers mapping names, parity tests, heading, what the parity covers)
-KITS: tuple[tuple[str, tuple[str, ...], tuple[Parity, ...], str, str], ...] = (
+#: Transformers mapping names of a kit's table: ``"NAME"`` (every type of the mapping),
+#: ``"NAME[a,b]"`` (only those), ``"NAME[-a,b]"`` (all but those); ``"REGISTRY[K1,K2]"``
+#: lists registry keys that are checkpoint classes (a second model of one type).
+#: (tasks, transformers mapping names, parity tests, heading, what the parity covers)
+KITS: tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[Parity, ...], str, str], ...] = (
     (
-        "speech-to-text",
-        ("MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES",),
+        ("speech-to-text",),
+        ("MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES[-dia,voxtral,granite_speech,kyutai_speech_to_text]",),
         (
             ("test_whisper_parity.py", "test_whisper_parity", "test_whisper_parity:CASES",
              "whisper"),
@@ -50,7 +55,44 @@ KITS: tuple[tuple[str, tuple[str, ...], tuple[Parity, ...], str, str], ...] = (
         "through the model's real feature extractor, equal greedy tokens, --ep default and cpu",
     ),
     (
-        "audio-feature-extraction",
+        ("transducer",),
+        ("MODEL_FOR_RNNT_MAPPING_NAMES", "MODEL_FOR_TDT_MAPPING_NAMES"),
+        (
+            ("test_parakeet_transducer.py", "test_graphs_and_tokens_match_transformers",
+             "=parakeet_rnnt", "parakeet_rnnt"),
+            ("test_parakeet_transducer.py", "test_graphs_and_tokens_match_transformers",
+             "=parakeet_tdt", "parakeet_tdt"),
+        ),
+        "Transducers",
+        "fp32, max abs difference ≤ 1e-4 on the encoder states, four prediction-network steps "
+        "with the LSTM state carried and the joint logits, a batch of two clips of different "
+        "lengths; greedy tokens equal transformers' generate on each clip, --ep default",
+    ),
+    (
+        ("audio-language", "streaming-speech-to-text"),
+        (
+            "MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES[qwen2_audio,voxtral,granite_speech,"
+            "granite_speech_plus,audioflamingo3,glmasr,kyutai_speech_to_text]",
+        ),
+        (
+            ("test_qwen2_audio.py", "test_qwen2_audio::test_parity_batch_of_two", "=",
+             "qwen2_audio"),
+            ("test_voxtral_parity.py", "test_voxtral_parity::test_parity_batch_of_two",
+             "=default,cpu", "voxtral"),
+            ("test_granite_speech.py", "test_granite_speech::test_parity_batch_of_two", "=",
+             "granite_speech"),
+            ("test_kyutai_stt.py", "test_kyutai_stt::test_codes_and_logits_match_transformers",
+             "=", "kyutai_speech_to_text"),
+            ("test_kyutai_stt.py", "test_kyutai_stt::test_generate_matches_transformers",
+             "=default,cpu", "kyutai_speech_to_text"),
+        ),
+        "Speech LLMs",
+        "fp32, max abs difference ≤ 1e-4 on the audio features, the prefill logits and cached "
+        "decode steps, greedy tokens equal to transformers' generate (Kyutai: the Mimi codes "
+        "and the streamed logits)",
+    ),
+    (
+        ("audio-feature-extraction",),
         (
             "MODEL_FOR_CTC_MAPPING_NAMES",
             "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES",
@@ -68,18 +110,38 @@ KITS: tuple[tuple[str, tuple[str, ...], tuple[Parity, ...], str, str], ...] = (
         "x-vector heads: --ep default)",
     ),
     (
-        "text-to-audio",
-        ("MODEL_FOR_TEXT_TO_WAVEFORM_MAPPING_NAMES", "MODEL_FOR_TEXT_TO_SPECTROGRAM_MAPPING_NAMES"),
+        ("text-to-audio", "bark-text-to-audio", "text-to-music", "text-to-music-prefix",
+         "text-to-dialogue", "conversational-speech", "text-to-speech", "spectrogram-vocoder"),
+        ("MODEL_FOR_TEXT_TO_WAVEFORM_MAPPING_NAMES", "MODEL_FOR_TEXT_TO_SPECTROGRAM_MAPPING_NAMES",
+         "MODEL_MAPPING_NAMES[dia]", "REGISTRY[SpeechT5ForTextToSpeech]"),
         (
             ("test_tts_parity.py", "test_tts_parity", "tts_cases:all_cases", None),
+            ("test_bark.py", "test_bark::test_stage_graphs_match_transformers",
+             "=default,cpu", "bark"),
+            ("test_musicgen.py", "test_musicgen::test_graphs_match_transformers", "=",
+             "musicgen"),
+            ("test_musicgen_melody.py", "test_musicgen_melody::test_graphs_match_transformers",
+             "=", "musicgen_melody"),
+            ("test_dia_parity.py", "test_dia_parity::test_encoder_and_cached_decoder_match_transformers",
+             "=default,cpu", "dia"),
+            ("test_csm.py", "test_csm::test_graphs_match_transformers",
+             "=backbone,depth_decoder,codec", "csm"),
+            ("test_csm.py", "test_csm::test_cpu_ep_build_matches_transformers", "=", "csm"),
+            ("test_speecht5_tts.py", "test_speecht5_tts::test_batch_speaks_as_transformers",
+             "=default,cpu", "SpeechT5ForTextToSpeech"),
+            ("test_speecht5_tts.py",
+             "test_speecht5_tts::test_encoder_and_vocoder_graphs_equal_pytorch", "=",
+             "speecht5_hifigan"),
         ),
         "Text to speech and audio",
-        "fp32, max abs difference ≤ 1e-4 on the waveform of a batch of two texts of different "
-        "lengths, transformers fed the same noise as the graphs' noise inputs, equal clip "
-        "lengths, --ep default and cpu",
+        "fp32, max abs difference ≤ 1e-4 on every graph (the autoregressive ones: prefill and "
+        "cached steps), a batch of two texts of different lengths, transformers fed the same "
+        "noise as the graphs' noise inputs; the generated codes equal transformers' greedy "
+        "generate and the waveform within 1e-4 (tests of each runner), --ep default and cpu "
+        "where the row's test says so",
     ),
     (
-        "audio-codec",
+        ("audio-codec",),
         ("MODEL_FOR_AUDIO_TOKENIZATION_NAMES", "MODEL_MAPPING_NAMES[encodec,mimi,xcodec]"),
         (
             ("test_codec_parity.py", "test_codec_parity", "codec_cases:all_cases", None),
@@ -89,7 +151,20 @@ KITS: tuple[tuple[str, tuple[str, ...], tuple[Parity, ...], str, str], ...] = (
         "every codebook and with one, clips of different lengths, --ep default and cpu",
     ),
     (
-        "zero-shot-audio-classification",
+        ("seq2seq",),
+        ("REGISTRY[SeamlessM4TForTextToText,SeamlessM4Tv2ForTextToText]",),
+        (
+            ("test_seamless_m4t_text.py", "test_seamless_m4t_text_to_text_parity",
+             "=seamless_m4t", "SeamlessM4TForTextToText"),
+            ("test_seamless_m4t_text.py", "test_seamless_m4t_text_to_text_parity",
+             "=seamless_m4t_v2", "SeamlessM4Tv2ForTextToText"),
+        ),
+        "Text to text",
+        "fp32, max abs difference ≤ 1e-4 on the encoder output, the decoder prefill and "
+        "cached steps, a batch of two texts of different lengths, equal greedy tokens",
+    ),
+    (
+        ("zero-shot-audio-classification",),
         ("MODEL_MAPPING_NAMES[clap]",),
         (
             ("test_clap.py", "test_clap_parity", "test_clap:CASES", None),
@@ -102,8 +177,15 @@ KITS: tuple[tuple[str, tuple[str, ...], tuple[Parity, ...], str, str], ...] = (
 )  # fmt: skip
 
 
+def _selected(mapping: str) -> tuple[str, set[str], bool]:
+    """``"NAME[a,b]"`` -> (NAME, {a, b}, exclude?): see :data:`KITS`."""
+    name, _, listed = mapping.rstrip("]").partition("[")
+    exclude = listed.startswith("-")
+    return name, set(filter(None, listed.lstrip("-").split(","))), exclude
+
+
 def transformers_types() -> dict[str, dict[str, str]]:
-    """Task -> {model_type: transformers class} of every audio type transformers ships."""
+    """Kit (its first task) -> {key: transformers class} of every audio type transformers ships."""
     from transformers.models.auto import modeling_auto as auto
 
     def first(name):
@@ -111,23 +193,27 @@ def transformers_types() -> dict[str, dict[str, str]]:
 
     tables: dict[str, dict[str, str]] = {}
     claimed: set[str] = set()
-    for task, mappings, *_ in KITS:
-        table = tables.setdefault(task, {})
+    for tasks, mappings, *_ in KITS:
+        table = tables.setdefault(tasks[0], {})
         for mapping in mappings:
-            # "NAME[a,b]": only those types of the mapping (codecs, CLAP: no task table)
-            name_of, _, only = mapping.rstrip("]").partition("[")
-            for key, name in getattr(auto, name_of).items():
-                if only and key not in only.split(","):
+            name, listed, exclude = _selected(mapping)
+            if name == "REGISTRY":  # checkpoint classes: the key is the class
+                table.update({key: key for key in listed})
+                continue
+            for key, cls in getattr(auto, name).items():
+                if listed and (key in listed) == exclude:
                     continue
                 if key not in claimed and key not in table:
-                    table[key] = first(name)
+                    table[key] = first(cls)
         claimed |= set(table)
     return tables
 
 
 def _cases(parity: Parity) -> dict[str, str]:
-    """Case name -> model_type of one parity test file's table ({} if the file is absent)."""
+    """Case name -> registry key of one parity test's table ({} if the file is absent)."""
     file, _test, spec, model_type = parity
+    if spec.startswith("="):  # parametrize ids written out ("" alone: unparametrized)
+        return dict.fromkeys(spec[1:].split(","), model_type) if (TESTS / file).is_file() else {}
     if not (TESTS / file).is_file() and not (TESTS / spec.partition(":")[0]).is_dir():
         return {}
     module_name, _, attr = spec.partition(":")
@@ -137,39 +223,42 @@ def _cases(parity: Parity) -> dict[str, str]:
 
 
 def statuses(junit_xml: Path | None) -> dict[str, list[tuple[str, str, str]]]:
-    """Task -> rows ``(model_type, transformers class, status)``."""
+    """Kit (its first task) -> rows ``(key, transformers class, status)``."""
     import mobius_audio
 
     sys.path.insert(0, str(TESTS))
-    registered = {k: cls.task for k, cls in mobius_audio.model_types().items()}
-    files = [TESTS / p[0] for kit in KITS for p in kit[2] if (TESTS / p[0]).is_file()]
+    classes = mobius_audio.model_types()
+    registered = {k: cls.task for k, cls in classes.items()}
+    files = sorted({TESTS / p[0] for kit in KITS for p in kit[2] if (TESTS / p[0]).is_file()})
     passed = parity_results(files, junit_xml)
     shipped = transformers_types()
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
-    for key, task in registered.items():  # a bare encoder no task table lists (parakeet_encoder)
-        if task in shipped and not any(key in types for types in shipped.values()):
-            name = MODEL_MAPPING_NAMES.get(key, "?")
-            shipped[task][key] = name if isinstance(name, str) else name[0]
+    task_kit = {task: tasks[0] for tasks, *_ in KITS for task in tasks}
+    for key, task in registered.items():  # a bare encoder no table lists (parakeet_encoder)
+        kit = task_kit.get(task)
+        if kit is not None and not any(key in types for types in shipped.values()):
+            name = MODEL_MAPPING_NAMES.get(key) or classes[key].__name__
+            shipped[kit][key] = name if isinstance(name, str) else name[0]
     tables = {}
-    for task, _mappings, parities, _heading, _covers in KITS:
-        cases_by_type: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for tasks, _mappings, parities, _heading, _covers in KITS:
+        cases_by_key: dict[str, list[tuple[str, str]]] = defaultdict(list)
         for parity in parities:
-            for case, model_type in _cases(parity).items():
-                cases_by_type[model_type].append((parity[1], case))
+            for case, key in _cases(parity).items():
+                cases_by_key[key].append((parity[1], case))
         rows = []
-        for model_type, hf_class in sorted(shipped[task].items()):
-            cases = cases_by_type.get(model_type, [])
-            built_as = registered.get(model_type)
-            if built_as == task:
+        for key, hf_class in sorted(shipped[tasks[0]].items()):
+            cases = cases_by_key.get(key, [])
+            built_as = registered.get(key)
+            if built_as in tasks:
                 ok = bool(cases) and all(passed[test].get(c, False) for test, c in cases)
                 status = f"verified ({len(cases)} cases)" if ok else "registered, parity FAILING"
             elif built_as is not None:
                 status = f"built as {built_as}"
             else:
                 status = "not yet"
-            rows.append((model_type, hf_class, status))
-        tables[task] = rows
+            rows.append((key, hf_class, status))
+        tables[tasks[0]] = rows
     return tables
 
 
@@ -177,10 +266,10 @@ def parity_tests() -> dict[str, str]:
     """Registry key -> the parity tests holding its cases (``tests/FILE::FUNCTION``); nothing runs."""
     sys.path.insert(0, str(TESTS))
     tests: dict[str, str] = {}
-    for _task, _mappings, parities, _heading, _covers in KITS:
+    for _tasks, _mappings, parities, _heading, _covers in KITS:
         for parity in parities:
-            for model_type in _cases(parity).values():
-                add_test(tests, model_type, parity[0], parity[1])
+            for key in _cases(parity).values():
+                add_test(tests, key, parity[0], parity[1].rpartition("::")[2])
     return tests
 
 
@@ -196,7 +285,7 @@ def main() -> None:
     import transformers
 
     sections = [
-        (heading, covers, tables[task]) for task, _mappings, _parities, heading, covers in KITS
+        (heading, covers, tables[tasks[0]]) for tasks, _mappings, _parities, heading, covers in KITS
     ]
     text, verified = support_markdown("mobius-audio", transformers.__version__, sections)
     OUTPUT.write_text(text)

@@ -175,7 +175,7 @@ def test_numpy_features_refuse_bad_settings():
         (dict(feature_size=3), "feature_size 3 is not valid"),
         (
             dict(feature_extractor_type="EncodecFeatureExtractor", chunk_length_s=1.0),
-            "overlapping chunks",
+            "overlap None is not valid",
         ),
     ):
         with pytest.raises(MobiusError, match=message):

@@ -1,12 +1,14 @@
-"""Run an audio-codec package (DAC, EnCodec): audio to codes and back, ``mobius codec``.
+"""Run an audio-codec package (DAC, EnCodec, X-Codec): audio to codes and back, ``mobius codec``.
 
 An ``audio-codec`` package (:mod:`mobius_audio.tasks_codec`) holds an encoder
 (waveform to ``audio_codes``) and a decoder (codes to waveform). The audio file is
 decoded and resampled by :func:`mobius_audio.audio_file.read_audio` (channels
 averaged; a stereo EnCodec gets that mono signal on both channels), padded as the
-package's feature extractor pads it (:mod:`mobius_audio.codec_features`), encoded,
+package's feature extractor pads it (:mod:`mobius_audio.codec_features`; EnCodec's
+padding zeroed, as transformers masks it), encoded (with the chunks' ``audio_scales``
+where the package has them, EnCodec 48 kHz),
 cut to the first ``codebooks`` quantizer stages (fewer stages: a lower bitrate;
-EnCodec's ``bandwidth`` in kbps picks them as transformers does), decoded, and cut
+EnCodec's and X-Codec's ``bandwidth`` in kbps picks them as transformers does), decoded, and cut
 back to the clip's length.
 
 Example::
@@ -50,7 +52,10 @@ def is_codec_package(package_dir: str | os.PathLike) -> bool:
     decoder = Path(package_dir) / "decoder" / "model.onnx"
     if not (encoder.is_file() and decoder.is_file()):
         return False
-    return _graph_inputs(encoder) == ["input_values"] and _graph_inputs(decoder) == ["audio_codes"]
+    return _graph_inputs(encoder) == ["input_values"] and _graph_inputs(decoder) in (
+        ["audio_codes"],
+        ["audio_codes", "audio_scales"],  # EnCodec normalised or chunked (tasks_codec)
+    )
 
 
 class AudioCodec:
@@ -77,6 +82,7 @@ class AudioCodec:
         if not isinstance(stages, int) or stages < 1:
             raise PackageError(f"{self.package_dir}'s encoder declares no number of codebooks")
         self.num_codebooks = stages
+        self.scaled = len(self.decoder.get_inputs()) == 2
 
     @property
     def sampling_rate(self) -> int:
@@ -84,18 +90,38 @@ class AudioCodec:
 
     def encode(self, samples: np.ndarray) -> np.ndarray:
         """int64 ``[1, num_codebooks, frames]``: the codes of one mono clip at :attr:`sampling_rate`."""
+        return self.encode_with_scales(samples)[0]
+
+    def encode_with_scales(self, samples: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """The codes of one mono clip and, for a package with ``audio_scales``, its chunks'
+        scales ``[1, chunks]`` (None otherwise)."""
         clip = samples if self.features.channels == 1 else np.stack([samples] * 2)
         inputs = self.features([clip])
-        return self.encoder.run(None, {"input_values": inputs["input_values"]})[0]
+        values = inputs["input_values"]
+        if self.config.get("model_type") == "encodec":  # transformers zeroes the padding
+            values = values * inputs["padding_mask"][:, None, :].astype(np.float32)
+        codes, *scales = self.encoder.run(None, {"input_values": values})
+        return codes, (scales[0] if scales else None)
+
+    def _strides(self):
+        """The strides whose product is the hop: EnCodec's, or X-Codec's acoustic DAC's."""
+        if self.config.get("model_type") == "encodec":
+            return self.config.get("upsampling_ratios")
+        acoustic = self.config.get("acoustic_model_config")
+        return acoustic.get("downsampling_ratios") if isinstance(acoustic, dict) else None
 
     def codebooks_for_bandwidth(self, bandwidth: float) -> int:
-        """EnCodec: the stages of ``bandwidth`` kbps, one of ``target_bandwidths``, as transformers counts them."""
+        """EnCodec, X-Codec: the stages of ``bandwidth`` kbps, one of ``target_bandwidths``, as
+        transformers counts them."""
         bandwidths = self.config.get("target_bandwidths")
-        if self.config.get("model_type") != "encodec" or not isinstance(bandwidths, list):
-            raise MobiusError("--bandwidth applies to EnCodec packages; use --codebooks")
+        kind = self.config.get("model_type")
+        if kind not in ("encodec", "xcodec") or not isinstance(bandwidths, list):
+            raise MobiusError(
+                "--bandwidth applies to EnCodec packages (and X-Codec); use --codebooks"
+            )
         if bandwidth not in bandwidths:
             raise MobiusError(f"--bandwidth {bandwidth:g}: this codec encodes at {bandwidths} kbps")
-        size, ratios = self.config.get("codebook_size"), self.config.get("upsampling_ratios")
+        size, ratios = self.config.get("codebook_size"), self._strides()
         if (
             not isinstance(size, int)
             or size < 2
@@ -107,9 +133,13 @@ class AudioCodec:
         bits_per_frame = math.log2(size) * frame_rate
         return int(max(1, math.floor(bandwidth * 1000 / bits_per_frame)))
 
-    def decode(self, codes: np.ndarray) -> np.ndarray:
-        """float32 ``[batch, channels, samples]``: the waveform of ``codes`` ``[batch, K, frames]``."""
+    def decode(self, codes: np.ndarray, scales: np.ndarray | None = None) -> np.ndarray:
+        """float32 ``[batch, channels, samples]``: the waveform of ``codes`` ``[batch, K, frames]``
+        (and, for a package with ``audio_scales``, the encoder's ``scales``)."""
         codes = np.asarray(codes)
+        if self.scaled != (scales is not None):
+            need = "needs" if self.scaled else "takes no"
+            raise MobiusError(f"{self.package_dir}'s decoder {need} audio_scales with the codes")
         if codes.ndim != 3 or not 1 <= codes.shape[1] <= self.num_codebooks:
             raise MobiusError(
                 f"codes of shape {list(codes.shape)}: expected [batch, 1..{self.num_codebooks}, "
@@ -118,7 +148,10 @@ class AudioCodec:
         size = self.config.get("codebook_size")
         if codes.size and (codes.min() < 0 or (isinstance(size, int) and codes.max() >= size)):
             raise MobiusError(f"codes must index the codebooks: 0 to {size} - 1")
-        return self.decoder.run(None, {"audio_codes": codes.astype(np.int64)})[0]
+        feeds = {"audio_codes": codes.astype(np.int64)}
+        if scales is not None:
+            feeds["audio_scales"] = np.asarray(scales, np.float32)
+        return self.decoder.run(None, feeds)[0]
 
     def codebooks_option(self, options: dict) -> int | None:
         """The stages ``--codebooks`` or ``--bandwidth`` ask for (None: all)."""
@@ -144,8 +177,9 @@ class AudioCodec:
             samples = read_audio(audio, self.sampling_rate)
         else:
             samples = np.asarray(audio, np.float32).reshape(-1)
-        codes = self.encode(samples)[:, :count]
-        return codes, self.decode(codes)[..., : samples.size]
+        codes, scales = self.encode_with_scales(samples)
+        codes = codes[:, :count]
+        return codes, self.decode(codes, scales)[..., : samples.size]
 
 
 def write_audio(path: Path, audio: np.ndarray, rate: int) -> None:

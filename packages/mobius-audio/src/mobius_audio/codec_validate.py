@@ -45,8 +45,9 @@ def validate_audio_codec(package_dir: Path, source: Path, record: dict, referenc
     )
     if not reference:
         codec = AudioCodec(package_dir)
-        codes = codec.encoder.run(None, {"input_values": batch})[0]
-        outputs = {"audio_values": codec.decode(codes), "audio_codes": codes}
+        codes, *scales = codec.encoder.run(None, {"input_values": batch})
+        audio = codec.decode(codes, scales[0] if scales else None)
+        outputs = {"audio_values": audio, "audio_codes": codes}
         return smoke_report("audio-codec", checked, outputs)
     torch_model = load_reference("AutoModel", source)
     result = compare_codec(torch_model, package_dir, batch, "validate")

@@ -44,6 +44,7 @@ from mobius.generate import (
     PackageError,
     _read_json,
     _refuse_plugin_options,
+    load_tokenizer,
     refuse_output_file,
 )
 from mobius_audio.audio_file import read_audio, resample
@@ -206,16 +207,7 @@ class CTCTranscriber(AudioEncoder):
     def tokenizer(self):
         """The package's CTC tokenizer (``Wav2Vec2CTCTokenizer``), loaded on first use."""
         if self._tokenizer is None:
-            from transformers import AutoTokenizer
-
-            try:
-                tokenizer = AutoTokenizer.from_pretrained(
-                    str(self.package_dir), trust_remote_code=False
-                )
-            except (OSError, ValueError, TypeError) as exc:
-                raise PackageError(
-                    f"cannot load the tokenizer of {self.package_dir}: {exc}"
-                ) from None
+            tokenizer = load_tokenizer(self.package_dir)
             ctc = hasattr(tokenizer, "word_delimiter_token") or (
                 type(tokenizer).__name__ in GROUPING_TOKENIZERS
             )

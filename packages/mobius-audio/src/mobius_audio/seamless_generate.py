@@ -5,7 +5,8 @@ language's token, as transformers' ``SeamlessM4TForSpeechToText.generate(...,
 tgt_lang=...)`` makes it: the language (``--language fra``; ``__fra__`` is read as
 ``fra``) is looked up in the package's ``generation_config.json``
 ``text_decoder_lang_to_code_id`` map. That map comes from a stranger's file, so
-its keys, ids and their range are checked before use.
+its keys, ids and their range are checked before use. :class:`TargetLanguage` is
+shared with the text-to-text runner (:mod:`mobius_audio.seamless_text_generate`).
 """
 
 from __future__ import annotations
@@ -17,20 +18,10 @@ from mobius_audio.generate import SpeechToTextGenerator
 LANGUAGE_MAP = "text_decoder_lang_to_code_id"
 
 
-class SeamlessM4TGenerator(SpeechToTextGenerator):
-    """:class:`~mobius_audio.generate.SpeechToTextGenerator` with SeamlessM4T's target-language prompt."""
+class TargetLanguage:
+    """The target language's token of a SeamlessM4T package (a generator's mixin)."""
 
     target_language: str | None = None
-
-    def set_options(self, *, language=None, task=None, timestamps=None) -> None:
-        """``language``: the target language's code (``fra``, ``eng``...); task and timestamps are refused."""
-        flags = [flag for flag, value in (("--task", task), ("--timestamps", timestamps)) if value]
-        if flags:
-            raise MobiusError(
-                f"{', '.join(flags)} apply to Whisper packages; {self.package_dir} is a SeamlessM4T "
-                "package: it takes --language, the language to translate into"
-            )
-        self.target_language = language
 
     def language_token(self) -> int:
         """The target language's token id, from the generation config's map (checked)."""
@@ -58,6 +49,20 @@ class SeamlessM4TGenerator(SpeechToTextGenerator):
         if not isinstance(token, int) or isinstance(token, bool) or not in_range:
             raise PackageError(f"{LANGUAGE_MAP}[{code!r}]={token!r} is not a token id of the model")
         return token
+
+
+class SeamlessM4TGenerator(TargetLanguage, SpeechToTextGenerator):
+    """:class:`~mobius_audio.generate.SpeechToTextGenerator` with SeamlessM4T's target-language prompt."""
+
+    def set_options(self, *, language=None, task=None, timestamps=None) -> None:
+        """``language``: the target language's code (``fra``, ``eng``...); task and timestamps are refused."""
+        flags = [flag for flag, value in (("--task", task), ("--timestamps", timestamps)) if value]
+        if flags:
+            raise MobiusError(
+                f"{', '.join(flags)} apply to Whisper packages; {self.package_dir} is a SeamlessM4T "
+                "package: it takes --language, the language to translate into"
+            )
+        self.target_language = language
 
     def prompt_ids(self, cross) -> list[int]:
         """``[decoder_start_token_id, target language token]``."""

@@ -80,29 +80,32 @@ def tokenize(tokenizer, texts: list[str]) -> dict[str, np.ndarray]:
     return {"input_ids": ids, "attention_mask": mask}
 
 
+def open_sessions(package: Path, graphs, threads: int | None = None) -> dict:
+    """An ONNX Runtime CPU session of each ``graphs`` entry's ``model.onnx`` in ``package``, by name."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+    return {
+        graph: ort.InferenceSession(
+            str(package / graph / "model.onnx"), options, providers=["CPUExecutionProvider"]
+        )
+        for graph in graphs
+    }
+
+
 class TextToAudio:
     """A text-to-audio package in ONNX Runtime: its two sessions, tokenizer and sample rate."""
 
     def __init__(self, package_dir: str | os.PathLike, threads: int | None = None) -> None:
-        import onnxruntime as ort
-
         self.package = Path(package_dir)
         if not is_text_to_audio_package(self.package):
             raise MobiusError(
                 f"{self.package} is not a text-to-audio package (text_encoder/model.onnx and "
                 "vocoder/model.onnx)"
             )
-        options = ort.SessionOptions()
-        if threads:
-            options.intra_op_num_threads = threads
-        self.sessions = {
-            stage: ort.InferenceSession(
-                str(self.package / stage / "model.onnx"),
-                options,
-                providers=["CPUExecutionProvider"],
-            )
-            for stage in STAGES
-        }
+        self.sessions = open_sessions(self.package, STAGES, threads)
         config = _read_json(self.package / "config.json")
         self.sampling_rate = sampling_rate(config, self.package)
         self.num_speakers = config.get("num_speakers", 1)

@@ -32,7 +32,7 @@ import numpy as np
 
 from mobius.classification import format_line, open_session, ranked, softmax
 from mobius.errors import MobiusError
-from mobius.generate import PackageError, _read_json
+from mobius.generate import PackageError, _read_json, load_tokenizer
 from mobius_audio.audio_file import read_audio
 from mobius_audio.clap_features import ClapFeatures
 
@@ -99,17 +99,7 @@ class ZeroShotAudioClassifier:
     def tokenizer(self):
         """The package's tokenizer (``transformers.AutoTokenizer``, no remote code), on first use."""
         if self._tokenizer is None:
-            from transformers import AutoTokenizer
-
-            try:
-                self._tokenizer = AutoTokenizer.from_pretrained(
-                    str(self.package_dir), trust_remote_code=False
-                )
-            except (OSError, ValueError, TypeError) as exc:
-                reason = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
-                raise PackageError(
-                    f"cannot load the tokenizer of {self.package_dir}: {reason}"
-                ) from None
+            self._tokenizer = load_tokenizer(self.package_dir)
         return self._tokenizer
 
     def text_feeds(self, labels: Sequence[str]) -> dict[str, np.ndarray]:

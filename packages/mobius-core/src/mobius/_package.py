@@ -42,21 +42,25 @@ AUX_FILES = (
     "chat_template.jinja",
     "chat_template.json",
     "preprocessor_config.json",
-    "processor_config.json",
     "normalizer.json",  # Whisper's English text normaliser (read by its tokenizer)
 )
 
-#: The sub-processors transformers 5 nests in ``processor_config.json`` instead of writing
-#: ``preprocessor_config.json``, where mobius's runners read their settings.
-NESTED_PREPROCESSORS = ("feature_extractor", "image_processor")
+
+#: Sub-processors of a processor that sees: its settings stay where mobius-vision reads them.
+SEEING_PROCESSORS = ("image_processor", "video_processor")
 
 
 def nested_preprocessor_config(source_dir: Path) -> str | None:
-    """``preprocessor_config.json`` for a source that holds its settings only nested in
-    ``processor_config.json`` (transformers 5's processors save them there), or None.
+    """``preprocessor_config.json`` for a source whose feature extractor is only nested in
+    ``processor_config.json`` (transformers 5's processors save it there), or None.
 
-    Only an unambiguous case is unfolded: exactly one nested feature extractor or image
-    processor, as a JSON object. An unreadable file is left to the runner that needs it.
+    The audio runners read ``preprocessor_config.json``. The package never holds the HF
+    ``processor_config.json`` itself: onnxruntime-genai reads a file of its own by that
+    name (mobius-vision keeps the HF one under another).
+
+    Only the feature extractor of a processor that hears alone is unfolded (mobius-vision
+    reads ``preprocessor_config.json`` as the image settings, and a processor that also sees
+    from the file it keeps); an unreadable file is left to the runner that needs it.
     """
     if (source_dir / "preprocessor_config.json").is_file():
         return None
@@ -66,8 +70,10 @@ def nested_preprocessor_config(source_dir: Path) -> str | None:
         return None
     if not isinstance(raw, dict):
         return None
-    nested = [raw[k] for k in NESTED_PREPROCESSORS if isinstance(raw.get(k), dict)]
-    return json.dumps(nested[0], indent=2) + "\n" if len(nested) == 1 else None
+    nested = raw.get("feature_extractor")
+    if not isinstance(nested, dict) or any(k in raw for k in SEEING_PROCESSORS):
+        return None
+    return json.dumps(nested, indent=2) + "\n"
 
 
 @dataclass

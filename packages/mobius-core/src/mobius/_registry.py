@@ -86,7 +86,7 @@ class Registry:
 
     def _register_core(self) -> None:
         """The contracts core owns itself (causal LM, seq2seq, feature extraction) and the
-        generate option several domains read (``--guidance-scale``)."""
+        generate options several domains read (``--guidance-scale``, ``--audio``)."""
         for name, target, heads, validate in (
             ("causal-lm", "_causal_lm:CausalLMTask", (), "validate_causal_lm"),
             ("seq2seq", "_seq2seq:Seq2SeqTask", (), "validate_seq2seq"),
@@ -122,6 +122,25 @@ class Registry:
                     "default: the package's own; 1 turns guidance off where the model allows",
                 ),
                 group="guided generators",
+                package="mobius-core",
+            )
+        )
+        # Audio clips for a prompt: speech LLMs (mobius-audio) and models that see and hear
+        # (mobius-vision) both take them.
+        self.register_option(
+            CliOption(
+                "generate",
+                "audios",
+                ("--audio",),
+                dict(
+                    action="append",
+                    default=None,
+                    metavar="FILE",
+                    help="an audio clip for a package that hears (a speech LLM, a model that "
+                    "sees and hears; WAV, FLAC, OGG, MP3); repeat it for several, in the order "
+                    "of the prompt's audio placeholders",
+                ),
+                group="packages that hear",
                 package="mobius-core",
             )
         )

@@ -389,8 +389,8 @@ def make_parser(plugins: bool = True) -> argparse.ArgumentParser:
         metavar="KEY",
         default=None,
         help="build the checkpoint as this registered key instead of the type its config.json "
-        "names: a checkpoint holding several models picks one by its class (SeamlessM4T's "
-        "SeamlessM4TForTextToText). mobius list shows the keys",
+        "names: a checkpoint that holds several models picks one by its class name. "
+        "mobius list shows the keys",
     )
     build.add_argument(
         "--no-weights",

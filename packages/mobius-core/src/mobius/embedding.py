@@ -64,16 +64,9 @@ class Embedder:
     def tokenizer(self):
         """The package's tokenizer (``transformers.AutoTokenizer``), loaded on first use."""
         if self._tokenizer is None:
-            from transformers import AutoTokenizer
+            from mobius.generate import load_tokenizer
 
-            try:
-                self._tokenizer = AutoTokenizer.from_pretrained(
-                    str(self.package_dir), trust_remote_code=False
-                )
-            except (OSError, ValueError, TypeError) as exc:
-                raise PackageError(
-                    f"cannot load the tokenizer of {self.package_dir}: {exc}"
-                ) from None
+            self._tokenizer = load_tokenizer(self.package_dir)
         return self._tokenizer
 
     def _run(self, texts: Sequence[str], pairs: Sequence[str] | None = None) -> dict:

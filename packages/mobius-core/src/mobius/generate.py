@@ -441,22 +441,12 @@ class _Generator:
     def tokenizer(self):
         """The package's tokenizer (``transformers.AutoTokenizer``), loaded on first use."""
         if self._tokenizer is None:
-            from transformers import AutoTokenizer
-
             if not any((self.package_dir / name).is_file() for name in _TOKENIZER_FILES):
                 raise PackageError(
                     f"no tokenizer files in {self.package_dir} (tokenizer.json, "
                     "tokenizer.model, vocab.json...): build from a checkpoint that has them"
                 )
-            try:
-                self._tokenizer = AutoTokenizer.from_pretrained(
-                    str(self.package_dir), trust_remote_code=False
-                )
-            except (OSError, ValueError, TypeError) as exc:
-                reason = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
-                raise PackageError(
-                    f"cannot load the tokenizer of {self.package_dir}: {reason}"
-                ) from None
+            self._tokenizer = load_tokenizer(self.package_dir)
         return self._tokenizer
 
     @property
@@ -833,6 +823,21 @@ def run_text_cli(package_dir: str | os.PathLike, prompt: str, options: dict) -> 
         )
     generator = open_generator(package_dir, threads=options.get("threads"))
     return stream_to_stdout(generator, prompt, options)
+
+
+def load_tokenizer(package_dir: str | os.PathLike):
+    """The package's tokenizer (``transformers.AutoTokenizer``, never the repository's code).
+
+    Raises:
+        PackageError: it cannot be loaded; the message is one line naming the package.
+    """
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(package_dir), trust_remote_code=False)
+    except (OSError, ValueError, TypeError, ImportError) as exc:  # (JSONDecodeError: ValueError)
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise PackageError(f"cannot load the tokenizer of {package_dir}: {reason}") from None
 
 
 def refuse_output_file(package_dir: str | os.PathLike, options: dict) -> None:

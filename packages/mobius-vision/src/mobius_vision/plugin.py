@@ -403,25 +403,6 @@ def register_slice(registry) -> None:
     registry.register_option(
         CliOption(
             command="generate",
-            dest="audios",
-            flags=("--audio",),
-            kwargs=dict(
-                action="append",
-                default=None,
-                metavar="FILE",
-                help="an audio clip for a package that hears too (one with an audio/ graph: "
-                "Qwen2.5-Omni, Qwen3-Omni, Gemma 4...; WAV, FLAC, OGG, MP3); repeat it for "
-                "several, in the order of the prompt's audio "
-                "placeholders. "
-                'Example: mobius generate omni-out/ "What do you hear?" --audio clip.wav',
-            ),
-            group="vision-language packages",
-            package=PACKAGE,
-        )
-    )
-    registry.register_option(
-        CliOption(
-            command="generate",
             dest="images",
             flags=("--image",),
             kwargs=dict(

@@ -54,11 +54,19 @@ class CodecConv1d(nn.Module):
     """``torch.nn.Conv1d`` with symmetric zero padding and dilation: ``[batch, cin, time]``."""
 
     def __init__(
-        self, cin: int, cout: int, kernel: int, *, stride: int = 1, dilation: int = 1, pad: int = 0
+        self,
+        cin: int,
+        cout: int,
+        kernel: int,
+        *,
+        stride: int = 1,
+        dilation: int = 1,
+        pad: int = 0,
+        bias: bool = True,
     ) -> None:
         super().__init__()
         self.weight = nn.Parameter([cout, cin, kernel])
-        self.bias = nn.Parameter([cout])
+        self.bias = nn.Parameter([cout]) if bias else None
         self.kernel, self.stride, self.dilation, self.pad = kernel, stride, dilation, pad
 
     def forward(self, op, x):

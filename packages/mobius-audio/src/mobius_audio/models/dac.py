@@ -36,6 +36,15 @@ def _positive_int(hf_config: Any, name: str) -> int:
     return value
 
 
+def _strides(hf_config: Any, name: str) -> tuple[int, ...]:
+    ratios = getattr(hf_config, name, None)
+    if not isinstance(ratios, (list, tuple)) or not ratios:
+        raise ConfigError(f"dac {name} must be a list of strides, got {ratios!r}")
+    if any(isinstance(r, bool) or not isinstance(r, int) or r <= 0 for r in ratios):
+        raise ConfigError(f"dac {name} must be positive integers, got {ratios!r}")
+    return tuple(ratios)
+
+
 @dataclass
 class DacConfig:
     model_type: str
@@ -46,10 +55,19 @@ class DacConfig:
     codebook_size: int
     codebook_dim: int
     sampling_rate: int
+    #: The latent channels (the encoder's last conv out, the decoder's first in); DacConfig
+    #: sets it to ``encoder_width``, X-Codec's acoustic config to a value of its own.
+    hidden_size: int = 0
+    #: The decoder's strides: ``downsampling_ratios`` reversed unless the config says otherwise.
+    upsampling_ratios: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        self.hidden_size = self.hidden_size or self.encoder_width
+        self.upsampling_ratios = self.upsampling_ratios or self.downsampling_ratios[::-1]
 
     @property
-    def hidden_size(self) -> int:
-        """The latent channels: the encoder's width after its doublings."""
+    def encoder_width(self) -> int:
+        """The encoder's channels after its doublings."""
         return self.encoder_hidden_size * 2 ** len(self.downsampling_ratios)
 
     @property
@@ -63,11 +81,12 @@ class DacConfig:
 
     @classmethod
     def from_hf(cls, hf_config: Any) -> DacConfig:
-        ratios = getattr(hf_config, "downsampling_ratios", None)
-        if not isinstance(ratios, (list, tuple)) or not ratios:
-            raise ConfigError(f"dac downsampling_ratios must be a list of strides, got {ratios!r}")
-        if any(isinstance(r, bool) or not isinstance(r, int) or r <= 0 for r in ratios):
-            raise ConfigError(f"dac downsampling_ratios must be positive integers, got {ratios!r}")
+        ratios = _strides(hf_config, "downsampling_ratios")
+        upsampling = getattr(hf_config, "upsampling_ratios", None)
+        upsampling = (
+            ratios[::-1] if upsampling is None else _strides(hf_config, "upsampling_ratios")
+        )
+        hidden_size = getattr(hf_config, "hidden_size", None)
         config = cls(
             model_type="dac",
             encoder_hidden_size=_positive_int(hf_config, "encoder_hidden_size"),
@@ -77,11 +96,13 @@ class DacConfig:
             codebook_size=_positive_int(hf_config, "codebook_size"),
             codebook_dim=_positive_int(hf_config, "codebook_dim"),
             sampling_rate=_positive_int(hf_config, "sampling_rate"),
+            hidden_size=0 if hidden_size is None else _positive_int(hf_config, "hidden_size"),
+            upsampling_ratios=upsampling,
         )
-        if config.decoder_hidden_size % 2 ** len(ratios):
+        if config.decoder_hidden_size % 2 ** len(upsampling):
             raise ConfigError(
                 f"dac decoder_hidden_size {config.decoder_hidden_size} must halve "
-                f"{len(ratios)} times (once per upsampling block)"
+                f"{len(upsampling)} times (once per upsampling block)"
             )
         return config
 
@@ -164,8 +185,8 @@ class DacEncoder(nn.Module):
                 for i, stride in enumerate(config.downsampling_ratios)
             ]
         )
-        self.snake1 = Snake1d(config.hidden_size)
-        self.conv2 = CodecConv1d(config.hidden_size, config.hidden_size, 3, pad=1)
+        self.snake1 = Snake1d(config.encoder_width)
+        self.conv2 = CodecConv1d(config.encoder_width, config.hidden_size, 3, pad=1)
 
     def forward(self, op, x):  # [batch, 1, samples] -> [batch, hidden, frames]
         x = self.conv1(op, x)
@@ -175,14 +196,16 @@ class DacEncoder(nn.Module):
 
 
 class DacDecoder(nn.Module):
+    block_class = DacDecoderBlock
+
     def __init__(self, config: DacConfig) -> None:
         super().__init__()
         width = config.decoder_hidden_size
         self.conv1 = CodecConv1d(config.hidden_size, width, 7, pad=3)
-        strides = config.downsampling_ratios[::-1]
+        strides = config.upsampling_ratios
         self.block = nn.ModuleList(
             [
-                DacDecoderBlock(width // 2**i, width // 2 ** (i + 1), stride)
+                self.block_class(width // 2**i, width // 2 ** (i + 1), stride)
                 for i, stride in enumerate(strides)
             ]
         )
@@ -194,7 +217,11 @@ class DacDecoder(nn.Module):
         x = self.conv1(op, x)
         for block in self.block:
             x = block(op, x)
-        return op.Tanh(self.conv2(op, self.snake1(op, x)))
+        return self.activation(op, self.conv2(op, self.snake1(op, x)))
+
+    def activation(self, op, x):
+        """DAC bounds its output with ``tanh``."""
+        return op.Tanh(x)
 
 
 def _l2_normalized(op, x):

@@ -8,10 +8,14 @@ The module tree follows ``EncodecModel`` checkpoints (``encoder.layers.0.conv``,
 the config's ``pad_mode``. Each quantizer picks the nearest row in Euclidean
 distance and subtracts it from the residual; the decoder sums the chosen rows.
 
-Built: one chunk, unnormalised, weight-normalised convolutions (``facebook/
-encodec_24khz``). Refused, each with its reason: ``chunk_length_s`` (the 48 kHz
-model's overlapping chunks), ``normalize`` (per-chunk scales) and ``norm_type``
-``time_group_norm``. The audio codec contract is :mod:`mobius_audio.tasks_codec`.
+Built: ``facebook/encodec_24khz`` (one chunk, unnormalised, weight-normalised
+convolutions) and the 48 kHz form (``norm_type`` ``time_group_norm``: a
+``GroupNorm(1)`` after each conv, on a transposed conv's output before its crop;
+``normalize``: each chunk divided by its RMS and the decoded chunk multiplied
+back; ``chunk_length_s``/``overlap``: overlapping chunks cross-faded,
+:mod:`mobius_audio.models._codec_chunks`). Those graphs carry ``audio_scales``.
+Refused: chunks that overlap by more than a stride. The audio codec contract is
+:mod:`mobius_audio.tasks_codec`.
 """
 
 from __future__ import annotations
@@ -31,6 +35,14 @@ from mobius_audio.models._codec import (
     CodecConvTranspose1d,
     fold_weight_norm,
     sum_of_codebook_rows,
+)
+from mobius_audio.models._codec_chunks import (
+    ChunkLayout,
+    chunk_codes,
+    frames_by_chunk,
+    overlap_add,
+    tail_chunk,
+    whole_chunks,
 )
 
 #: ``pad_mode`` (torch's ``F.pad`` mode) -> ONNX ``Pad``'s mode.
@@ -65,20 +77,22 @@ class EncodecConfig:
     codebook_dim: int
     n_codebooks: int
     use_conv_shortcut: bool
+    group_norm: bool = False  # norm_type time_group_norm: GroupNorm(1) after each conv
+    normalize: bool = False  # each chunk divided by its RMS, the decoded chunk multiplied back
+    chunks: ChunkLayout | None = None  # chunk_length_s: overlapping chunks
 
     @property
     def hop_length(self) -> int:
         return math.prod(self.upsampling_ratios)
 
+    @property
+    def audio_scales(self) -> bool:
+        """Whether the graphs carry ``audio_scales`` (:mod:`mobius_audio.tasks_codec`)."""
+        return self.normalize or self.chunks is not None
+
     @classmethod
     def from_hf(cls, hf_config: Any) -> EncodecConfig:
-        for name, reason in (
-            ("chunk_length_s", "overlapping chunks (the 48 kHz model) are not built"),
-            ("normalize", "per-clip scales (audio_scales) are not built"),
-        ):
-            if getattr(hf_config, name, None):
-                raise ConfigError(f"encodec {name}={getattr(hf_config, name)!r}: {reason}")
-        if hf_config.norm_type != "weight_norm":
+        if hf_config.norm_type not in ("weight_norm", "time_group_norm"):
             raise ConfigError(f"encodec norm_type {hf_config.norm_type!r} is not built")
         if hf_config.pad_mode not in _PAD_MODES:
             raise ConfigError(
@@ -126,7 +140,29 @@ class EncodecConfig:
             codebook_dim=_positive_int(hf_config, "codebook_dim"),
             n_codebooks=int(stages),
             use_conv_shortcut=bool(hf_config.use_conv_shortcut),
+            group_norm=hf_config.norm_type == "time_group_norm",
+            normalize=bool(hf_config.normalize),
+            chunks=_chunk_layout(hf_config, math.prod(ratios)),
         )
+
+
+def _chunk_layout(hf_config: Any, hop: int) -> ChunkLayout | None:
+    """The chunks of ``chunk_length_s`` and ``overlap``, checked: a chunk reaches at most a
+    stride into the next (one short chunk at the end, two chunks at most at any sample)."""
+    seconds, overlap = hf_config.chunk_length_s, hf_config.overlap
+    if seconds is None:
+        return None
+    for name, value in (("chunk_length_s", seconds), ("overlap", overlap)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ConfigError(f"encodec {name} {value!r} must be a number >= 0")
+    length, stride = hf_config.chunk_length, hf_config.chunk_stride
+    layout = ChunkLayout(length, stride, hop)
+    if length < 1 or layout.decoded > 2 * stride:
+        raise ConfigError(
+            f"encodec chunk_length_s {seconds!r} with overlap {overlap!r}: chunks of {length} "
+            f"samples every {stride} overlap by more than a stride (not built)"
+        )
+    return layout
 
 
 def _scalar(op, value: int):
@@ -147,6 +183,7 @@ class EncodecConv1d(nn.Module):
     ) -> None:
         super().__init__()
         self.conv = CodecConv1d(cin, cout, kernel, stride=stride, dilation=dilation)
+        self.norm = TimeGroupNorm(cout) if config.group_norm else None
         self.stride = stride
         self.padding_total = (kernel - 1) * dilation + 1 - stride
         self.causal, self.pad_mode = config.use_causal_conv, _PAD_MODES[config.pad_mode]
@@ -161,7 +198,8 @@ class EncodecConv1d(nn.Module):
         right = 0 if self.causal else total // 2
         left = total - right
         x = self._pad(op, x, _scalar(op, left), op.Add(_scalar(op, right), extra))
-        return self.conv(op, x)
+        x = self.conv(op, x)
+        return x if self.norm is None else self.norm(op, x)
 
     def _pad(self, op, x, left, right):
         """``F.pad`` in the config's mode; reflection over an input no longer than the
@@ -187,12 +225,38 @@ class EncodecConvTranspose1d(nn.Module):
         super().__init__()
         total = kernel - stride
         right = math.ceil(total * config.trim_right_ratio) if config.use_causal_conv else total // 2
-        self.conv = CodecConvTranspose1d(
-            cin, cout, kernel, stride=stride, pads=(total - right, right)
-        )
+        self.crop = (total - right, right)
+        self.norm = TimeGroupNorm(cout) if config.group_norm else None
+        # the group norm sees the uncropped output, as in transformers: crop after it
+        pads = (0, 0) if self.norm is not None else self.crop
+        self.conv = CodecConvTranspose1d(cin, cout, kernel, stride=stride, pads=pads)
 
     def forward(self, op, x):
-        return self.conv(op, x)
+        x = self.conv(op, x)
+        if self.norm is None:
+            return x
+        x = self.norm(op, x)
+        end = op.Sub(op.Shape(x, start=2, end=3), _scalar(op, self.crop[1]))
+        return op.Slice(x, _scalar(op, self.crop[0]), end, _scalar(op, 2))
+
+
+class TimeGroupNorm(nn.Module):
+    """``GroupNorm(1, channels)``: each example normalised over channels and time, then scaled
+    and shifted per channel."""
+
+    def __init__(self, channels: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.weight = nn.Parameter([channels])
+        self.bias = nn.Parameter([channels])
+        self.eps = eps
+
+    def forward(self, op, x):
+        centred = op.Sub(x, op.ReduceMean(x, [1, 2], keepdims=1))
+        variance = op.ReduceMean(op.Mul(centred, centred), [1, 2], keepdims=1)
+        eps = op.Constant(value=ir.tensor(np.array(self.eps, dtype=np.float32)))
+        normed = op.Div(centred, op.Sqrt(op.Add(variance, eps)))
+        scale, shift = op.Unsqueeze(self.weight, [1]), op.Unsqueeze(self.bias, [1])
+        return op.Add(op.Mul(normed, scale), shift)
 
 
 class _Lstm(nn.Module):
@@ -297,11 +361,15 @@ class EncodecEncoder(_Layers):
             layers += [_Elu(), EncodecConv1d(config, dim, dim * 2, ratio * 2, stride=ratio)]
             scaling *= 2
         layers += [
-            EncodecLSTM(config, scaling * f),
+            *self.bottleneck(config, scaling * f),
             _Elu(),
             EncodecConv1d(config, scaling * f, config.hidden_size, config.last_kernel_size),
         ]
         super().__init__(layers)
+
+    def bottleneck(self, config: EncodecConfig, dim: int) -> list:
+        """The layers at the latent end: EnCodec's LSTM (Mimi, a subclass, has none)."""
+        return [EncodecLSTM(config, dim)]
 
 
 class EncodecDecoder(_Layers):
@@ -310,7 +378,7 @@ class EncodecDecoder(_Layers):
         scaling = 2 ** len(config.upsampling_ratios)
         layers = [
             EncodecConv1d(config, config.hidden_size, scaling * f, config.kernel_size),
-            EncodecLSTM(config, scaling * f),
+            *self.bottleneck(config, scaling * f),
         ]
         for ratio in config.upsampling_ratios:
             dim = scaling * f
@@ -322,6 +390,10 @@ class EncodecDecoder(_Layers):
             scaling //= 2
         layers += [_Elu(), EncodecConv1d(config, f, config.channels, config.last_kernel_size)]
         super().__init__(layers)
+
+    def bottleneck(self, config: EncodecConfig, dim: int) -> list:
+        """The layers at the latent end: EnCodec's LSTM (Mimi, a subclass, has none)."""
+        return [EncodecLSTM(config, dim)]
 
 
 class EncodecCodebook(nn.Module):
@@ -356,19 +428,24 @@ class EncodecVectorQuantization(nn.Module):
 
 
 class EncodecResidualVectorQuantizer(nn.Module):
-    def __init__(self, config: EncodecConfig) -> None:
+    """``n_codebooks`` Euclidean stages (any config with ``codebook_size``, ``codebook_dim``)."""
+
+    #: The checkpoint's name for the list of stages (X-Codec's is ``quantizers``).
+    stages_name = "layers"
+
+    def __init__(self, config) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(
-            [EncodecVectorQuantization(config) for _ in range(config.n_codebooks)]
-        )
+        stages = [EncodecVectorQuantization(config) for _ in range(config.n_codebooks)]
+        setattr(self, self.stages_name, nn.ModuleList(stages))
 
     def forward(self, op, embeddings=None, audio_codes=None):
         """Encoding: int64 ``[batch, n_codebooks, frames]``. Decoding (``audio_codes``
         ``[batch, K, frames]``): the sum of the first ``K`` stages' rows."""
+        stages = getattr(self, self.stages_name)
         if audio_codes is not None:
-            return sum_of_codebook_rows(op, [layer(op) for layer in self.layers], audio_codes)
+            return sum_of_codebook_rows(op, [layer(op) for layer in stages], audio_codes)
         residual, codes = embeddings, []
-        for layer in self.layers:
+        for layer in stages:
             stage_codes, rows = layer(op, residual)
             residual = op.Sub(residual, rows)
             codes.append(op.Unsqueeze(stage_codes, [1]))
@@ -395,11 +472,66 @@ class EncodecModel(Model):
         self.decoder = EncodecDecoder(config)
 
     def encode(self, op, input_values):
-        """``[batch, channels, samples]`` -> int64 ``[batch, n_codebooks, ceil(samples / hop)]``."""
-        return self.quantizer(op, self.encoder(op, input_values))
+        """``[batch, channels, samples]`` -> int64 ``[batch, n_codebooks, ceil(samples / hop)]``;
+        with ``audio_scales`` (normalised or chunked), also the scales ``[batch, chunks]``."""
+        layout = self.config.chunks
+        if layout is None:
+            codes, scale = self._encode_chunk(op, input_values)
+            return codes if not self.config.audio_scales else (codes, op.Unsqueeze(scale, [1]))
+        whole, count = whole_chunks(op, input_values, layout)
+        codes, scales = self._encode_chunk(op, whole)  # [b * n, K, F], [b * n]
+        codes = frames_by_chunk(op, codes, count, layout)
+        scales = op.Reshape(scales, op.Concat(op.Constant(value_ints=[-1]), count, axis=0))
+        if layout.tail:
+            tail_codes, tail_scale = self._encode_chunk(op, tail_chunk(op, input_values, layout))
+            codes = op.Concat(codes, tail_codes, axis=2)
+            scales = op.Concat(scales, op.Unsqueeze(tail_scale, [1]), axis=1)
+        return codes, scales
 
-    def decode(self, op, audio_codes):
-        """``[batch, K, frames]`` (``K <= n_codebooks``) -> ``[batch, channels, frames * hop]``."""
+    def _encode_chunk(self, op, chunk):
+        """One chunk's codes and its scale ``[batch]`` (ones when not normalised)."""
+        one = ir.tensor(np.array([1.0], dtype=np.float32))
+        scale = op.ConstantOfShape(op.Shape(chunk, start=0, end=1), value=one)
+        if self.config.normalize:
+            channels = op.Cast(op.Shape(chunk, start=1, end=2), to=ir.DataType.FLOAT)
+            mono = op.Div(op.ReduceSum(chunk, [1], keepdims=1), channels)
+            tiny = op.Constant(value=ir.tensor(np.array(1e-8, dtype=np.float32)))
+            rms = op.Sqrt(op.ReduceMean(op.Mul(mono, mono), [-1], keepdims=1))
+            scale = op.Add(rms, tiny)  # [batch, 1, 1]
+            chunk = op.Div(chunk, scale)
+            scale = op.Reshape(scale, op.Constant(value_ints=[-1]))
+        return self.quantizer(op, self.encoder(op, chunk)), scale
+
+    def decode(self, op, audio_codes, audio_scales=None):
+        """``[batch, K, frames]`` (``K <= n_codebooks``) -> ``[batch, channels, frames * hop]``;
+        chunked: the decoded chunks scaled by ``audio_scales`` ``[batch, chunks]`` and cross-faded."""
+        layout = self.config.chunks
+        if layout is None:
+            audio = self._decode_chunk(op, audio_codes)
+            if audio_scales is None:
+                return audio
+            return op.Mul(audio, op.Unsqueeze(audio_scales, [2]))
+        count = op.Shape(audio_scales, start=1, end=2)
+        if layout.tail:
+            count = op.Sub(count, op.Constant(value_ints=[1]))
+        whole, tail = chunk_codes(op, audio_codes, count, layout)
+        scales = op.Slice(
+            audio_scales, op.Constant(value_ints=[0]), count, op.Constant(value_ints=[1])
+        )
+        decoded = op.Mul(
+            self._decode_chunk(op, whole), op.Reshape(scales, op.Constant(value_ints=[-1, 1, 1]))
+        )
+        if tail is not None:
+            tail_scale = op.Slice(
+                audio_scales,
+                op.Constant(value_ints=[-1]),
+                op.Constant(value_ints=[2**62]),
+                op.Constant(value_ints=[1]),
+            )
+            tail = op.Mul(self._decode_chunk(op, tail), op.Unsqueeze(tail_scale, [2]))
+        return overlap_add(op, decoded, tail, count, layout)
+
+    def _decode_chunk(self, op, audio_codes):
         return self.decoder(op, self.quantizer(op, audio_codes=audio_codes))
 
     def sanitize(self, weights: dict) -> dict:

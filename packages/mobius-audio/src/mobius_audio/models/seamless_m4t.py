@@ -19,8 +19,10 @@ The text decoder (``text_decoder``) is M2M-100/NLLB's: embeddings scaled by
 ``sqrt(hidden)`` (``scale_embedding``), fairseq sinusoids at padding-aware
 positions (computed in the graph, as for Speech2Text), pre-norm layers
 (``self_attn``, ``cross_attention``, ``ffn``) and a final LayerNorm; ``lm_head``
-is tied to ``shared``. The text encoder, text-to-unit model and vocoder of a full
-``SeamlessM4TModel`` checkpoint are not built (their tensors are ignored). Graphs
+is tied to ``shared``. The text-to-unit model and vocoder of a full
+``SeamlessM4TModel`` checkpoint are not built (their tensors are ignored), nor is
+its text encoder here: text-to-text is :mod:`mobius_audio.models.seamless_m4t_text`,
+which shares :class:`SeamlessM4TTextDecoding` (the decoder and head). Graphs
 follow the masked form of :class:`mobius_audio.tasks.SpeechToTextTask`; the
 generation prompt is ``decoder_start_token_id`` then the target language's token
 (:mod:`mobius_audio.seamless_generate`).
@@ -59,6 +61,13 @@ from mobius_audio.models.wav2vec2_conformer import (
 )
 
 INT64 = ir.DataType.INT64
+#: The names a tied checkpoint may save its one embedding table under (transformers ties them all).
+TIED_TABLES = (
+    "shared.weight",
+    "text_encoder.embed_tokens.weight",
+    "text_decoder.embed_tokens.weight",
+    "lm_head.weight",
+)
 BLOCK_NORM_EPS = 1e-5  # transformers' nn.LayerNorm default, in the blocks, adapter and decoder
 
 
@@ -71,12 +80,11 @@ def config_int(hf: Any, name: str, minimum: int) -> int:
 
 
 @dataclass
-class SeamlessM4TConfig:
-    """The speech encoder's fields under the conformer modules' names, the decoder's under Speech2Text's."""
+class SeamlessM4TDecoderConfig:
+    """The text decoder's fields, under Speech2Text's names: what speech- and text-to-text share."""
 
     model_type: str
     hidden_size: int
-    # text decoder
     vocab_size: int
     decoder_layers: int
     decoder_heads: int
@@ -88,7 +96,42 @@ class SeamlessM4TConfig:
     tie_word_embeddings: bool
     decoder_start_token_id: int | None
     eos_token_id: int | list[int] | None
-    # speech encoder
+
+    @classmethod
+    def from_hf(cls, hf: Any):
+        return cls(**cls.hf_fields(hf))
+
+    @classmethod
+    def hf_fields(cls, hf: Any) -> dict[str, Any]:
+        """The decoder's fields read from a transformers config, checked; subclasses extend them."""
+        d = config_int(hf, "hidden_size", 1)
+        if d % config_int(hf, "decoder_attention_heads", 1):
+            raise ConfigError(
+                f"{hf.model_type}: hidden_size={d} must split into decoder_attention_heads"
+            )
+        if hf.pad_token_id is None:
+            raise ConfigError(f"{hf.model_type}: positions count from pad_token_id; it is None")
+        return dict(
+            model_type=hf.model_type,
+            hidden_size=d,
+            vocab_size=config_int(hf, "vocab_size", 1),
+            decoder_layers=config_int(hf, "decoder_layers", 1),
+            decoder_heads=hf.decoder_attention_heads,
+            decoder_ffn_dim=config_int(hf, "decoder_ffn_dim", 1),
+            act=hf.activation_function,
+            scale_embedding=bool(hf.scale_embedding),
+            pad_token_id=config_int(hf, "pad_token_id", 0),
+            max_target_positions=config_int(hf, "max_position_embeddings", 1),
+            tie_word_embeddings=bool(getattr(hf, "tie_word_embeddings", True)),
+            decoder_start_token_id=hf.decoder_start_token_id,
+            eos_token_id=hf.eos_token_id,
+        )
+
+
+@dataclass
+class SeamlessM4TConfig(SeamlessM4TDecoderConfig):
+    """The decoder's fields, and the speech encoder's under the conformer modules' names."""
+
     num_hidden_layers: int
     num_attention_heads: int
     intermediate_size: int
@@ -110,41 +153,25 @@ class SeamlessM4TConfig:
     built_positions = (None, "relative", "rotary")
 
     @classmethod
-    def from_hf(cls, hf: Any) -> SeamlessM4TConfig:
-        return cls(**cls.hf_fields(hf))
-
-    @classmethod
     def hf_fields(cls, hf: Any) -> dict[str, Any]:
-        """The fields read from a transformers config, checked; v2 extends them."""
+        """The decoder's and the speech encoder's fields, checked; v2 extends them."""
         kind = hf.position_embeddings_type
         if kind not in cls.built_positions:
             raise ConfigError(
                 f"{hf.model_type} position_embeddings_type={kind!r} is not built; "
                 f"built: {', '.join(map(repr, cls.built_positions))}"
             )
-        d = config_int(hf, "hidden_size", 1)
-        for heads in ("speech_encoder_attention_heads", "decoder_attention_heads"):
-            if d % config_int(hf, heads, 1):
-                raise ConfigError(f"{hf.model_type}: hidden_size={d} must split into {heads}")
+        fields = super().hf_fields(hf)
+        if fields["hidden_size"] % config_int(hf, "speech_encoder_attention_heads", 1):
+            raise ConfigError(
+                f"{hf.model_type}: hidden_size={fields['hidden_size']} must split into "
+                "speech_encoder_attention_heads"
+            )
         kernel = config_int(hf, "conv_depthwise_kernel_size", 1)
         if kernel % 2 == 0:
             raise ConfigError(f"{hf.model_type}: conv_depthwise_kernel_size={kernel} must be odd")
-        if hf.pad_token_id is None:
-            raise ConfigError(f"{hf.model_type}: positions count from pad_token_id; it is None")
         return dict(
-            model_type=hf.model_type,
-            hidden_size=d,
-            vocab_size=config_int(hf, "vocab_size", 1),
-            decoder_layers=config_int(hf, "decoder_layers", 1),
-            decoder_heads=hf.decoder_attention_heads,
-            decoder_ffn_dim=config_int(hf, "decoder_ffn_dim", 1),
-            act=hf.activation_function,
-            scale_embedding=bool(hf.scale_embedding),
-            pad_token_id=config_int(hf, "pad_token_id", 0),
-            max_target_positions=config_int(hf, "max_position_embeddings", 1),
-            tie_word_embeddings=bool(getattr(hf, "tie_word_embeddings", True)),
-            decoder_start_token_id=hf.decoder_start_token_id,
-            eos_token_id=hf.eos_token_id,
+            fields,
             num_hidden_layers=config_int(hf, "speech_encoder_layers", 1),
             num_attention_heads=hf.speech_encoder_attention_heads,
             intermediate_size=config_int(hf, "speech_encoder_intermediate_size", 1),
@@ -298,8 +325,66 @@ class SeamlessM4TDecoder(Speech2TextDecoder):
 # --- the model --------------------------------------------------------------------------------
 
 
-class SeamlessM4TForSpeechToText(Model):
-    """``speech_encoder``, ``text_decoder`` and ``lm_head`` (tied to ``shared``)."""
+class SeamlessM4TTextDecoding(Model):
+    """``text_decoder`` and ``lm_head`` (tied to ``shared``): the decoding half every SeamlessM4T
+    task shares. A subclass adds its encoder and builds ``encode`` with :meth:`cross_caches`."""
+
+    #: The module's embedding tables (a subclass adds its text encoder's).
+    embedding_tables: tuple[str, ...] = ("text_decoder.embed_tokens.weight",)
+
+    def __init__(self, config: SeamlessM4TDecoderConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.text_decoder = SeamlessM4TDecoder(config)
+        self.lm_head = (
+            TiedLMHead(self.text_decoder.embed_tokens)
+            if config.tie_word_embeddings
+            else Linear(config.hidden_size, config.vocab_size)
+        )
+
+    def cache_shapes(self) -> tuple[int, int, int]:
+        config = self.config
+        return (
+            config.decoder_layers,
+            config.decoder_heads,
+            config.hidden_size // config.decoder_heads,
+        )
+
+    def cross_caches(self, op, hidden) -> list:
+        """Every decoder layer's cross-attention ``(key, value)`` of the encoder's states."""
+        decoder = self.text_decoder
+        cross = []
+        for layer in decoder.layers:  # computed once by the encoder graph, read at every step
+            with module_scope(op, decoder, layer, layer.cross_attention):
+                cross.append(layer.cross_attention.project_kv(op, hidden))
+        return cross
+
+    def decode(self, op, input_ids, encoder_attention_mask, self_cache, cross_cache):
+        """Logits and the self-attention presents."""
+        with module_scope(op, self):
+            hidden, presents = self.text_decoder(
+                op, input_ids, encoder_attention_mask, self_cache, cross_cache
+            )
+            return self.lm_head(op, hidden), presents
+
+    def sanitize(self, weights: dict) -> dict:
+        """Tied (the default), ``shared``, both stacks' tables and ``lm_head`` are one tensor that a
+        checkpoint saves under any of their names; untied, each has its own and ``shared`` is unused."""
+        if self.config.tie_word_embeddings:
+            table = next((weights[n] for n in TIED_TABLES if n in weights), None)
+            for name in TIED_TABLES:
+                weights.pop(name, None)
+            if table is not None:
+                weights.update(dict.fromkeys(self.embedding_tables, table))
+        elif "shared.weight" in weights:
+            shared = weights.pop("shared.weight")
+            for name in self.embedding_tables:
+                weights.setdefault(name, shared)
+        return weights
+
+
+class SeamlessM4TForSpeechToText(SeamlessM4TTextDecoding):
+    """``speech_encoder``, then :class:`SeamlessM4TTextDecoding`'s decoder and head."""
 
     config_class = SeamlessM4TConfig
     task = "speech-to-text"
@@ -313,28 +398,13 @@ class SeamlessM4TForSpeechToText(Model):
     )
 
     def __init__(self, config: SeamlessM4TConfig) -> None:
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         self.speech_encoder = self.speech_encoder_class(config)
-        self.text_decoder = SeamlessM4TDecoder(config)
-        self.lm_head = (
-            TiedLMHead(self.text_decoder.embed_tokens)
-            if config.tie_word_embeddings
-            else Linear(config.hidden_size, config.vocab_size)
-        )
         self._frame_mask = None
 
     def speech_input(self) -> tuple[str, list]:
         """The extractor's stacked fbank frames."""
         return "input_features", ["batch", "frames", self.config.feature_projection_input_dim]
-
-    def cache_shapes(self) -> tuple[int, int, int]:
-        config = self.config
-        return (
-            config.decoder_layers,
-            config.decoder_heads,
-            config.hidden_size // config.decoder_heads,
-        )
 
     def _adapter_lengths(self, op, frame_mask):
         lengths = op.ReduceSum(op.Cast(frame_mask, to=INT64), [1], keepdims=1)  # [batch, 1]
@@ -365,31 +435,9 @@ class SeamlessM4TForSpeechToText(Model):
         """The encoder's states and every decoder layer's cross-attention ``(key, value)``."""
         if self._frame_mask is None:
             raise RuntimeError("encoder_attention_mask must be built before encode")
-        decoder = self.text_decoder
         lengths = self._adapter_lengths(op, self._frame_mask)
         hidden = self.speech_encoder(op, input_features, self._frame_mask, lengths)
-        cross = []
-        for layer in decoder.layers:  # computed once here, read at every decoder step
-            with module_scope(op, decoder, layer, layer.cross_attention):
-                cross.append(layer.cross_attention.project_kv(op, hidden))
-        return hidden, cross
-
-    def decode(self, op, input_ids, encoder_attention_mask, self_cache, cross_cache):
-        """Logits and the self-attention presents."""
-        with module_scope(op, self):
-            hidden, presents = self.text_decoder(
-                op, input_ids, encoder_attention_mask, self_cache, cross_cache
-            )
-            return self.lm_head(op, hidden), presents
-
-    def sanitize(self, weights: dict) -> dict:
-        """``shared`` is the decoder's embedding table (saved once); a tied head reads it."""
-        shared = weights.pop("shared.weight", None)
-        if shared is not None:
-            weights.setdefault("text_decoder.embed_tokens.weight", shared)
-        if self.config.tie_word_embeddings:
-            weights.pop("lm_head.weight", None)
-        return weights
+        return hidden, self.cross_caches(op, hidden)
 
 
 MODEL_TYPES = {"seamless_m4t": SeamlessM4TForSpeechToText}

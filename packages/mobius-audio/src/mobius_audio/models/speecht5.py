@@ -1,7 +1,8 @@
 """SpeechT5 speech recognition: wav2vec2's front end, a relative-position encoder, a text decoder.
 
-``SpeechT5ForSpeechToText`` only (``SpeechT5ForTextToSpeech`` and
-``SpeechT5ForSpeechToSpeech`` share the ``speecht5`` type and are refused).
+``SpeechT5ForSpeechToText`` here; ``SpeechT5ForTextToSpeech`` (the same ``speecht5``
+type, told apart by ``architectures``) is :mod:`mobius_audio.models.speecht5_tts`,
+and ``SpeechT5ForSpeechToSpeech`` is refused.
 
 - Speech encoder prenet: wav2vec2's conv feature encoder, feature projection and
   weight-normed position conv (the same modules, the same computation), then
@@ -30,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import onnx_ir as ir
@@ -60,7 +61,6 @@ from mobius_audio.models.wav2vec2 import (
 from mobius_audio.models.whisper import WhisperForConditionalGeneration, _length
 
 INT64 = ir.DataType.INT64
-ARCHITECTURE = "SpeechT5ForSpeechToText"
 
 
 @dataclass
@@ -68,6 +68,8 @@ class SpeechT5Config(Wav2Vec2Config):
     """Wav2Vec2's fields for the speech prenet (``intermediate_size`` is the encoder's
     FFN width) and the encoder–decoder's."""
 
+    #: The checkpoint class this config builds (``architectures`` names it).
+    architecture: ClassVar[str] = "SpeechT5ForSpeechToText"
     encoder_layers: int = 12
     decoder_layers: int = 6
     encoder_heads: int = 12
@@ -83,10 +85,11 @@ class SpeechT5Config(Wav2Vec2Config):
     @classmethod
     def hf_fields(cls, hf: Any) -> dict[str, Any]:
         architectures = list(getattr(hf, "architectures", None) or [])
-        if architectures and ARCHITECTURE not in architectures:
+        if architectures and cls.architecture not in architectures:
             raise ConfigError(
-                f"speecht5: {', '.join(map(str, architectures))} is not built; "
-                f"only {ARCHITECTURE} (speech recognition) is"
+                f"speecht5: {', '.join(map(str, architectures))} is not built as "
+                f"{cls.architecture}; mobius builds SpeechT5ForSpeechToText and "
+                "SpeechT5ForTextToSpeech, picked by architectures"
             )
         _check_positive(
             hf, "hidden_size", "encoder_layers", "decoder_layers", "encoder_attention_heads",
@@ -218,12 +221,18 @@ class SpeechT5EncoderLayer(Wav2Vec2EncoderLayer):
 
 
 class SpeechT5Encoder(nn.Module):
-    """The speech prenet, a LayerNorm, then the layers over the padding-masked frames."""
+    """The prenet, a LayerNorm, then the layers over the padding-masked frames (or tokens).
+
+    The prenet takes ``(source, attention_mask)``: the speech prenet here, the text
+    prenet of :mod:`mobius_audio.models.speecht5_tts` in its subclass.
+    """
+
+    prenet_class: ClassVar[type] = SpeechT5SpeechEncoderPrenet
 
     def __init__(self, config: SpeechT5Config) -> None:
         super().__init__()
         d, heads = config.hidden_size, config.encoder_heads
-        self.prenet = SpeechT5SpeechEncoderPrenet(config)
+        self.prenet = self.prenet_class(config)
         self.layer_norm = LayerNorm(d, config.layer_norm_eps)
         self.layers = nn.ModuleList(
             [SpeechT5EncoderLayer(config) for _ in range(config.encoder_layers)]
@@ -280,13 +289,21 @@ class SpeechT5TextDecoder(nn.Module):
         if config.scale_embedding:
             x = op.Mul(x, math.sqrt(config.hidden_size))
         x = add_sinusoids(op, x, input_ids, config, _length(op, self_cache[0][0], 2))
-        causal = causal_bias(op, input_ids, self_cache[0][0], x.dtype)
-        cross_bias = padding_bias(op, encoder_attention_mask, x.dtype, queries=input_ids)
-        presents = []
-        for layer, past, cross in zip(self.layers, self_cache, cross_cache, strict=True):
-            x, present = layer(op, x, causal, cross_bias, cross, past)
-            presents.append(present)
-        return x, presents
+        return decode_layers(op, self.layers, x, encoder_attention_mask, self_cache, cross_cache)
+
+
+def decode_layers(op, layers, x, encoder_attention_mask, self_cache, cross_cache):
+    """``x [batch, steps, hidden]`` through the decoder layers and their caches: ``(x, presents)``.
+
+    Causal over the cache and the new steps; the cross-attention masks the source's padding.
+    """
+    causal = causal_bias(op, x, self_cache[0][0], x.dtype)
+    cross_bias = padding_bias(op, encoder_attention_mask, x.dtype, queries=x)
+    presents = []
+    for layer, past, cross in zip(layers, self_cache, cross_cache, strict=True):
+        x, present = layer(op, x, causal, cross_bias, cross, past)
+        presents.append(present)
+    return x, presents
 
 
 class SpeechT5Model(nn.Module):

@@ -6,6 +6,8 @@ feature extractor (transformers', saved beside the model, and so copied into the
 package); the encoder's ``audio_codes`` must EQUAL transformers' ``encode`` codes,
 and the decoder's ``audio_values`` of those codes must be within ``atol`` of
 transformers' ``decode``, with every codebook and with fewer (a lower bitrate).
+A package with ``audio_scales`` (EnCodec normalised or chunked) must give
+transformers' scales within ``atol``; its decoder gets transformers' scales.
 """
 
 from __future__ import annotations
@@ -31,15 +33,20 @@ def spread_encoder_weights(model, seed: int = 0) -> None:
     import torch
 
     generator = torch.Generator().manual_seed(seed)
+    # EnCodec's and X-Codec's codebooks are buffers (``codebook.embed``), DAC's parameters
+    codebooks = [(n, b) for n, b in model.named_buffers() if n.endswith("codebook.embed")]
     with torch.no_grad():
-        for name, param in model.named_parameters():
-            if name.startswith("decoder."):
+        for name, param in [*model.named_parameters(), *codebooks]:
+            if "decoder" in name.split(".")[0]:  # decoder, acoustic_decoder (X-Codec)
                 continue
             if "codebook" in name:
                 param.copy_(torch.randn(param.shape, generator=generator))
             elif param.ndim == 3 and name.endswith("weight"):  # Conv1d [out, in, kernel]
                 fan_in = param.shape[1] * param.shape[2]
                 param.copy_(torch.randn(param.shape, generator=generator) / fan_in**0.5)
+        for name, buffer in model.named_buffers():  # Mimi keeps its codebooks as buffers
+            if name.endswith("codebook.embed_sum"):
+                buffer.copy_(torch.randn(buffer.shape, generator=generator))
 
 
 def make_random_codec(hf_config, seed: int = 0):
@@ -52,6 +59,15 @@ def make_random_codec(hf_config, seed: int = 0):
     spread_encoder_weights(model, seed)
     perturb_parameters(model, seed)
     return model.eval()
+
+
+def build_random_codec(root: Path, hf_config, feature_extractor):
+    """``(torch_model, hf_dir, package_dir)``: :func:`make_random_codec` saved with its
+    feature extractor under ``root / "hf"`` and built with the CLI into ``root / "onnx"``."""
+    model = make_random_codec(hf_config)
+    model.save_pretrained(root / "hf")
+    feature_extractor.save_pretrained(root / "hf")
+    return model, root / "hf", build_with_cli(root / "hf", root / "onnx")
 
 
 def random_clips(lengths: tuple[int, ...], seed: int = 0, channels: int = 1) -> list[np.ndarray]:
@@ -85,8 +101,10 @@ class CodecParity:
 def torch_codes_and_audio(torch_model, input_values: np.ndarray, codebooks: list[int]):
     """transformers' codes ``[batch, stages, frames]`` and, per count in ``codebooks``, its decoded audio.
 
-    EnCodec encodes at its largest bandwidth (every stage) and returns one chunk's
-    codes ``[1, batch, stages, frames]`` with ``audio_scales`` (None: not normalised).
+    EnCodec encodes at its largest bandwidth (every stage) and returns its chunks'
+    codes ``[chunks, batch, stages, frames]`` (the last padded) with ``audio_scales``
+    (None: not normalised); the codes are given as the contract lays them, chunk
+    after chunk.
     """
     import torch
 
@@ -95,11 +113,15 @@ def torch_codes_and_audio(torch_model, input_values: np.ndarray, codebooks: list
         if torch_model.config.model_type == "encodec":
             largest = torch_model.config.target_bandwidths[-1]
             encoded = torch_model.encode(values, bandwidth=largest)
-            codes, scales = encoded.audio_codes[0], encoded.audio_scales
+            chunks, scales = encoded.audio_codes, encoded.audio_scales
+            pad = encoded.last_frame_pad_length
             audio = {
-                k: torch_model.decode(codes[None, :, :k], scales).audio_values.numpy()
+                k: torch_model.decode(
+                    chunks[:, :, :k], scales, last_frame_pad_length=pad
+                ).audio_values.numpy()
                 for k in codebooks
             }
+            codes = _chunks_one_after_another(chunks, pad)
         else:  # DAC
             codes = torch_model.encode(values).audio_codes
             audio = {
@@ -107,6 +129,28 @@ def torch_codes_and_audio(torch_model, input_values: np.ndarray, codebooks: list
                 for k in codebooks
             }
     return codes.numpy(), audio
+
+
+def _chunks_one_after_another(chunks, pad: int):
+    """transformers' per-chunk codes ``[chunks, batch, K, F]`` (the last padded by ``pad``
+    frames) as the contract lays them: ``[batch, K, frames]``, chunk after chunk."""
+    import torch
+
+    parts = list(chunks)
+    if pad:
+        parts[-1] = parts[-1][..., :-pad]
+    return torch.cat(parts, dim=-1)
+
+
+def torch_scales(torch_model, input_values: np.ndarray) -> np.ndarray:
+    """EnCodec's ``audio_scales`` as the contract has them: ``[batch, chunks]``, 1 where None."""
+    import torch
+
+    largest = torch_model.config.target_bandwidths[-1]
+    with torch.no_grad():
+        scales = torch_model.encode(torch.from_numpy(input_values), bandwidth=largest).audio_scales
+    ones = np.ones((input_values.shape[0], 1), np.float32)
+    return np.concatenate([ones if s is None else s.numpy() for s in scales], axis=1)
 
 
 def compare_codec(
@@ -124,7 +168,12 @@ def compare_codec(
         return ort.InferenceSession(path, providers=["CPUExecutionProvider"])
 
     encoder, decoder = session("encoder"), session("decoder")
-    codes = encoder.run(None, {"input_values": input_values})[0]
+    codes, *scales = encoder.run(None, {"input_values": input_values})
+    scaled = {}  # the decoder's audio_scales input: transformers' scales
+    if scales:
+        expected_scales = torch_scales(torch_model, input_values)
+        assert scales[0].shape == expected_scales.shape, (scales[0].shape, expected_scales.shape)
+        scaled["audio_scales"] = expected_scales
     stages = codes.shape[1]
     counts = sorted({1, stages})
     if reference is None:
@@ -133,8 +182,10 @@ def compare_codec(
     result = CodecParity(torch_model.config.model_type, ep, list(codes.shape))
     assert codes.shape == expected_codes.shape, f"codes {codes.shape} != {expected_codes.shape}"
     result.mismatched_codes = int((codes != expected_codes).sum())
+    if scales:
+        result.diffs["audio_scales"] = float(np.abs(scales[0] - scaled["audio_scales"]).max())
     for k in counts:
-        audio = decoder.run(None, {"audio_codes": expected_codes[:, :k]})[0]
+        audio = decoder.run(None, {"audio_codes": expected_codes[:, :k], **scaled})[0]
         expected = expected_audio[k].reshape(audio.shape)  # DAC squeezes its one channel
         result.diffs[f"audio_values[{k} codebooks]"] = float(np.abs(audio - expected).max())
     return result

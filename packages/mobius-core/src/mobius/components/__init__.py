@@ -9,6 +9,7 @@ from mobius.components._attention import (
     repeat_kv,
     scaled_dot_product_attention,
 )
+from mobius.components._compose import embeddings_given, merge_image_features, module_path
 from mobius.components._conv import BatchNorm, Conv2d, Conv3d, GroupNorm
 from mobius.components._cross_attention import CrossAttention, Seq2SeqAttention
 from mobius.components._decoder import DecoderLayer
@@ -41,6 +42,13 @@ from mobius.components._linear import (
 )
 from mobius.components._mlp import MLP, GatedMLP
 from mobius.components._norms import LayerNorm, RMSNorm, WeightlessRMSNorm
+from mobius.components._qformer import (
+    Blip2QFormerModel,
+    InstructBlipQFormerModel,
+    QFormerConfig,
+    QFormerIntermediate,
+    QFormerOutput,
+)
 from mobius.components._rope import (
     DynamicNTKRotaryEmbedding,
     LongRopeRotaryEmbedding,
@@ -57,9 +65,11 @@ from mobius.components._scope import module_scope, realize_parameters
 __all__ = [
     "ACTIVATIONS",
     "default_inv_freq",
+    "embeddings_given",
     "EXECUTION_PROVIDERS",
     "MLP",
     "Attention",
+    "Blip2QFormerModel",
     "BatchNorm",
     "Conv2d",
     "Conv3d",
@@ -70,9 +80,13 @@ __all__ = [
     "Embedding",
     "GatedMLP",
     "GroupNorm",
+    "InstructBlipQFormerModel",
     "LayerNorm",
     "Linear",
     "LongRopeRotaryEmbedding",
+    "QFormerConfig",
+    "QFormerIntermediate",
+    "QFormerOutput",
     "RMSNorm",
     "RelativeEmbeddings",
     "RotaryEmbedding",
@@ -97,6 +111,8 @@ __all__ = [
     "make_rotary_embedding",
     "masked_softmax_attention",
     "merge_heads",
+    "merge_image_features",
+    "module_path",
     "module_scope",
     "p2c_scores",
     "padding_bias",

@@ -27,21 +27,25 @@ gives the embedding beside the ids), ``embedding_outputs()`` (what the embedding
 the decoder beside ``inputs_embeds``), ``decoder_inputs()`` and
 ``decoder_inputs_from_ids(op, input_ids)`` (the decoder's own extra inputs, and how
 the single graph derives them). A domain's task subclasses :class:`MultimodalDecoderTask`
-and lists its :class:`EncoderGraph` objects; :mod:`mobius.multimodal` runs the packages.
+and lists its :class:`EncoderGraph` objects; its families' modules subclass
+:class:`MultimodalDecoderModel` (a registered text decoder as ``language_model``, the
+hooks' defaults); :mod:`mobius.multimodal` runs the packages.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
-from mobius.components import realize_parameters, scan_body
+from mobius.components import embeddings_given, module_scope, realize_parameters, scan_body
+from mobius.model import Model
 from mobius.tasks._base import IR_VERSION, ModelTask, set_output, twin_module
 from mobius.tasks._causal_lm import INT64, cache_layout, present_shape
+from mobius.weights import rename_prefixes
 
 
 def _decoder_inputs(builder, module, dtype):
@@ -89,6 +93,71 @@ def _model(graph: ir.Graph) -> ir.Model:
     model = ir.Model(graph, ir_version=IR_VERSION, producer_name="mobius")
     RemoveUnusedNodesPass()(model)  # a graph reads only its part of the weights
     return model
+
+
+class MultimodalDecoderModel(Model):
+    """A module over a text decoder, ``language_model`` (a registered causal LM), that other
+    encoders feed: the decoder side of the contract and the weights' routing.
+
+    A subclass builds ``language_model`` and its encoders, gives ``embed`` (most merge their
+    features at a placeholder id into :meth:`token_embeddings`) and the encoder hooks its
+    task lists, and sets :attr:`renames` for the checkpoint layouts it reads.
+    """
+
+    #: Checkpoint key prefixes and the module paths they map to, first match wins: every
+    #: layout (the hub's, transformers 4.5x's, 5's) to the module tree.
+    renames: ClassVar[dict[str, str]] = {}
+
+    def token_embeddings(self, op, input_ids):
+        """``[batch, sequence, hidden]``: the decoder's own token embeddings, under its names."""
+        decoder = self.language_model
+        with module_scope(op, decoder, decoder.model):
+            return decoder.model.embed_tokens(op, input_ids)
+
+    def embedding_inputs(self) -> list[tuple]:
+        """The embedding graph's inputs the processor gives beyond ``input_ids`` and the
+        encoders' outputs: ``(name, dtype, shape)``; ``embed`` takes them last."""
+        return []
+
+    def embedding_outputs(self) -> list[tuple]:
+        """The embedding graph's outputs ``(name, shape)`` beyond ``inputs_embeds``; ``embed``
+        returns them after it, and :meth:`decode` takes them before its ``decoder_inputs``."""
+        return []
+
+    def decoder_inputs(self) -> list[tuple]:
+        """The decoder graph's inputs beyond the causal-LM ones: ``(name, dtype, shape)``."""
+        return []
+
+    def decoder_inputs_from_ids(self, op, input_ids) -> list:
+        """The values of :meth:`decoder_inputs` in the single graph, which has ``input_ids``."""
+        return []
+
+    def decode(self, op, inputs_embeds, attention_mask, position_ids, past_key_values):
+        """The text decoder's logits and cache, from embeddings."""
+        with embeddings_given(op, self.language_model):
+            return self.language_model(
+                op, inputs_embeds, attention_mask, position_ids, past_key_values
+            )
+
+    def cache_layout(self):
+        return cache_layout(self.language_model)
+
+    @property
+    def ignored(self) -> tuple[str, ...]:
+        """The decoder's own patterns under ``language_model.``; families add the encoder
+        tensors their graphs do not read."""
+        decoder = self.language_model.ignored
+        return (*super().ignored, *(f"language_model.{pattern}" for pattern in decoder))
+
+    def sanitize(self, weights: dict) -> dict:
+        """:attr:`renames` applied; the decoder's own exceptions (a tied head's copy) as its
+        text-only build makes them."""
+        renamed = rename_prefixes(weights, self.renames)
+        prefix = "language_model."
+        text = {k[len(prefix) :]: v for k, v in renamed.items() if k.startswith(prefix)}
+        text = self.language_model.sanitize(text)
+        rest = {k: v for k, v in renamed.items() if not k.startswith(prefix)}
+        return {**rest, **{prefix + k: v for k, v in text.items()}}
 
 
 class MultimodalDecoderTask(ModelTask):

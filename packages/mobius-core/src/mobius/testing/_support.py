@@ -15,7 +15,9 @@ from pathlib import Path
 def parity_results(tests: list[Path], junit_xml: Path | None) -> dict[str, dict[str, bool]]:
     """Test function -> {case name: passed}, from a JUnit XML report (running ``tests`` if none).
 
-    A case passes only when it neither failed, errored nor was skipped.
+    Each function is keyed by its name and by ``module::name`` (two files may have a
+    function of the same name); an unparametrized test is its one case ``""``. A case
+    passes only when it neither failed, errored nor was skipped.
     """
     with tempfile.TemporaryDirectory() as tmp:
         if junit_xml is None:
@@ -27,10 +29,12 @@ def parity_results(tests: list[Path], junit_xml: Path | None) -> dict[str, dict[
             )  # fmt: skip
         results: dict[str, dict[str, bool]] = defaultdict(dict)
         for case in ET.parse(junit_xml).iter("testcase"):
-            match = re.fullmatch(r"(\w+)\[(.+)\]", case.get("name", ""))
+            match = re.fullmatch(r"(\w+)(?:\[(.+)\])?", case.get("name", ""))
             if match:
                 failed = any(child.tag in ("failure", "error", "skipped") for child in case)
-                results[match[1]][match[2]] = not failed
+                module = case.get("classname", "").rpartition(".")[2]
+                for function in (match[1], f"{module}::{match[1]}"):
+                    results[function][match[2] or ""] = not failed
         return results
 
 

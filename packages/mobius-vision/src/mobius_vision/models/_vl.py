@@ -16,10 +16,8 @@ from onnxscript import nn
 from mobius import registry
 from mobius.components import module_scope
 from mobius.errors import ConfigError
-from mobius.model import Model
-from mobius.tasks import cache_layout
-from mobius.weights import rename_prefixes
-from mobius_vision.models._compose import embeddings_given, merge_image_features
+from mobius.tasks import MultimodalDecoderModel
+from mobius_vision.models._compose import merge_image_features
 
 
 def vision_tower(config) -> nn.Module:
@@ -54,7 +52,7 @@ def flatten_images(op, features):
     return op.Reshape(features, op.Concat(rows, op.Shape(features, start=2), axis=0))
 
 
-class VisionLanguageModel(Model):
+class VisionLanguageModel(MultimodalDecoderModel):
     """``vision_tower``, ``multi_modal_projector`` and ``language_model``, composed.
 
     Subclasses set ``config_class``, build the projector in :meth:`make_projector`,
@@ -101,11 +99,6 @@ class VisionLanguageModel(Model):
         per entry (several as a tuple), and the embedding graph takes them all."""
         return [("image_features", ["num_image_tokens", self.config.text.hidden_size])]
 
-    def embedding_outputs(self) -> list[tuple]:
-        """The embedding graph's outputs ``(name, shape)`` beyond ``inputs_embeds``; :meth:`embed`
-        returns them after it, and :meth:`decode` takes them before its ``decoder_inputs``."""
-        return []
-
     def vision_modules(self) -> list[nn.Module]:
         """The submodules :meth:`image_features` reads."""
         return [self.vision_tower, self.multi_modal_projector]
@@ -117,49 +110,7 @@ class VisionLanguageModel(Model):
 
     def embed(self, op, input_ids, image_features):
         """Token embeddings with the image placeholders replaced by ``image_features``."""
-        decoder = self.language_model
-        with module_scope(op, decoder, decoder.model):
-            embeds = decoder.model.embed_tokens(op, input_ids)  # [batch, sequence, hidden]
+        embeds = self.token_embeddings(op, input_ids)  # [batch, sequence, hidden]
         return merge_image_features(
             op, embeds, input_ids, image_features, self.config.image_token_id
         )
-
-    def embedding_inputs(self) -> list[tuple]:
-        """The embedding graph's inputs the processor gives beyond ``input_ids`` and the
-        encoders' outputs: ``(name, dtype, shape)``; :meth:`embed` takes them last."""
-        return []
-
-    def decoder_inputs(self) -> list[tuple]:
-        """The decoder graph's inputs beyond the causal-LM ones: ``(name, dtype, shape)``."""
-        return []
-
-    def decoder_inputs_from_ids(self, op, input_ids) -> list:
-        """The values of :meth:`decoder_inputs` in the single graph, which has ``input_ids``."""
-        return []
-
-    def decode(self, op, inputs_embeds, attention_mask, position_ids, past_key_values):
-        """The text decoder's logits and cache, from embeddings."""
-        with embeddings_given(op, self.language_model):
-            return self.language_model(
-                op, inputs_embeds, attention_mask, position_ids, past_key_values
-            )
-
-    def cache_layout(self):
-        return cache_layout(self.language_model)
-
-    @property
-    def ignored(self) -> tuple[str, ...]:
-        """The decoder's own patterns under ``language_model.``; families add the tower tensors
-        :meth:`image_features` does not read (layers past the chosen one...)."""
-        decoder = self.language_model.ignored
-        return (*super().ignored, *(f"language_model.{pattern}" for pattern in decoder))
-
-    def sanitize(self, weights: dict) -> dict:
-        """:attr:`renames` applied; the decoder's own exceptions (a tied head's copy) as its
-        text-only build makes them."""
-        renamed = rename_prefixes(weights, self.renames)
-        prefix = "language_model."
-        text = {k[len(prefix) :]: v for k, v in renamed.items() if k.startswith(prefix)}
-        text = self.language_model.sanitize(text)
-        rest = {k: v for k, v in renamed.items() if not k.startswith(prefix)}
-        return {**rest, **{prefix + k: v for k, v in text.items()}}

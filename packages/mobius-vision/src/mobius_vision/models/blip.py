@@ -30,6 +30,8 @@ from mobius.components import (
     Embedding,
     LayerNorm,
     Linear,
+    QFormerIntermediate,
+    QFormerOutput,
     causal_bias,
     get_activation,
     merge_heads,
@@ -40,7 +42,6 @@ from mobius.components import (
 from mobius.errors import ConfigError
 from mobius.model import Model
 from mobius_vision.config import composed_config
-from mobius_vision.models._qformer import QFormerIntermediate, QFormerOutput
 from mobius_vision.models.blip_2_vision import (
     Blip2VisionConfig,
     Blip2VisionModel,

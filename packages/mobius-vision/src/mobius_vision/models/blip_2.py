@@ -20,12 +20,11 @@ from typing import Any, ClassVar
 
 from onnxscript import nn
 
-from mobius.components import Linear, module_scope
+from mobius.components import Blip2QFormerModel, Linear, QFormerConfig, module_scope
 from mobius.config import first_of
 from mobius.errors import ConfigError
 from mobius_vision.config import VisionLanguageConfig
 from mobius_vision.models._compose import _module_path, embeddings_given, merge_image_features
-from mobius_vision.models._qformer import Blip2QFormerModel, QFormerConfig
 from mobius_vision.models._vl import VisionLanguageModel, flatten_images
 
 

@@ -31,11 +31,10 @@ from typing import Any, ClassVar
 
 from onnxscript import nn
 
-from mobius.components import LayerNorm, Linear
+from mobius.components import Blip2QFormerModel, LayerNorm, Linear, QFormerConfig
 from mobius.errors import ConfigError
 from mobius_text.models.granite import GraniteForCausalLM
 from mobius_vision.models._deepstack import DeepStackMixin
-from mobius_vision.models._qformer import Blip2QFormerModel, QFormerConfig
 from mobius_vision.models._vl import VisionLanguageModel, layer_index, vision_tower
 from mobius_vision.models.llava_next import (
     LlavaNextConfig,

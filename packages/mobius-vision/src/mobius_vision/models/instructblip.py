@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from mobius_vision.models._qformer import InstructBlipQFormerModel
+from mobius.components import InstructBlipQFormerModel
 from mobius_vision.models._vl import flatten_images
 from mobius_vision.models.blip_2 import Blip2Config, Blip2ForConditionalGeneration, Blip2Projector
 

@@ -1,5 +1,8 @@
 """The Q-Former of BLIP-2 and InstructBLIP: learned queries that read an image by cross-attention.
 
+Shared by mobius-vision (BLIP-2, InstructBLIP, BLIP, Granite 4 Vision) and mobius-audio
+(Granite Speech's windowed projector, whose queries read audio states the same way).
+
 A BERT-like post-norm encoder over ``num_query_tokens`` learned query embeddings: each
 layer's self-attention runs over the queries (InstructBLIP: the queries and the
 instruction's tokens together, under its attention mask), every
@@ -17,14 +20,10 @@ from typing import Any
 
 from onnxscript import nn
 
-from mobius.components import (
-    Embedding,
-    LayerNorm,
-    Linear,
-    bidirectional_attention,
-    get_activation,
-    padding_bias,
-)
+from mobius.components._activations import get_activation
+from mobius.components._encoder import bidirectional_attention, padding_bias
+from mobius.components._linear import Embedding, Linear
+from mobius.components._norms import LayerNorm
 
 
 @dataclass(frozen=True)
