@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from mobius.errors import MobiusError
+from mobius_audio.audio_prompts import check_placeholders, expand_placeholders
 from mobius_audio.granite_speech_features import GraniteSpeechInputs
 
 #: The Whisper feature extractor's settings read from preprocessor_config.json: (default, low, high).
@@ -134,20 +135,12 @@ class Qwen2AudioInputs:
         """``input_ids`` [1, sequence] and, with clips, their features and mask."""
         clips = [np.asarray(clip, np.float32).reshape(-1) for clip in clips]
         text = self.prompt_text(prompt, len(clips), chat_template=chat_template, system=system)
-        count = text.count(self.audio_token)
-        if count != len(clips):
-            raise MobiusError(
-                f"the prompt holds {count} {self.audio_token} placeholder(s) for "
-                f"{len(clips)} audio clip(s): put one per clip"
-            )
+        check_placeholders(text, self.audio_token, len(clips))
         audio = self.audio_features(clips) if clips else {}
         if audio:
             frames = audio["feature_attention_mask"].sum(-1).tolist()
-            pieces = text.split(self.audio_token)
-            text = pieces[0] + "".join(
-                self.audio_token * self.audio_tokens(n) + piece
-                for n, piece in zip(frames, pieces[1:], strict=True)
-            )
+            counts = [self.audio_tokens(n) for n in frames]
+            text = expand_placeholders(text, self.audio_token, counts)
         ids = np.asarray([self.tokenizer(text)["input_ids"]], np.int64)
         return {"input_ids": ids, **audio}
 

@@ -45,7 +45,7 @@ import numpy as np
 from mobius.classification import open_session
 from mobius.errors import MobiusError
 from mobius.generate import sample_next_token
-from mobius_audio.dia_generate import _config, _int, carry_cache, run_named
+from mobius_audio.dia_generate import carry_cache, config_int, read_config, run_named
 
 GRAPHS = ("backbone", "depth_decoder", "codec_encoder", "codec_decoder")
 DEFAULT_OUTPUT = "speech.wav"
@@ -56,7 +56,7 @@ SPEAKER = re.compile(r"^\[\d+\]")
 def is_csm_package(package: str | os.PathLike) -> bool:
     """Whether ``package`` holds CSM's four graphs and a csm ``config.json``."""
     package = Path(package)
-    config = _config(package)
+    config = read_config(package)
     graphs = all((package / g / "model.onnx").is_file() for g in GRAPHS)
     return graphs and config is not None and config.get("model_type") == "csm"
 
@@ -121,16 +121,16 @@ class CsmGenerator:
                 "codec_encoder/, codec_decoder/ and a csm config.json)"
             )
         where = str(self.package / "config.json")
-        config = _config(self.package)
-        self.num_codebooks = _int(config, "num_codebooks", 2, where)
-        self.vocab_size = _int(config, "vocab_size", 2, where)
-        self.eos = _int(config, "codebook_eos_token_id", 0, where)
-        self.max_positions = _int(config, "max_position_embeddings", 2, where)
+        config = read_config(self.package)
+        self.num_codebooks = config_int(config, "num_codebooks", 2, where)
+        self.vocab_size = config_int(config, "vocab_size", 2, where)
+        self.eos = config_int(config, "codebook_eos_token_id", 0, where)
+        self.max_positions = config_int(config, "max_position_embeddings", 2, where)
         codec = config.get("codec_config")
         if not isinstance(codec, dict):
             raise MobiusError(f"{where}: codec_config is not a Mimi config")
-        self.sampling_rate = _int(codec, "sampling_rate", 1, where)
-        self.codebook_size = min(_int(codec, "codebook_size", 1, where), self.vocab_size)
+        self.sampling_rate = config_int(codec, "sampling_rate", 1, where)
+        self.codebook_size = min(config_int(codec, "codebook_size", 1, where), self.vocab_size)
         if self.eos >= self.codebook_size:
             raise MobiusError(f"{where}: codebook_eos_token_id {self.eos} is not a codec code")
         self.backbone, self.depth, self.encoder, self.codec = (

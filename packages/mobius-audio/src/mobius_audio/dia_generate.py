@@ -42,7 +42,8 @@ SPECIAL_TOKENS = {"<pad>": 0, "[S1]": 1, "[S2]": 2}
 DEFAULT_OUTPUT = "dialogue.wav"
 
 
-def _config(package: Path) -> dict | None:
+def read_config(package: Path) -> dict | None:
+    """The package's ``config.json`` as a dict, or None when it is missing or not an object."""
     try:
         data = json.loads((package / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -53,7 +54,7 @@ def _config(package: Path) -> dict | None:
 def is_dia_package(package: str | os.PathLike) -> bool:
     """Whether ``package`` holds Dia's encoder and decoder graphs and its ``config.json``."""
     package = Path(package)
-    config = _config(package)
+    config = read_config(package)
     graphs = all((package / g / "model.onnx").is_file() for g in GRAPHS)
     return graphs and config is not None and config.get("model_type") == "dia"
 
@@ -108,7 +109,8 @@ def carry_cache(feeds: dict, outputs: dict[str, np.ndarray]) -> None:
             feeds["past_key_values." + name[len("present.") :]] = value
 
 
-def _int(section: dict, key: str, low: int, where: str) -> int:
+def config_int(section: dict, key: str, low: int, where: str) -> int:
+    """``section[key]`` checked to be an int of at least ``low``; ``where`` names the file."""
     value = section.get(key)
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
         raise MobiusError(f"{where}: {key} {value!r} is not an integer >= {low}")
@@ -133,9 +135,9 @@ class DiaPackage:
                 f"cannot read {where} as a Dia config: {' '.join(str(exc).split())}"
             ) from None
         decoder, encoder = vars(config.decoder_config), vars(config.encoder_config)
-        self.vocab_size = _int(decoder, "vocab_size", 4, where)
-        self.channels = _int(decoder, "num_channels", 1, where)
-        self.bos, self.eos, self.pad = (_int(decoder, f"{k}_token_id", 1, where) for k in ("bos", "eos", "pad"))  # fmt: skip
+        self.vocab_size = config_int(decoder, "vocab_size", 4, where)
+        self.channels = config_int(decoder, "num_channels", 1, where)
+        self.bos, self.eos, self.pad = (config_int(decoder, f"{k}_token_id", 1, where) for k in ("bos", "eos", "pad"))  # fmt: skip
         in_vocabulary = max(self.bos, self.eos, self.pad) < self.vocab_size
         if not in_vocabulary or self.eos >= min(self.bos, self.pad):
             raise MobiusError(f"{where}: eos must come before bos and pad, all below vocab_size")
@@ -146,8 +148,8 @@ class DiaPackage:
             if not isinstance(delay, int) or isinstance(delay, bool) or not 0 <= delay < 4096:
                 raise MobiusError(f"{where}: delay {delay!r} is not a frame count")
         self.delays = delays
-        self.max_text = _int(encoder, "max_position_embeddings", 1, where)
-        self.max_frames = _int(decoder, "max_position_embeddings", 2, where)
+        self.max_text = config_int(encoder, "max_position_embeddings", 1, where)
+        self.max_frames = config_int(decoder, "max_position_embeddings", 2, where)
 
 
 def generation_defaults(package: Path) -> DiaSampling:

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from mobius.errors import MobiusError
+from mobius_audio.audio_prompts import check_placeholders, expand_placeholders
 
 #: preprocessor_config.json's settings: (default, low, high).
 SETTINGS = {
@@ -178,19 +179,11 @@ class GraniteSpeechInputs:
         """``input_ids`` [1, sequence] and, with clips, ``input_features`` and its mask."""
         clips = [np.asarray(clip, np.float32).reshape(-1) for clip in clips]
         text = self.prompt_text(prompt, len(clips), chat_template=chat_template, system=system)
-        count = text.count(self.audio_token)
-        if count != len(clips):
-            raise MobiusError(
-                f"the prompt holds {count} {self.audio_token} placeholder(s) for "
-                f"{len(clips)} audio clip(s): put one per clip"
-            )
+        check_placeholders(text, self.audio_token, len(clips))
         audio = self.features(clips) if clips else {}
         if audio:
-            pieces = text.split(self.audio_token)
-            text = pieces[0] + "".join(
-                self.audio_token * int(n) + piece
-                for n, piece in zip(audio["input_features_mask"].sum(-1), pieces[1:], strict=True)
-            )
+            counts = audio["input_features_mask"].sum(-1)
+            text = expand_placeholders(text, self.audio_token, counts)
         ids = np.asarray([self.tokenizer(text)["input_ids"]], np.int64)
         return {"input_ids": ids, **audio}
 

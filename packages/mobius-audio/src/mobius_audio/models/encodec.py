@@ -49,11 +49,26 @@ from mobius_audio.models._codec_chunks import (
 _PAD_MODES = {"reflect": "reflect", "constant": "constant", "replicate": "edge"}
 
 
-def _positive_int(hf_config: Any, name: str) -> int:
+def positive_int(hf_config: Any, name: str) -> int:
+    """``hf_config.name`` checked to be a positive int (a checkpoint's config is a stranger's)."""
     value = getattr(hf_config, name, None)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"encodec {name} must be a positive integer, got {value!r}")
+        kind = getattr(hf_config, "model_type", "codec")
+        raise ConfigError(f"{kind} {name} must be a positive integer, got {value!r}")
     return value
+
+
+def seanet_fields(hf_config) -> dict:
+    """The SEANet conv stack's settings an EnCodec-style config holds (EnCodec's, Mimi's),
+    each checked."""
+    names = ("num_filters", "num_residual_layers", "kernel_size", "last_kernel_size",
+             "residual_kernel_size", "dilation_growth_rate", "compress")  # fmt: skip
+    return {
+        **{name: positive_int(hf_config, name) for name in names},
+        "use_causal_conv": bool(hf_config.use_causal_conv),
+        "pad_mode": hf_config.pad_mode,
+        "use_conv_shortcut": bool(hf_config.use_conv_shortcut),
+    }
 
 
 @dataclass
@@ -107,13 +122,13 @@ class EncodecConfig:
             raise ConfigError(
                 f"encodec upsampling_ratios must be positive integers, got {ratios!r}"
             )
-        channels = _positive_int(hf_config, "audio_channels")
+        channels = positive_int(hf_config, "audio_channels")
         if channels > 2:
             raise ConfigError(f"encodec audio_channels {channels}: 1 or 2")
         trim = hf_config.trim_right_ratio
         if isinstance(trim, bool) or not isinstance(trim, (int, float)) or not 0 <= trim <= 1:
             raise ConfigError(f"encodec trim_right_ratio {trim!r} is not in [0, 1]")
-        codebook_size = _positive_int(hf_config, "codebook_size")
+        codebook_size = positive_int(hf_config, "codebook_size")
         stages = hf_config.num_quantizers  # from the largest target bandwidth
         if stages < 1:
             raise ConfigError(
@@ -123,23 +138,14 @@ class EncodecConfig:
         return cls(
             model_type="encodec",
             channels=channels,
-            hidden_size=_positive_int(hf_config, "hidden_size"),
-            num_filters=_positive_int(hf_config, "num_filters"),
-            num_residual_layers=_positive_int(hf_config, "num_residual_layers"),
+            hidden_size=positive_int(hf_config, "hidden_size"),
             upsampling_ratios=tuple(ratios),
-            kernel_size=_positive_int(hf_config, "kernel_size"),
-            last_kernel_size=_positive_int(hf_config, "last_kernel_size"),
-            residual_kernel_size=_positive_int(hf_config, "residual_kernel_size"),
-            dilation_growth_rate=_positive_int(hf_config, "dilation_growth_rate"),
-            use_causal_conv=bool(hf_config.use_causal_conv),
-            pad_mode=hf_config.pad_mode,
-            compress=_positive_int(hf_config, "compress"),
-            num_lstm_layers=_positive_int(hf_config, "num_lstm_layers"),
+            **seanet_fields(hf_config),
+            num_lstm_layers=positive_int(hf_config, "num_lstm_layers"),
             trim_right_ratio=float(trim),
             codebook_size=codebook_size,
-            codebook_dim=_positive_int(hf_config, "codebook_dim"),
+            codebook_dim=positive_int(hf_config, "codebook_dim"),
             n_codebooks=int(stages),
-            use_conv_shortcut=bool(hf_config.use_conv_shortcut),
             group_norm=hf_config.norm_type == "time_group_norm",
             normalize=bool(hf_config.normalize),
             chunks=_chunk_layout(hf_config, math.prod(ratios)),

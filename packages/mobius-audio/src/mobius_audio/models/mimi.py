@@ -53,14 +53,9 @@ from mobius_audio.models.encodec import (
     EncodecDecoder,
     EncodecEncoder,
     EncodecVectorQuantization,
+    positive_int,
+    seanet_fields,
 )
-
-
-def _positive_int(hf_config: Any, name: str) -> int:
-    value = getattr(hf_config, name, None)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"mimi {name} must be a positive integer, got {value!r}")
-    return value
 
 
 @dataclass
@@ -106,7 +101,7 @@ class MimiConfig(EncodecConfig):
             or any(isinstance(r, bool) or not isinstance(r, int) or r <= 0 for r in ratios)
         ):
             raise ConfigError(f"mimi upsampling_ratios must be positive integers, got {ratios!r}")
-        channels = _positive_int(hf_config, "audio_channels")
+        channels = positive_int(hf_config, "audio_channels")
         if channels > 2:
             raise ConfigError(f"mimi audio_channels {channels}: 1 or 2")
         trim = hf_config.trim_right_ratio
@@ -114,22 +109,22 @@ class MimiConfig(EncodecConfig):
             raise ConfigError(f"mimi trim_right_ratio {trim!r} is not in [0, 1]")
         if trim != 1 and not hf_config.use_causal_conv:
             raise ConfigError(f"mimi trim_right_ratio {trim!r}: only causal convs trim unevenly")
-        hidden = _positive_int(hf_config, "hidden_size")
-        stages = _positive_int(hf_config, "num_quantizers")
-        semantic = _positive_int(hf_config, "num_semantic_quantizers")
+        hidden = positive_int(hf_config, "hidden_size")
+        stages = positive_int(hf_config, "num_quantizers")
+        semantic = positive_int(hf_config, "num_semantic_quantizers")
         if semantic >= stages:
             raise ConfigError(
                 f"mimi num_semantic_quantizers {semantic} must be below num_quantizers {stages}"
             )
-        quantizer_dim = _positive_int(hf_config, "vector_quantization_hidden_dimension")
-        codebook_dim = _positive_int(hf_config, "codebook_dim")
+        quantizer_dim = positive_int(hf_config, "vector_quantization_hidden_dimension")
+        codebook_dim = positive_int(hf_config, "codebook_dim")
         if codebook_dim != quantizer_dim:
             raise ConfigError(
                 f"mimi codebook_dim {codebook_dim} must equal vector_quantization_hidden_dimension "
                 f"{quantizer_dim}: the codebooks hold the projected latents"
             )
-        heads = _positive_int(hf_config, "num_attention_heads")
-        kv_heads = _positive_int(hf_config, "num_key_value_heads")
+        heads = positive_int(hf_config, "num_attention_heads")
+        kv_heads = positive_int(hf_config, "num_key_value_heads")
         if heads % kv_heads:
             raise ConfigError(
                 f"mimi num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}"
@@ -150,7 +145,7 @@ class MimiConfig(EncodecConfig):
             raise ConfigError(
                 f"mimi frame_rate {frame_rate} must be below the convs' frame rate {encodec_rate}"
             )
-        groups = _positive_int(hf_config, "upsample_groups")
+        groups = positive_int(hf_config, "upsample_groups")
         if hidden % groups:
             raise ConfigError(f"mimi upsample_groups {groups} does not divide hidden_size {hidden}")
         eps = hf_config.norm_eps
@@ -160,35 +155,26 @@ class MimiConfig(EncodecConfig):
             model_type="mimi",
             channels=channels,
             hidden_size=hidden,
-            num_filters=_positive_int(hf_config, "num_filters"),
-            num_residual_layers=_positive_int(hf_config, "num_residual_layers"),
             upsampling_ratios=tuple(ratios),
-            kernel_size=_positive_int(hf_config, "kernel_size"),
-            last_kernel_size=_positive_int(hf_config, "last_kernel_size"),
-            residual_kernel_size=_positive_int(hf_config, "residual_kernel_size"),
-            dilation_growth_rate=_positive_int(hf_config, "dilation_growth_rate"),
-            use_causal_conv=bool(hf_config.use_causal_conv),
-            pad_mode=hf_config.pad_mode,
-            compress=_positive_int(hf_config, "compress"),
+            **seanet_fields(hf_config),
             num_lstm_layers=0,
             trim_right_ratio=float(trim),
-            codebook_size=_positive_int(hf_config, "codebook_size"),
+            codebook_size=positive_int(hf_config, "codebook_size"),
             codebook_dim=codebook_dim,
             n_codebooks=stages,
-            use_conv_shortcut=bool(hf_config.use_conv_shortcut),
             num_semantic_quantizers=semantic,
             quantizer_dim=quantizer_dim,
             latent_stride=stride,
             upsample_groups=groups,
-            num_hidden_layers=_positive_int(hf_config, "num_hidden_layers"),
-            intermediate_size=_positive_int(hf_config, "intermediate_size"),
+            num_hidden_layers=positive_int(hf_config, "num_hidden_layers"),
+            intermediate_size=positive_int(hf_config, "intermediate_size"),
             num_attention_heads=heads,
             num_key_value_heads=kv_heads,
-            head_dim=_positive_int(hf_config, "head_dim"),
+            head_dim=positive_int(hf_config, "head_dim"),
             hidden_act=hf_config.hidden_act,
             norm_eps=float(eps),
             rope=RopeConfig.from_hf(hf_config),
-            max_position_embeddings=_positive_int(hf_config, "max_position_embeddings"),
+            max_position_embeddings=positive_int(hf_config, "max_position_embeddings"),
             sliding_window=window,
             attention_bias=bool(hf_config.attention_bias),
         )
