@@ -9,6 +9,9 @@ Generation with sampling off and guidance on gives transformers' codes and audio
 
 from __future__ import annotations
 
+import importlib
+from types import SimpleNamespace
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -110,29 +113,48 @@ def _tune(seconds: float, rate: int = 6000) -> np.ndarray:
     return (0.5 * np.sin(2 * np.pi * pitch * t) + noise).astype(np.float32)
 
 
-def test_chroma_features_match_transformers_extractor():
-    # transformers' extractor runs on torchaudio, whose newest release (2.11) pins torch 2.11:
-    # it cannot join this environment's torch. Passed by hand with torch and torchaudio 2.11.
-    torchaudio = pytest.importorskip(
-        "torchaudio",
-        reason="transformers' MusicgenMelodyFeatureExtractor needs torchaudio, "
-        "which has no release for the installed torch",
-    )
-    from transformers import MusicgenMelodyFeatureExtractor
+class TorchSpectrogram:
+    """torchaudio's ``Spectrogram(n_fft, win_length, hop_length, power=2, center=True, pad=0,
+    normalized=True)`` on ``torch.stft``, as torchaudio defines it: a periodic Hann window,
+    reflect padding, the window's L2 norm divided out, the squared magnitude.
 
+    torchaudio itself cannot join this environment (its newest release, 2.11, pins torch
+    2.11); the numpy extractor also equalled the real torchaudio 2.11, run by hand."""
+
+    def __init__(self, n_fft, win_length, hop_length, power, center, pad, normalized):
+        assert (power, center, pad, normalized) == (2, True, 0, True)
+        self.n_fft, self.win_length, self.hop_length = n_fft, win_length, hop_length
+
+    def __call__(self, waveform: torch.Tensor) -> torch.Tensor:
+        window = torch.hann_window(self.win_length, dtype=waveform.dtype)
+        flat = waveform.reshape(-1, waveform.shape[-1])
+        spec = torch.stft(
+            flat, self.n_fft, self.hop_length, self.win_length, window, center=True,
+            pad_mode="reflect", normalized=False, onesided=True, return_complex=True,
+        )  # fmt: skip
+        power = (spec / window.pow(2).sum().sqrt()).abs().pow(2)
+        return power.reshape(*waveform.shape[:-1], *power.shape[-2:])
+
+
+def test_chroma_features_match_transformers_extractor(monkeypatch):
+    """The numpy chroma equals transformers' ``MusicgenMelodyFeatureExtractor`` within 1e-5
+    (its torchaudio spectrogram stood in for by :class:`TorchSpectrogram`)."""
+    module = importlib.import_module(
+        "transformers.models.musicgen_melody.feature_extraction_musicgen_melody"
+    )
+
+    transforms = SimpleNamespace(Spectrogram=TorchSpectrogram)
+    monkeypatch.setattr(module, "torchaudio", SimpleNamespace(transforms=transforms), raising=False)
     settings = {k: CHROMA[k] for k in ("sampling_rate", "n_fft", "hop_length", "chunk_length")}
-    reference = MusicgenMelodyFeatureExtractor(**settings)
+    reference = module.MusicgenMelodyFeatureExtractor(**settings)
     ours = ChromaFeatureExtractor(**settings)
     # Two lengths padded together, one shorter than n_fft, one cut at chunk_length.
     for clips in ([_tune(0.8), _tune(0.5)[::-1].copy()], [_tune(0.05)], [_tune(1.4)]):
         expected = reference(clips, sampling_rate=6000, return_tensors="np")["input_features"]
         np.testing.assert_allclose(ours(clips), expected, atol=1e-5, rtol=0)
-    # The power spectrogram under the one-hot rows: torchaudio's.
-    spectrogram = torchaudio.transforms.Spectrogram(
-        n_fft=512, win_length=512, hop_length=128, power=2, center=True, pad=0, normalized=True
-    )
+    # The power spectrogram under the one-hot rows, which decide the chroma's argmax.
     clip = _tune(0.5)[None]
-    expected = spectrogram(torch.from_numpy(clip)).numpy()
+    expected = TorchSpectrogram(512, 512, 128, 2, True, 0, True)(torch.from_numpy(clip)).numpy()
     np.testing.assert_allclose(ours.power_spectrogram(clip), expected, rtol=1e-4, atol=1e-5)
 
 
