@@ -159,7 +159,11 @@ def test_refusals(package, capsys, tmp_path):
         "blank_token_id '11' is not an integer": ("generate", bad, clips[0][0]),
         "no such file": ("generate", built, tmp_path / "missing.wav"),
         "transcribes greedily": ("generate", built, clips[0][0], "--do-sample"),
-    }
+        # another runner's option is refused, not ignored (the runner declares what it reads)
+        "--source-language applies to SeamlessM4T text-to-text packages": (
+            "generate", built, clips[0][0], "--source-language", "deu",
+        ),
+    }  # fmt: skip
     for message, args in refusals.items():
         code, lines, err = run_cli(capsys, *args)
         assert code == 1 and not lines, (message, err)

@@ -135,6 +135,7 @@ def register_slice(registry) -> None:
                 "mobius generate whisper-out/ interview.flac --task translate",
                 "mobius generate seamless-out/ speech.wav --language fra",
             ),
+            options=("language", "speech_task", "timestamps"),
         )
     )
     # Audio encoders with a head (mobius_audio.encoders): CTC transcribes, a classifier classifies.
@@ -146,6 +147,7 @@ def register_slice(registry) -> None:
             package=PACKAGE,
             help=CTC_HELP,
             examples=("mobius generate wav2vec2-out/ speech.wav",),
+            options=(),
         )
     )
     registry.register_runner(
@@ -305,6 +307,7 @@ def register_text_to_audio(registry) -> None:
             package=PACKAGE,
             help=TTS_HELP,
             examples=('mobius generate mms-tts-out/ "Hello there" --output hello.wav --seed 0',),
+            options=("speaker",),
         )
     )
     registry.register_option(
@@ -429,6 +432,7 @@ def register_dia(registry) -> None:
                 'mobius generate dia-out/ "[S1] Hello there. [S2] Hi!" --codec dac-out/ '
                 "--max-new-tokens 1024 --seed 0 --output hello.wav",
             ),
+            options=("dia_codec", "guidance_scale"),
         )
     )
     group = "text-to-dialogue packages (Dia)"
@@ -482,6 +486,7 @@ def register_text_to_music(registry) -> None:
                 'mobius generate musicgen-out/ "calm piano" --guidance-scale 3 --max-new-tokens 500',
                 'mobius generate melody-out/ "jazz trio" --melody tune.wav --output jazz.wav',
             ),
+            options=("guidance_scale", "melody"),
         )
     )
     registry.register_option(
@@ -530,6 +535,7 @@ def register_bark(registry) -> None:
                 'mobius generate bark-out/ "Hello, my dog is cute." --output hello.wav --seed 0',
                 'mobius generate bark-out/ "Hello" --voice-preset en_speaker_6.npz --seed 1',
             ),
+            options=("bark_voice_preset",),
         )
     )
     registry.register_option(
@@ -577,6 +583,7 @@ def register_transducer(registry) -> None:
             package=PACKAGE,
             help=TRANSDUCER_HELP,
             examples=("mobius generate parakeet-tdt-out/ speech.wav",),
+            options=(),
         )
     )
 
@@ -646,6 +653,13 @@ def register_speecht5_tts(registry) -> None:
                 'mobius generate speecht5-out/ "Hello there" --speaker-embedding voice.npy '
                 "--seed 0 --output hello.wav",
             ),
+            options=(
+                "speaker_embedding",
+                "speecht5_vocoder",
+                "speecht5_threshold",
+                "speecht5_minlenratio",
+                "speecht5_maxlenratio",
+            ),
         )
     )
     for dest, flags, kwargs in SPEECHT5_TTS_OPTIONS:
@@ -689,6 +703,7 @@ def register_streaming_stt(registry) -> None:
             package=PACKAGE,
             help=STREAMING_STT_HELP,
             examples=("mobius generate kyutai-stt-out/ speech.wav",),
+            options=(),
         )
     )
 
@@ -724,6 +739,7 @@ def register_audio_language(registry) -> None:
             package=PACKAGE,
             help=AUDIO_LANGUAGE_HELP,
             examples=('mobius generate qwen2-audio-out/ "What is said?" --audio clip.wav',),
+            options=("audios",),
         )
     )
 
@@ -761,6 +777,7 @@ def register_csm(registry) -> None:
                 'mobius generate csm-out/ "[0]Hello from Sesame." --seed 0 --output hi.wav',
                 'mobius generate csm-out/ "[0]Fine, thanks." --context "[1]How are you?" q.wav',
             ),
+            options=("csm_context",),
         )
     )
     registry.register_option(
@@ -801,6 +818,7 @@ def register_seamless_text(registry) -> None:
             package=PACKAGE,
             help=SEAMLESS_TEXT_HELP,
             examples=('mobius generate seamless-t2tt-out/ "Hello, how are you?" --language fra',),
+            options=("language", "source_language", "speech_task", "timestamps"),
         )
     )
     registry.register_option(
