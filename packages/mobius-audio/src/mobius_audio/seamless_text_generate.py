@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
 from pathlib import Path
-
-import numpy as np
 
 from mobius.errors import MobiusError
 from mobius.generate import PackageError, Seq2SeqGenerator, stream_to_stdout
@@ -69,24 +66,10 @@ class SeamlessM4TTextGenerator(TargetLanguage, Seq2SeqGenerator):
             )
         return list(tokenizer(prompt, src_lang=code)["input_ids"])
 
-    def decoder_step(self, source: dict) -> Callable[[list[int]], np.ndarray]:
-        """Core's step, with the target language's token fed after the start token.
-
-        :meth:`~mobius.generate.Seq2SeqGenerator.generate_ids` prompts the decoder with
-        ``</s>``; the first step runs ``</s> __<target>__`` instead, transformers' prompt,
-        so the tokens yielded (and ``max_new_tokens``) are those after it.
-        """
-        step = super().decoder_step(source)
-        language = self.language_token()
-        prompted = False
-
-        def step_after_language(ids: list[int]) -> np.ndarray:
-            nonlocal prompted
-            if not prompted:
-                prompted, ids = True, [*ids, language]
-            return step(ids)
-
-        return step_after_language
+    def decoder_prompt(self, start: int) -> list[int]:
+        """``</s> __<target>__``, transformers' decoder prompt: the tokens yielded (and
+        ``max_new_tokens``) are those after it."""
+        return [start, self.language_token()]
 
 
 def run_cli(package_dir: str | os.PathLike, prompt: str, options: dict) -> int:

@@ -717,6 +717,11 @@ class Seq2SeqGenerator(_Generator):
 
         return step
 
+    def decoder_prompt(self, start: int) -> list[int]:
+        """The ids the decoder starts from: the config's ``decoder_start_token_id``. A family
+        whose decoder is prompted further (a target-language token) extends it."""
+        return [start]
+
     def generate_ids(
         self,
         prompt_ids: Sequence[int],
@@ -754,12 +759,13 @@ class Seq2SeqGenerator(_Generator):
         mask = np.ones_like(source)
         encoded = self.encoder.run(None, {"input_ids": source, "attention_mask": mask})
         cross = {"encoder_attention_mask": mask, **self._cross_cache(encoded)}
+        prompt = self.decoder_prompt(int(start))
         yield from self._run_loop(
             self.decoder_step(cross),
-            [int(start)],
+            prompt,
             stats=stats,
             started=started,
-            room=context - 1 if context else None,  # decoder positions share the table
+            room=context - len(prompt) if context else None,  # positions share the table
             eos_token_ids=eos_token_ids,
             max_new_tokens=max_new_tokens,
             processors=processors,
