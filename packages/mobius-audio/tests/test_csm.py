@@ -22,6 +22,7 @@ import onnxruntime as ort
 import pytest
 import soundfile
 import torch
+from _cli import one_line_error
 from _csm_tiny import AUDIO, AUDIO_EOS, CSM, make_random_csm
 
 from mobius.cli import main
@@ -164,21 +165,14 @@ def test_sampling_is_seeded(built, tmp_path, capsys):
     assert not np.array_equal(waves[0], waves[2])
 
 
-def _error(capsys, *args) -> str:
-    code, err = run(capsys, *args)
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert code != 0 and len(lines) == 1, lines
-    return lines[0]
-
-
 def test_bad_input_is_one_line(built, tmp_path, capsys):
     _, package, _ = built
     base = ["generate", package, "--output", str(tmp_path / "x.wav")]
-    assert "empty" in _error(capsys, *base[:2], " ", *base[2:])
-    error = _error(capsys, *base[:2], PROMPTS[0], *base[2:], "--max-new-tokens", 1000)
+    assert "empty" in one_line_error(capsys, *base[:2], " ", *base[2:])
+    error = one_line_error(capsys, *base[:2], PROMPTS[0], *base[2:], "--max-new-tokens", 1000)
     assert "--max-new-tokens 1000" in error
     missing = tmp_path / "missing.wav"
-    error = _error(capsys, *base[:2], PROMPTS[0], *base[2:], "--context", "[1] w5", missing)
+    error = one_line_error(capsys, *base[:2], PROMPTS[0], *base[2:], "--context", "[1] w5", missing)
     assert "no such file" in error and "missing.wav" in error
 
 

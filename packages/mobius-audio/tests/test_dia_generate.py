@@ -18,6 +18,7 @@ import pytest
 import soundfile
 import torch
 import transformers
+from _cli import one_line_error
 from _dia_tiny import DIA, make_random_dia
 from codec_cases.dac import DAC
 
@@ -116,21 +117,16 @@ def test_tokenizer_and_filters_equal_transformers():
     np.testing.assert_array_equal(top_p_mask(scores, 0.7).reshape(-1, 20), top_p.isfinite().numpy())
 
 
-def _error(capsys, *args) -> str:
-    code, err = run(capsys, *args)
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert code != 0 and len(lines) == 1, lines
-    return lines[0]
-
-
 def test_bad_input_is_one_line(built, tmp_path, capsys):
     _, _, package, dac = built
     out = str(tmp_path / "x.wav")
     base = ["generate", package, TEXT, "--output", out]
-    assert "--codec DAC_DIR" in _error(capsys, *base)
-    assert "not an audio-codec package" in _error(capsys, *base, "--codec", package)
+    assert "--codec DAC_DIR" in one_line_error(capsys, *base)
+    assert "not an audio-codec package" in one_line_error(capsys, *base, "--codec", package)
     for frames in (3, 4000):
-        error = _error(capsys, *base, "--codec", dac, "--max-new-tokens", frames)
+        error = one_line_error(capsys, *base, "--codec", dac, "--max-new-tokens", frames)
         assert f"--max-new-tokens {frames}" in error and "longest delay (3)" in error
-    assert "--guidance-scale 0.5" in _error(capsys, *base, "--codec", dac, "--guidance-scale", 0.5)
-    assert "Dia reads 1 to" in _error(capsys, "generate", package, "", "--codec", dac)
+    assert "--guidance-scale 0.5" in one_line_error(
+        capsys, *base, "--codec", dac, "--guidance-scale", 0.5
+    )
+    assert "Dia reads 1 to" in one_line_error(capsys, "generate", package, "", "--codec", dac)

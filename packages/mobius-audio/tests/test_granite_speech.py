@@ -18,11 +18,11 @@ the hub lays it out and built once through the CLI, serves every test:
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import numpy as np
 import pytest
+from _cli import broken_config_error, one_line_error
 from _granite_speech_tiny import (
     EXTRACTOR,
     MAX_NEW_TOKENS,
@@ -144,30 +144,22 @@ def test_generate_through_the_cli(built, hf_processor, tmp_path, capsys):
     assert capsys.readouterr().out.rstrip("\n") == expected
 
 
-def one_line_error(capsys, args) -> str:
-    capsys.readouterr()
-    assert main(args) == 1
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1, err
-    return err
-
-
 def test_bad_input_is_one_line(built, tmp_path, capsys):
     _, package, _ = built
     args = ["generate", str(package), "w3"]
-    err = one_line_error(capsys, [*args, "--audio", str(tmp_path / "missing.wav")])
+    err = one_line_error(capsys, *args, "--audio", str(tmp_path / "missing.wav"))
     assert "missing.wav" in err
     garbage = tmp_path / "garbage.wav"
     garbage.write_bytes(b"not audio at all")
-    assert "garbage.wav" in one_line_error(capsys, [*args, "--audio", str(garbage)])
+    assert "garbage.wav" in one_line_error(capsys, *args, "--audio", str(garbage))
     wav = tmp_path / "short.wav"
     write_wav(wav, clip(0.3, 0))
     plain = ["generate", str(package), f"{AUDIO} {AUDIO} w3", "--no-chat-template"]
-    err = one_line_error(capsys, [*plain, "--audio", str(wav)])
+    err = one_line_error(capsys, *plain, "--audio", str(wav))
     assert f"2 {AUDIO} placeholder(s) for 1 audio clip(s)" in err
     tiny = tmp_path / "tiny.wav"
     write_wav(tiny, clip(0.01, 0))  # 160 samples: less than half an FFT window
-    assert "too short" in one_line_error(capsys, [*args, "--audio", str(tiny)])
+    assert "too short" in one_line_error(capsys, *args, "--audio", str(tiny))
 
 
 @pytest.mark.parametrize(
@@ -181,14 +173,7 @@ def test_bad_input_is_one_line(built, tmp_path, capsys):
     ],
 )
 def test_broken_config_is_refused(built, tmp_path, capsys, change, message):
-    source, _, _ = built
-    broken = tmp_path / "broken"
-    shutil.copytree(source, broken)
-    config = json.loads((broken / "config.json").read_text())
-    change(config)
-    (broken / "config.json").write_text(json.dumps(config))
-    err = one_line_error(capsys, ["build", "--model", str(broken), str(tmp_path / "out")])
-    assert message in err
+    assert message in broken_config_error(capsys, built[0], tmp_path, change)
 
 
 def test_transformers_5_layout_builds_the_same_package(built, tmp_path):

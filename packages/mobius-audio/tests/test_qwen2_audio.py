@@ -17,13 +17,13 @@ the hub lays it out and built once through the CLI, serves every test:
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from _cli import broken_config_error, one_line_error
 from _qwen2_audio_tiny import (
     MAX_NEW_TOKENS,
     RATE,
@@ -163,29 +163,21 @@ def test_end_to_end_speech_with_python_m_mobius(built, tmp_path):
     assert run.stdout.rstrip("\n") == expected
 
 
-def one_line_error(capsys, args) -> str:
-    capsys.readouterr()
-    assert main(args) == 1
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1, err
-    return err
-
-
 def test_bad_input_is_one_line(built, tmp_path, capsys):
     _, package, _ = built
     args = ["generate", str(package), "w3"]
-    err = one_line_error(capsys, [*args, "--audio", str(tmp_path / "missing.wav")])
+    err = one_line_error(capsys, *args, "--audio", str(tmp_path / "missing.wav"))
     assert "missing.wav" in err
     garbage = tmp_path / "garbage.wav"
     garbage.write_bytes(b"not audio at all")
-    assert "garbage.wav" in one_line_error(capsys, [*args, "--audio", str(garbage)])
+    assert "garbage.wav" in one_line_error(capsys, *args, "--audio", str(garbage))
     long = tmp_path / "long.wav"
     write_wav(long, clip(1.5, 0))
-    assert "window is 1 s" in one_line_error(capsys, [*args, "--audio", str(long)])
+    assert "window is 1 s" in one_line_error(capsys, *args, "--audio", str(long))
     plain = ["generate", str(package), "<|AUDIO|> <|AUDIO|> w3", "--no-chat-template"]
     wav = tmp_path / "short.wav"
     write_wav(wav, clip(0.3, 0))
-    err = one_line_error(capsys, [*plain, "--audio", str(wav)])
+    err = one_line_error(capsys, *plain, "--audio", str(wav))
     assert "2 <|AUDIO|> placeholder(s) for 1 audio clip(s)" in err
     with pytest.raises(MobiusError, match="audio-language package"):
         AudioLanguageGenerator(tmp_path)
@@ -200,14 +192,7 @@ def test_bad_input_is_one_line(built, tmp_path, capsys):
     ],
 )
 def test_broken_config_is_refused(built, tmp_path, capsys, change, message):
-    source, _, _ = built
-    broken = tmp_path / "broken"
-    shutil.copytree(source, broken)
-    config = json.loads((broken / "config.json").read_text())
-    change(config)
-    (broken / "config.json").write_text(json.dumps(config))
-    err = one_line_error(capsys, ["build", "--model", str(broken), str(tmp_path / "out")])
-    assert message in err
+    assert message in broken_config_error(capsys, built[0], tmp_path, change)
 
 
 def test_transformers_5_layout_builds_the_same_package(built, tmp_path):

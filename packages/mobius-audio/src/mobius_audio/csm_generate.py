@@ -44,7 +44,7 @@ import numpy as np
 
 from mobius.classification import open_session
 from mobius.errors import MobiusError
-from mobius.generate import sample_next_token
+from mobius.generate import load_tokenizer, sample_next_token
 from mobius_audio.dia_generate import carry_cache, config_int, read_config, run_named
 
 GRAPHS = ("backbone", "depth_decoder", "codec_encoder", "codec_decoder")
@@ -140,18 +140,9 @@ class CsmGenerator:
 
     @property
     def tokenizer(self):
+        """The package's tokenizer, loaded on first use."""
         if self._tokenizer is None:
-            from transformers import AutoTokenizer
-
-            try:
-                self._tokenizer = AutoTokenizer.from_pretrained(
-                    str(self.package), trust_remote_code=False
-                )
-            except (OSError, ValueError, TypeError) as exc:
-                reason = " ".join(str(exc).split()) or type(exc).__name__
-                raise MobiusError(
-                    f"cannot load the tokenizer of {self.package}: {reason}"
-                ) from None
+            self._tokenizer = load_tokenizer(self.package)
         return self._tokenizer
 
     def prompt_ids(self, text: str) -> list[int]:

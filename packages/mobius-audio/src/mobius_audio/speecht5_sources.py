@@ -37,7 +37,7 @@ def recognise(path: Path, options, registry) -> ModelSource | None:
 
     try:
         with quiet_transformers():
-            hf_config = SpeechT5HifiGanConfig.from_pretrained(path)
+            hf_config = SpeechT5HifiGanConfig.from_pretrained(path, trust_remote_code=False)
     except Exception as exc:  # transformers' own validation of the fields
         raise ConfigError(f"invalid config in {path}: {one_line(exc)}") from exc
     dtype = raw.get("torch_dtype") or raw.get("dtype")

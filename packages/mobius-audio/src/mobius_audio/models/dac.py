@@ -21,19 +21,13 @@ from onnxscript import nn
 
 from mobius.errors import ConfigError
 from mobius.model import Model
+from mobius_audio.models._checks import positive_int
 from mobius_audio.models._codec import (
     CodecConv1d,
     CodecConvTranspose1d,
     fold_weight_norm,
     sum_of_codebook_rows,
 )
-
-
-def _positive_int(hf_config: Any, name: str) -> int:
-    value = getattr(hf_config, name, None)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"dac {name} must be a positive integer, got {value!r}")
-    return value
 
 
 def _strides(hf_config: Any, name: str) -> tuple[int, ...]:
@@ -89,14 +83,14 @@ class DacConfig:
         hidden_size = getattr(hf_config, "hidden_size", None)
         config = cls(
             model_type="dac",
-            encoder_hidden_size=_positive_int(hf_config, "encoder_hidden_size"),
+            encoder_hidden_size=positive_int(hf_config, "encoder_hidden_size"),
             downsampling_ratios=tuple(ratios),
-            decoder_hidden_size=_positive_int(hf_config, "decoder_hidden_size"),
-            n_codebooks=_positive_int(hf_config, "n_codebooks"),
-            codebook_size=_positive_int(hf_config, "codebook_size"),
-            codebook_dim=_positive_int(hf_config, "codebook_dim"),
-            sampling_rate=_positive_int(hf_config, "sampling_rate"),
-            hidden_size=0 if hidden_size is None else _positive_int(hf_config, "hidden_size"),
+            decoder_hidden_size=positive_int(hf_config, "decoder_hidden_size"),
+            n_codebooks=positive_int(hf_config, "n_codebooks"),
+            codebook_size=positive_int(hf_config, "codebook_size"),
+            codebook_dim=positive_int(hf_config, "codebook_dim"),
+            sampling_rate=positive_int(hf_config, "sampling_rate"),
+            hidden_size=0 if hidden_size is None else positive_int(hf_config, "hidden_size"),
             upsampling_ratios=upsampling,
         )
         if config.decoder_hidden_size % 2 ** len(upsampling):

@@ -30,6 +30,7 @@ from onnxscript import nn
 
 from mobius.errors import ConfigError
 from mobius.model import Model
+from mobius_audio.models._checks import positive_int
 from mobius_audio.models._codec import (
     CodecConv1d,
     CodecConvTranspose1d,
@@ -47,15 +48,6 @@ from mobius_audio.models._codec_chunks import (
 
 #: ``pad_mode`` (torch's ``F.pad`` mode) -> ONNX ``Pad``'s mode.
 _PAD_MODES = {"reflect": "reflect", "constant": "constant", "replicate": "edge"}
-
-
-def positive_int(hf_config: Any, name: str) -> int:
-    """``hf_config.name`` checked to be a positive int (a checkpoint's config is a stranger's)."""
-    value = getattr(hf_config, name, None)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        kind = getattr(hf_config, "model_type", "codec")
-        raise ConfigError(f"{kind} {name} must be a positive integer, got {value!r}")
-    return value
 
 
 def seanet_fields(hf_config) -> dict:

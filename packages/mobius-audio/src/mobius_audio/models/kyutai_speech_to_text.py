@@ -39,14 +39,8 @@ from mobius.config import RopeConfig
 from mobius.errors import ConfigError
 from mobius.model import Model
 from mobius_audio.kyutai_features import MAX_STEPS
+from mobius_audio.models._checks import positive_int
 from mobius_audio.models.mimi import MimiConfig, MimiModel
-
-
-def _positive_int(hf_config: Any, name: str) -> int:
-    value = getattr(hf_config, name, None)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"kyutai_speech_to_text {name} must be a positive integer, got {value!r}")
-    return value
 
 
 @dataclass
@@ -77,14 +71,14 @@ class KyutaiSpeechToTextConfig:
     @classmethod
     def from_hf(cls, hf_config: Any) -> KyutaiSpeechToTextConfig:
         codec = MimiConfig.from_hf(hf_config.codec_config)
-        codebooks = _positive_int(hf_config, "num_codebooks")
+        codebooks = positive_int(hf_config, "num_codebooks")
         if codebooks != codec.n_codebooks:
             raise ConfigError(
                 f"kyutai_speech_to_text num_codebooks {codebooks} must equal the codec's "
                 f"num_quantizers {codec.n_codebooks}: the LM reads every code the codec gives"
             )
-        vocab = _positive_int(hf_config, "vocab_size")
-        codebook_vocab = _positive_int(hf_config, "codebook_vocab_size")
+        vocab = positive_int(hf_config, "vocab_size")
+        codebook_vocab = positive_int(hf_config, "codebook_vocab_size")
         table = vocab + codebooks * codebook_vocab + 1
         pad = hf_config.audio_pad_token_id
         if isinstance(pad, bool) or not isinstance(pad, int) or not 0 <= pad < table:
@@ -97,14 +91,14 @@ class KyutaiSpeechToTextConfig:
                 "kyutai_speech_to_text tie_word_embeddings: the embedding has more rows than "
                 "the text vocabulary, lm_head cannot share it"
             )
-        heads = _positive_int(hf_config, "num_attention_heads")
-        kv_heads = _positive_int(hf_config, "num_key_value_heads")
+        heads = positive_int(hf_config, "num_attention_heads")
+        kv_heads = positive_int(hf_config, "num_key_value_heads")
         if heads % kv_heads:
             raise ConfigError(
                 f"kyutai_speech_to_text num_attention_heads {heads} is not a multiple of "
                 f"num_key_value_heads {kv_heads}"
             )
-        ffn = _positive_int(hf_config, "ffn_dim")
+        ffn = positive_int(hf_config, "ffn_dim")
         if ffn % 2:
             raise ConfigError(f"kyutai_speech_to_text ffn_dim {ffn} must be even")
         if hf_config.hidden_act not in ACTIVATIONS:
@@ -128,16 +122,16 @@ class KyutaiSpeechToTextConfig:
             codebook_vocab_size=codebook_vocab,
             num_codebooks=codebooks,
             audio_pad_token_id=pad,
-            hidden_size=_positive_int(hf_config, "hidden_size"),
-            num_hidden_layers=_positive_int(hf_config, "num_hidden_layers"),
+            hidden_size=positive_int(hf_config, "hidden_size"),
+            num_hidden_layers=positive_int(hf_config, "num_hidden_layers"),
             num_attention_heads=heads,
             num_key_value_heads=kv_heads,
-            head_dim=_positive_int(hf_config, "head_dim"),
+            head_dim=positive_int(hf_config, "head_dim"),
             ffn_dim=ffn,
             hidden_act=hf_config.hidden_act,
             rms_norm_eps=float(eps),
             rope=RopeConfig.from_hf(hf_config),
-            max_position_embeddings=_positive_int(hf_config, "max_position_embeddings"),
+            max_position_embeddings=positive_int(hf_config, "max_position_embeddings"),
             sliding_window=window,
         )
 

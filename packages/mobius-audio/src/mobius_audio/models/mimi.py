@@ -45,6 +45,7 @@ from mobius.components import (
 from mobius.config import RopeConfig
 from mobius.errors import ConfigError
 from mobius.model import Model
+from mobius_audio.models._checks import positive_int
 from mobius_audio.models._codec import fold_weight_norm, sum_of_codebook_rows
 from mobius_audio.models.encodec import (
     _PAD_MODES,
@@ -53,7 +54,6 @@ from mobius_audio.models.encodec import (
     EncodecDecoder,
     EncodecEncoder,
     EncodecVectorQuantization,
-    positive_int,
     seanet_fields,
 )
 

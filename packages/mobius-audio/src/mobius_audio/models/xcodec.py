@@ -38,6 +38,7 @@ from onnxscript import nn
 from mobius.components import Linear
 from mobius.errors import ConfigError
 from mobius.model import Model
+from mobius_audio.models._checks import positive_int
 from mobius_audio.models._codec import CodecConv1d, CodecConvTranspose1d, fold_weight_norm
 from mobius_audio.models.dac import DacConfig, DacDecoder, DacDecoderBlock, DacEncoder
 from mobius_audio.models.encodec import EncodecResidualVectorQuantizer
@@ -58,13 +59,6 @@ def _ints(hf_config: Any, name: str, minimum: int = 1) -> tuple[int, ...]:
     ):
         raise ConfigError(f"xcodec {name} must list integers >= {minimum}, got {values!r}")
     return tuple(values)
-
-
-def _positive_int(hf_config: Any, name: str) -> int:
-    value = getattr(hf_config, name, None)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"xcodec {name} must be a positive integer, got {value!r}")
-    return value
 
 
 def _sub_config(hf_config: Any, name: str, allowed) -> Any:
@@ -130,23 +124,23 @@ class XcodecConfig:
             raise ConfigError(
                 f"xcodec channel_ratios {list(ratios)} must end at the semantic width (1)"
             )
-        codebook_size = _positive_int(hf_config, "codebook_size")
-        codebook_dim = _positive_int(hf_config, "codebook_dim")
+        codebook_size = positive_int(hf_config, "codebook_size")
+        codebook_dim = positive_int(hf_config, "codebook_dim")
         if codebook_dim != dac.hidden_size + semantic_config.hidden_size:
             raise ConfigError(
                 f"xcodec codebook_dim {codebook_dim} must be the fused width "
                 f"{dac.hidden_size} + {semantic_config.hidden_size}"
             )
-        rate = _positive_int(hf_config, "sample_rate")
+        rate = positive_int(hf_config, "sample_rate")
         return cls(
             model_type="xcodec",
             acoustic=dac,
             semantic=semantic_config,
-            kernel_size=_positive_int(hf_config, "kernel_size"),
+            kernel_size=positive_int(hf_config, "kernel_size"),
             channel_ratios=tuple(ratios),
             strides=strides,
             block_dilations=_ints(hf_config, "block_dilations"),
-            unit_kernel_size=_positive_int(hf_config, "unit_kernel_size"),
+            unit_kernel_size=positive_int(hf_config, "unit_kernel_size"),
             codebook_size=codebook_size,
             codebook_dim=codebook_dim,
             n_codebooks=_stages(hf_config, codebook_size, math.ceil(rate / dac.hop_length)),
