@@ -47,15 +47,14 @@ from mobius.errors import ConfigError
 from mobius.model import Model
 from mobius_audio.models._checks import positive_int
 from mobius_audio.models._codec import fold_weight_norm, sum_of_codebook_rows
-from mobius_audio.models.encodec import (
-    _PAD_MODES,
-    EncodecConfig,
+from mobius_audio.models._seanet import (
+    PAD_MODES,
     EncodecConv1d,
     EncodecDecoder,
     EncodecEncoder,
-    EncodecVectorQuantization,
     seanet_fields,
 )
+from mobius_audio.models.encodec import EncodecConfig, EncodecVectorQuantization
 
 
 @dataclass
@@ -90,9 +89,9 @@ class MimiConfig(EncodecConfig):
 
     @classmethod
     def from_hf(cls, hf_config: Any) -> MimiConfig:
-        if hf_config.pad_mode not in _PAD_MODES:
+        if hf_config.pad_mode not in PAD_MODES:
             raise ConfigError(
-                f"mimi pad_mode {hf_config.pad_mode!r} is not one of {list(_PAD_MODES)}"
+                f"mimi pad_mode {hf_config.pad_mode!r} is not one of {list(PAD_MODES)}"
             )
         ratios = hf_config.upsampling_ratios
         if (
