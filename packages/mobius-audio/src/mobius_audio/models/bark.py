@@ -41,6 +41,7 @@ from mobius.components import (
 )
 from mobius.errors import ConfigError
 from mobius.model import Model
+from mobius_audio.models._checks import checked_int
 from mobius_audio.models._codec import fold_weight_norm
 from mobius_audio.models.encodec import (
     EncodecConfig,
@@ -62,10 +63,7 @@ def _get(sub: Any, name: str, default: Any = None) -> Any:
 
 
 def _positive_int(sub: Any, stage: str, name: str, default: Any = None) -> int:
-    value = _get(sub, name, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"bark {stage} {name} must be a positive integer, got {value!r}")
-    return value
+    return checked_int(_get(sub, name, default), f"bark {stage} {name}")
 
 
 @dataclass

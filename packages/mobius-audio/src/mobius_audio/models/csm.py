@@ -41,13 +41,12 @@ from mobius.components import (
 from mobius.config import ArchitectureConfig
 from mobius.errors import ConfigError
 from mobius.model import Model
+from mobius_audio.models._checks import checked_int
 from mobius_audio.models.mimi import MimiConfig, MimiModel
 
 
 def _count(value: Any, name: str, low: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(f"csm {name} must be an integer >= {low}, got {value!r}")
-    return value
+    return checked_int(value, f"csm {name}", low)
 
 
 @dataclass

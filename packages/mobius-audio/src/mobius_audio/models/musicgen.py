@@ -44,6 +44,7 @@ from mobius.components import (
 )
 from mobius.errors import ConfigError
 from mobius.model import Model
+from mobius_audio.models._checks import checked_int
 from mobius_audio.models._codec import fold_weight_norm
 from mobius_audio.models.encodec import EncodecConfig, EncodecModel
 
@@ -62,10 +63,7 @@ def _t5_encoder_class():
 
 
 def _count(section: Any, name: str, where: str) -> int:
-    value = getattr(section, name, None)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"musicgen {where}.{name} must be a positive integer, got {value!r}")
-    return value
+    return checked_int(getattr(section, name, None), f"musicgen {where}.{name}")
 
 
 @dataclass

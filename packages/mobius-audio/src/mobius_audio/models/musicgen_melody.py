@@ -20,7 +20,7 @@ from typing import Any
 import onnx_ir as ir
 
 from mobius.components import Linear
-from mobius.errors import ConfigError
+from mobius_audio.models._checks import checked_int
 from mobius_audio.models.musicgen import (
     MusicgenConfig,
     MusicgenDecoder,
@@ -39,14 +39,10 @@ class MusicgenMelodyConfig(MusicgenConfig):
     @classmethod
     def from_hf(cls, hf: Any) -> MusicgenMelodyConfig:
         base = MusicgenConfig.from_hf(hf)
-        values = {}
-        for name in ("num_chroma", "chroma_length"):
-            value = getattr(hf, name, None)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigError(
-                    f"musicgen_melody {name} must be a positive integer, got {value!r}"
-                )
-            values[name] = value
+        values = {
+            name: checked_int(getattr(hf, name, None), f"musicgen_melody {name}")
+            for name in ("num_chroma", "chroma_length")
+        }
         return cls(**{f.name: getattr(base, f.name) for f in fields(MusicgenConfig)}, **values)
 
     @property

@@ -21,14 +21,12 @@ from onnxscript import nn
 
 from mobius.errors import ConfigError
 from mobius.model import Model
+from mobius_audio.models._checks import checked_int
 from mobius_audio.models._conformer import DepthwiseStridingSubsampling, FastConformerEncoder
 
 
 def _int(config: Any, name: str, low: int = 1) -> int:
-    value = getattr(config, name, None)
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ConfigError(f"parakeet {name}={value!r} must be an integer >= {low}")
-    return value
+    return checked_int(getattr(config, name, None), f"parakeet {name}", low)
 
 
 @dataclass

@@ -47,6 +47,7 @@ from mobius.components import (
     padding_bias,
 )
 from mobius.errors import ConfigError
+from mobius_audio.models._checks import checked_int
 from mobius_audio.models.speech_to_text import padding_aware_positions, sinusoids
 from mobius_audio.models.wav2vec2 import (
     Wav2Vec2Attention,
@@ -144,9 +145,7 @@ class SpeechT5Config(Wav2Vec2Config):
 
 def _check_positive(hf: Any, *names: str) -> None:
     for name in names:
-        value = getattr(hf, name, None)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ConfigError(f"speecht5: {name} must be a positive integer, not {value!r}")
+        checked_int(getattr(hf, name, None), f"speecht5 {name}")
 
 
 def add_sinusoids(op, x, padded, config: SpeechT5Config, past_length):

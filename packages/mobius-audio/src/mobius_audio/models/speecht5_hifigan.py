@@ -22,6 +22,7 @@ from onnxscript import nn
 
 from mobius.errors import ConfigError
 from mobius.model import Model
+from mobius_audio.models._checks import checked_int
 from mobius_audio.models._vits_layers import Conv1d
 from mobius_audio.models.vits import VitsHifiGan
 
@@ -56,9 +57,7 @@ class SpeechT5HifiGanConfig:
             return values
 
         for name in ("model_in_dim", "upsample_initial_channel", "sampling_rate"):
-            value = getattr(hf, name)
-            if type(value) is not int or value <= 0:
-                raise ConfigError(f"{MODEL_TYPE}: {name} must be a positive integer, not {value!r}")
+            checked_int(getattr(hf, name, None), f"{MODEL_TYPE} {name}")
         rates, kernels = positive_ints("upsample_rates"), positive_ints("upsample_kernel_sizes")
         if len(rates) != len(kernels):
             raise ConfigError(
