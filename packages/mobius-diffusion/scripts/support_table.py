@@ -18,6 +18,7 @@ from mobius.testing._support import add_test, parity_results, support_markdown, 
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 TESTS = PACKAGE_DIR / "tests"
+ROOT_TESTS = PACKAGE_DIR.parents[1] / "tests"  # the whole-pipeline tests (they need mobius-text)
 OUTPUT = PACKAGE_DIR / "SUPPORT.md"
 VERIFIED = PACKAGE_DIR / "src" / "mobius_diffusion" / "verified.json"
 
@@ -31,6 +32,24 @@ KITS = (
         {
             "AutoencoderKL": ("test_autoencoder_kl_parity.py", "test_autoencoder_kl_parity"),
             "AutoencoderKLCogVideoX": ("test_cogvideox_vae_parity.py", "test_cogvideox_vae_parity"),
+            # issue 27's targets
+            "AutoencoderDC": ("test_autoencoder_dc_parity.py", "test_autoencoder_dc_parity"),
+            "AutoencoderKLWan": (
+                "test_autoencoder_kl_wan_parity.py",
+                "test_autoencoder_kl_wan_parity",
+            ),
+            "AutoencoderKLQwenImage": (
+                "test_qwen_image_vae_parity.py",
+                "test_qwen_image_vae_parity",
+            ),
+            "AutoencoderKLLTXVideo": ("test_ltx_vae_parity.py", "test_ltx_vae_parity"),
+            "AutoencoderKLHunyuanVideo": (
+                "test_hunyuan_video_vae_parity.py",
+                "test_hunyuan_video_vae_parity",
+            ),
+            "AutoencoderKLTemporalDecoder": ("test_svd_vae_parity.py", "test_svd_vae_parity"),
+            "AutoencoderKLFlux2": ("test_flux2_vae_parity.py", "test_flux2_vae_parity"),
+            "VQModel": ("test_vq_model_parity.py", "test_vq_model_parity"),
         },
     ),
     (
@@ -48,6 +67,29 @@ KITS = (
             "SD3Transformer2DModel": ("test_sd3_parity.py", "test_sd3_parity"),
             "FluxTransformer2DModel": ("test_flux_parity.py", "test_flux_parity"),
             "CogVideoXTransformer3DModel": ("test_cogvideox_parity.py", "test_cogvideox_parity"),
+            # issue 27's targets
+            "SanaTransformer2DModel": ("test_sana_parity.py", "test_sana_parity"),
+            "WanTransformer3DModel": ("test_wan_parity.py", "test_wan_parity"),
+            "QwenImageTransformer2DModel": ("test_qwen_image_parity.py", "test_qwen_image_parity"),
+            "LTXVideoTransformer3DModel": ("test_ltx_parity.py", "test_ltx_parity"),
+            "HunyuanVideoTransformer3DModel": (
+                "test_hunyuan_video_parity.py",
+                "test_hunyuan_video_parity",
+            ),
+            "Lumina2Transformer2DModel": ("test_lumina2_parity.py", "test_lumina2_parity"),
+            "AuraFlowTransformer2DModel": ("test_auraflow_parity.py", "test_auraflow_parity"),
+            "CogView4Transformer2DModel": ("test_cogview4_parity.py", "test_cogview4_parity"),
+            "HiDreamImageTransformer2DModel": ("test_hidream_parity.py", "test_hidream_parity"),
+            "ChromaTransformer2DModel": ("test_chroma_parity.py", "test_chroma_parity"),
+            "Flux2Transformer2DModel": ("test_flux2_parity.py", "test_flux2_parity"),
+            "StableCascadeUNet": ("test_stable_cascade_parity.py", "test_stable_cascade_parity"),
+            "Kandinsky3UNet": ("test_kandinsky3_parity.py", "test_kandinsky3_parity"),
+            "UNetMotionModel": ("test_animatediff_parity.py", "test_animatediff_parity"),
+            "UNetSpatioTemporalConditionModel": ("test_svd_parity.py", "test_svd_parity"),
+            "PriorTransformer": (
+                "test_prior_transformer_parity.py",
+                "test_prior_transformer_parity",
+            ),
         },
     ),
     (
@@ -70,6 +112,98 @@ KITS = (
 )
 
 
+#: diffusers pipelines: (pipeline class, what it makes, the test that builds it whole from a
+#: tiny random pipeline directory, the test that runs it end to end against diffusers).
+#: A test is ``FILE::FUNCTION`` under the package's tests/ or, for ``/FILE``, the repo's
+#: tests/; None: no such test yet. A column reads "yes" only when every case of its test
+#: passes.
+PIPELINES = (
+    ("StableDiffusionPipeline", "text to image",
+     "/test_pipeline_sd.py::test_package_layout",
+     "/test_pipeline_sd.py::test_sd_image_matches_diffusers"),
+    ("StableDiffusionXLPipeline", "text to image",
+     "/test_pipeline_sdxl.py::test_package_layout",
+     "/test_pipeline_sdxl.py::test_sdxl_image_matches_diffusers"),
+    ("FluxPipeline", "text to image",
+     "/test_pipeline_flux.py::test_flux_image_matches_diffusers",
+     "/test_pipeline_flux.py::test_flux_image_matches_diffusers"),
+    ("StableDiffusionAdapterPipeline", "T2I-Adapter", "/test_pipeline_build.py::test_layout", None),
+    ("StableDiffusion3Pipeline", "text to image", None, None),
+    ("StableDiffusionControlNetPipeline", "ControlNet", None, None),
+    ("StableDiffusionXLControlNetPipeline", "ControlNet", None, None),
+    ("StableDiffusionXLAdapterPipeline", "T2I-Adapter", None, None),
+    ("StableDiffusionPipeline + IP-Adapter", "image prompt", None, None),
+    ("StableDiffusionImg2ImgPipeline", "image to image", None, None),
+    ("StableDiffusionInpaintPipeline", "inpainting", None, None),
+    ("StableDiffusionXLImg2ImgPipeline", "image to image", None, None),
+    ("StableDiffusionXLInpaintPipeline", "inpainting", None, None),
+    ("FluxImg2ImgPipeline", "image to image", None, None),
+    ("FluxInpaintPipeline", "inpainting", None, None),
+    ("FluxKontextPipeline", "image editing", None, None),
+    ("FluxFillPipeline", "inpainting", None, None),
+    ("CogVideoXPipeline", "text to video", None, None),
+    ("PixArtAlphaPipeline", "text to image", None, None),
+    ("PixArtSigmaPipeline", "text to image", None, None),
+    ("DiTPipeline", "class to image", None, None),
+    ("LatentConsistencyModelPipeline", "text to image (LCM)", None, None),
+    ("QwenImagePipeline", "text to image", None, None),
+    ("QwenImageEditPipeline", "image editing", None, None),
+    ("WanPipeline", "text to video", None, None),
+    ("WanImageToVideoPipeline", "image to video", None, None),
+    ("LTXPipeline", "text to video", None, None),
+    ("HunyuanVideoPipeline", "text to video", None, None),
+    ("SanaPipeline", "text to image", None, None),
+    ("Lumina2Pipeline", "text to image", None, None),
+    ("AuraFlowPipeline", "text to image", None, None),
+    ("CogView4Pipeline", "text to image", None, None),
+    ("HiDreamImagePipeline", "text to image", None, None),
+    ("ChromaPipeline", "text to image", None, None),
+    ("StableCascadeCombinedPipeline", "text to image", None, None),
+    ("KandinskyV22CombinedPipeline", "text to image", None, None),
+    ("Kandinsky3Pipeline", "text to image", None, None),
+    ("AnimateDiffPipeline", "text to video", None, None),
+    ("StableVideoDiffusionPipeline", "image to video", None, None),
+    ("Flux2Pipeline", "text to image", None, None),
+)  # fmt: skip
+
+
+def _test_file(test: str) -> Path:
+    file = test.split("::")[0]
+    return ROOT_TESTS / file[1:] if file.startswith("/") else TESTS / file
+
+
+def _test_key(test: str) -> str:
+    """The ``module::function`` key of :func:`parity_results`."""
+    file, function = test.split("::")
+    return f"{Path(file).stem}::{function}"
+
+
+def pipeline_markdown(passed: dict[str, dict[str, bool]]) -> str:
+    """The pipeline table: whether each builds whole and runs end to end, by its tests."""
+
+    def status(test: str | None) -> str:
+        if test is None:
+            return "not yet"
+        cases = passed.get(_test_key(test), {})
+        return "yes" if cases and all(cases.values()) else "FAILING"
+
+    rows = [(name, what, status(b), status(r)) for name, what, b, r in PIPELINES]
+    runs = sum(row[3] == "yes" for row in rows)
+    return "\n".join([
+        "## Pipelines",
+        "",
+        f"{runs} of {len(rows)} run end to end: a tiny random pipeline saved by diffusers "
+        "(every parameter perturbed), built whole with `mobius build` and run by mobius's numpy "
+        "runner over 2 steps from the same latents, equal to the diffusers pipeline within "
+        "1e-3 on [0, 1] pixels.",
+        "",
+        "| pipeline | makes | builds whole | runs end to end |",
+        "|---|---|---|---|",
+        *(f"| `{name}` | {what} | {b} | {r} |" for name, what, b, r in rows),
+        "",
+    ])  # fmt: skip
+
+
 #: Keys that are not diffusers classes themselves: the classes they stand for.
 REFERENCE_CLASSES = {
     # a single-file IP-Adapter checkpoint; diffusers converts it into one of these
@@ -77,8 +211,8 @@ REFERENCE_CLASSES = {
 }
 
 
-def statuses(junit_xml: Path | None) -> dict[str, list[tuple[str, str, str]]]:
-    """Task -> rows ``(key, diffusers class, status)``."""
+def statuses(junit_xml: Path | None):
+    """Task -> rows ``(key, diffusers class, status)``, and the test results read."""
     import mobius_diffusion
 
     registered = {k: cls.task for k, cls in mobius_diffusion.model_types().items()}
@@ -86,10 +220,9 @@ def statuses(junit_xml: Path | None) -> dict[str, list[tuple[str, str, str]]]:
     unlisted = sorted(set(registered) - targets)
     if unlisted:
         raise SystemExit(f"registered but not in this script's KITS: {unlisted}")
-    files = sorted(
-        {TESTS / f for *_, table in KITS for f, _ in table.values() if (TESTS / f).is_file()}
-    )
-    passed = parity_results(files, junit_xml)
+    files = {TESTS / f for *_, table in KITS for f, _ in table.values()}
+    files |= {_test_file(t) for *_, b, r in PIPELINES for t in (b, r) if t}
+    passed = parity_results(sorted(f for f in files if f.is_file()), junit_xml)
     tables = {}
     for task, _heading, _covers, table in KITS:
         rows = []
@@ -102,7 +235,7 @@ def statuses(junit_xml: Path | None) -> dict[str, list[tuple[str, str, str]]]:
                 status = "not yet"
             rows.append((cls, REFERENCE_CLASSES.get(cls, cls), status))
         tables[task] = rows
-    return tables
+    return tables, passed
 
 
 def parity_tests() -> dict[str, str]:
@@ -122,17 +255,20 @@ def main() -> None:
         metavar="RESULTS.xml",
         help="read parity results from this JUnit XML instead of running the tests",
     )
-    tables = statuses(parser.parse_args().no_run)
+    tables, passed = statuses(parser.parse_args().no_run)
     import diffusers
 
     sections = [(heading, covers, tables[task]) for task, heading, covers, _ in KITS]
     text, verified = support_markdown(
         "mobius-diffusion", diffusers.__version__, sections, "diffusers", "class"
     )
-    OUTPUT.write_text(text)
+    pipelines = pipeline_markdown(passed)
+    OUTPUT.write_text(text.rstrip("\n") + "\n\n" + pipelines)
     write_verified(VERIFIED, verified, diffusers.__version__, "diffusers", tests=parity_tests())
     print(f"wrote {OUTPUT} and {VERIFIED.name}: {len(verified)} verified")
-    if any("FAILING" in row[2] for rows in tables.values() for row in rows):
+    if "FAILING" in pipelines or any(
+        "FAILING" in row[2] for rows in tables.values() for row in rows
+    ):
         sys.exit(1)
 
 
