@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 from pathlib import Path
 
 import huggingface_hub
@@ -138,6 +139,8 @@ def test_download_arguments(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert "*.safetensors.index.json" in patterns
     for unwanted in ["*.bin", "*.pt", "*.gguf", "*.onnx", "*"]:
         assert unwanted not in patterns
+    # Mistral's own format beside the transformers weights: the same tensors twice.
+    assert fnmatch.fnmatch("consolidated.safetensors", kwargs["ignore_patterns"][0])
 
 
 def test_hub_error_becomes_model_source_error(monkeypatch: pytest.MonkeyPatch) -> None:

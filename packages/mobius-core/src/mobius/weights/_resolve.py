@@ -44,6 +44,11 @@ HUB_ALLOW_PATTERNS = [
     "model_index.json",
 ]
 
+#: Never fetched by the first download: Mistral's own checkpoint format, which repos such
+#: as Mistral-7B-Instruct-v0.3 and Voxtral ship beside the transformers weights (the same
+#: tensors again under other names; mobius reads the transformers ones).
+HUB_IGNORE_PATTERNS = ["consolidated*.safetensors"]
+
 #: Added to the downloads with ``allow_pickle``: pickled PyTorch weights.
 HUB_PICKLE_PATTERNS = ["pytorch_model*.bin", "pytorch_model.bin.index.json", "*.pt", "*.pth"]
 
@@ -82,7 +87,7 @@ def resolve_model(
         raise ModelSourceError(f"no such {what}: {model}")
     patterns = HUB_ALLOW_PATTERNS + (HUB_PICKLE_PATTERNS if allow_pickle else [])
     try:
-        local = _download(model, revision, patterns)
+        local = _download(model, revision, patterns, HUB_IGNORE_PATTERNS)
     except ModelSourceError as exc:
         raise _as_local_typo(model, exc) from exc.__cause__
     if registry is None:
