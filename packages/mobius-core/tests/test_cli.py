@@ -176,6 +176,26 @@ def test_console_build_never_imports_torch(tiny_llama_dir: Path, tmp_path: Path)
     assert "PyTorch was not found" not in result.stderr
 
 
+@pytest.mark.parametrize(
+    "args, hidden",
+    [
+        (["build", "--model", "m", "out"], True),
+        (["build", "--model", "m", "out", "--validate"], False),
+    ],
+)
+def test_console_keeps_torch_for_validate(monkeypatch, args, hidden) -> None:
+    """--validate runs the source model in torch: the command hides torch only without it."""
+    import mobius.cli as cli
+
+    calls = []
+    monkeypatch.setattr(cli, "hide_torch_from_transformers", lambda: calls.append(True))
+    monkeypatch.setattr(cli, "main", lambda: 0)
+    monkeypatch.setattr(sys, "argv", ["mobius", *args])
+    with pytest.raises(SystemExit):
+        cli.run()
+    assert bool(calls) is hidden
+
+
 # -- build ----------------------------------------------------------------------------------
 
 
