@@ -164,6 +164,29 @@ KITS: tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[Parity, ...], str, str
         "cached steps, a batch of two texts of different lengths, equal greedy tokens",
     ),
     (
+        ("text-to-speech-translation", "speech-to-speech-translation"),
+        ("REGISTRY[SeamlessM4TForTextToSpeech,SeamlessM4TForSpeechToSpeech]",),
+        tuple(
+            ("test_seamless_m4t_speech.py", test, cases, key)
+            for key in ("SeamlessM4TForTextToSpeech", "SeamlessM4TForSpeechToSpeech")
+            for test, cases in (
+                ("test_unit_graphs_match_transformers_on_a_padded_batch", "="),
+                ("test_vocoder_matches_transformers_on_a_padded_batch", "="),
+            )
+        )
+        + (
+            ("test_seamless_m4t_speech.py", "test_generate_speaks_the_translation", "=",
+             "SeamlessM4TForTextToSpeech"),
+            ("test_seamless_m4t_speech.py", "test_generate_speaks_the_translation_of_speech",
+             "=--audio,PROMPT", "SeamlessM4TForSpeechToSpeech"),
+        ),
+        "Speech translation output",
+        "fp32, max abs difference ≤ 1e-4 on the text decoder's last states, the unit "
+        "encoder and the cached unit decoder (a padded batch of two), the vocoder's waveform "
+        "and lengths; through `mobius generate`, the text, the units and the waveform "
+        "(within 1e-4) of transformers' generate(tgt_lang=...)",
+    ),
+    (
         ("zero-shot-audio-classification",),
         ("MODEL_MAPPING_NAMES[clap]",),
         (

@@ -132,3 +132,56 @@ def save_model(directory: Path, extractor):
     tokenizer().save_pretrained(directory)
     extractor.save_pretrained(directory)
     return model
+
+
+#: The tiny adapter: ranks and alphas that differ by module (rank_pattern, alpha_pattern);
+#: ``mlp.down_proj``, as the conformer has a ``down_proj`` too.
+LORA = dict(
+    r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "mlp.down_proj"], lora_dropout=0.0,
+    rank_pattern={"v_proj": 2}, alpha_pattern={"down_proj": 3}, bias="none",
+)  # fmt: skip
+#: peft's names for transformers 5's module tree -> the hub's (``language_model.model.*``).
+HUB_ADAPTER_NAMES = {"model.language_model.": "language_model.model."}
+
+
+def save_adapted_model(directory: Path, extractor, lora_scale: float = 0.2):
+    """:func:`save_model` with ``has_lora_adapter`` and a random PEFT LoRA adapter for the
+    text decoder saved beside it as the hub keeps one (``adapter_config.json``,
+    ``adapter_model.safetensors``, peft's names for the hub's module tree); returned is the
+    model with the adapter injected and on, which is what transformers runs with audio.
+
+    ``lora_B`` is noise of ``lora_scale`` (peft starts it at zero): the adapter must change
+    the answers for a test of it to be able to fail.
+    """
+    import torch
+    from peft import LoraConfig, get_peft_model_state_dict, inject_adapter_in_model
+    from safetensors.torch import save_file
+    from transformers import GraniteSpeechForConditionalGeneration
+
+    config = hf_config()
+    config.has_lora_adapter = True
+    torch.manual_seed(0)
+    model = GraniteSpeechForConditionalGeneration(config).float().eval()
+    perturb_parameters(model, seed=0)
+    model.generation_config.eos_token_id = SPECIAL["<|end_of_text|>"]
+    model.generation_config.pad_token_id = 0
+    model.save_pretrained(directory)  # the base weights, before the adapter is injected
+    tokenizer().save_pretrained(directory)
+    extractor.save_pretrained(directory)
+    lora = LoraConfig(**LORA)
+    inject_adapter_in_model(lora, model)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, tensor in sorted(model.named_parameters()):
+            if ".lora_" in name:
+                scale = lora_scale if ".lora_B." in name else 0.05
+                tensor.add_(torch.randn(tensor.shape, generator=generator) * scale)
+    state = get_peft_model_state_dict(model)
+    hub = {}
+    for name, tensor in state.items():
+        old = next((p for p in HUB_ADAPTER_NAMES if name.startswith(p)), None)
+        assert old is not None, name
+        hub["base_model.model." + HUB_ADAPTER_NAMES[old] + name[len(old) :]] = tensor.contiguous()
+    save_file(hub, str(directory / "adapter_model.safetensors"), metadata={"format": "pt"})
+    lora.save_pretrained(directory)
+    return model.eval()

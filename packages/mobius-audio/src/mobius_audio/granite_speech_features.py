@@ -12,7 +12,9 @@ pairs of frames stacked: ``input_features [clips, frames / 2, 2 * n_mels]``.
 (``input_features_mask [clips, tokens]`` marks each clip's own), and each ``<|audio|>``
 of the prompt becomes that many. The prompt goes through the package's chat template
 (one user message: a ``<|audio|>`` per clip in front of the text unless it holds them
-already), else gets the placeholders in front.
+already), else gets the placeholders in front. A package whose build merged the
+checkpoint's LoRA adapter (:mod:`mobius_audio.granite_speech_source`) refuses a prompt
+without audio: transformers answers that with the adapter off, a decoder mobius did not build.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from mobius.errors import MobiusError
+from mobius.lora import read_merge_record
 from mobius_audio.audio_prompts import check_placeholders, expand_placeholders
 
 #: preprocessor_config.json's settings: (default, low, high).
@@ -151,6 +154,8 @@ class GraniteSpeechInputs:
         self.tokenizer = tokenizer
         self.template = chat_template
         self.features = GraniteSpeechFeatures.from_package(Path(package_dir))
+        #: The build merged the LoRA adapter (mobius_audio.granite_speech_source).
+        self.adapter_merged = read_merge_record(package_dir) is not None
         token = getattr(tokenizer, "audio_token", None)
         self.audio_token = token if isinstance(token, str) and token else "<|audio|>"
 
@@ -177,6 +182,12 @@ class GraniteSpeechInputs:
         self, prompt: str, clips: list, *, chat_template: bool = True, system: str | None = None
     ) -> dict[str, np.ndarray]:
         """``input_ids`` [1, sequence] and, with clips, ``input_features`` and its mask."""
+        if not clips and self.adapter_merged:
+            raise MobiusError(
+                "this Granite Speech package has the checkpoint's LoRA adapter merged into its "
+                "text decoder, which transformers turns on only when audio is given: a "
+                "text-only prompt would not get its answer; give --audio FILE"
+            )
         clips = [np.asarray(clip, np.float32).reshape(-1) for clip in clips]
         text = self.prompt_text(prompt, len(clips), chat_template=chat_template, system=system)
         check_placeholders(text, self.audio_token, len(clips))

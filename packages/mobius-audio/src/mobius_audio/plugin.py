@@ -63,7 +63,8 @@ OPTIONS = (
             metavar="LANG",
             help="Whisper: the spoken language: a code (de), a name (german) or a token (<|de|>); "
             "default: the package's generation config, else detected from the first 30 s. "
-            "SeamlessM4T: the language to translate into (fra, eng, ...), required",
+            "SeamlessM4T: the language to translate into (fra, eng, ...), required. "
+            "Voxtral: transcribe the audio file given as PROMPT in this language (en, fr, ...)",
         ),
     ),
     (
@@ -122,6 +123,8 @@ def register_slice(registry) -> None:
         registry.register_option(
             CliOption("generate", dest, flags, kwargs, group=GROUP, package=PACKAGE)
         )
+    # Before speech-to-text's and text-to-text's runners, which would take its first two graphs.
+    register_seamless_speech(registry)
     registry.register_runner(
         RunnerInfo(
             "speech-to-text",
@@ -320,7 +323,7 @@ def register_text_to_audio(registry) -> None:
                 default=None,
                 metavar="ID",
                 help="the voice of a multi-speaker text-to-audio package (0 to num_speakers - 1, "
-                "default 0)",
+                "default 0); SeamlessM4T speech output: the vocoder's speaker",
             ),
             group="text-to-audio packages (VITS / MMS-TTS)",
             package=PACKAGE,
@@ -731,6 +734,8 @@ def register_audio_language(registry) -> None:
             validate="mobius_audio.validate_audio_language:validate_audio_language",
         )
     )
+    register_voxtral(registry)  # before audio-language, which accepts Voxtral packages too
+    register_granite_speech_adapter(registry)
     registry.register_runner(
         RunnerInfo(
             "audio-language",
@@ -740,6 +745,66 @@ def register_audio_language(registry) -> None:
             help=AUDIO_LANGUAGE_HELP,
             examples=('mobius generate qwen2-audio-out/ "What is said?" --audio clip.wav',),
             options=("audios",),
+        )
+    )
+
+
+def register_granite_speech_adapter(registry) -> None:
+    """Granite Speech's LoRA adapter, merged into the text decoder at build time
+    (:mod:`mobius_audio.granite_speech_source`)."""
+    from mobius.plugins import SourceInfo
+
+    registry.register_source(
+        SourceInfo(
+            "granite-speech-lora",
+            "mobius_audio.granite_speech_source:recognise",
+            PACKAGE,
+            help="a Granite Speech model directory with has_lora_adapter (its PEFT LoRA "
+            "adapter beside it): the adapter merged into the text decoder, which "
+            "transformers turns on when audio is given",
+            hub_files="mobius_audio.granite_speech_source:hub_files",
+        )
+    )
+
+
+VOXTRAL_HELP = (
+    "A Voxtral package (audio-language graphs and mistral-common's tekken.json) answers\n"
+    "PROMPT about the --audio clips (WAV, FLAC, OGG, MP3; any length, cut into the\n"
+    "model's 30 s chunks): one user message in mistral-common's instruct format, as\n"
+    "transformers' VoxtralProcessor.apply_chat_template makes it. With --language xx (or\n"
+    "--task transcribe: the model tells the language) PROMPT is an audio file to\n"
+    "transcribe, as apply_transcription_request does. Decoding is greedy unless sampling\n"
+    "options say otherwise (pip install mobius-audio[run]: mistral-common) (mobius-audio)."
+)
+
+
+def register_voxtral(registry) -> None:
+    """Voxtral's build companion (:mod:`mobius_audio.voxtral_source`: ``tekken.json``) and
+    its ``mobius generate`` runner (:mod:`mobius_audio.voxtral_generate`)."""
+    from mobius.plugins import SourceInfo
+
+    registry.register_source(
+        SourceInfo(
+            "voxtral",
+            "mobius_audio.voxtral_source:recognise",
+            PACKAGE,
+            help="a Voxtral model directory: core's reader, and the package keeps "
+            "mistral-common's tekken.json",
+            hub_files="mobius_audio.voxtral_source:hub_files",
+        )
+    )
+    registry.register_runner(
+        RunnerInfo(
+            "voxtral",
+            accepts="mobius_audio.voxtral_generate:is_voxtral_package",
+            run="mobius_audio.voxtral_generate:run_cli",
+            package=PACKAGE,
+            help=VOXTRAL_HELP,
+            examples=(
+                'mobius generate voxtral-out/ "What is said?" --audio clip.wav',
+                "mobius generate voxtral-out/ speech.wav --language en",
+            ),
+            options=("audios", "language", "speech_task"),
         )
     )
 
@@ -835,5 +900,42 @@ def register_seamless_text(registry) -> None:
             ),
             group="SeamlessM4T text-to-text packages",
             package=PACKAGE,
+        )
+    )
+
+
+SEAMLESS_SPEECH_HELP = (
+    "A SeamlessM4T speech-output package (built with --model-type SeamlessM4TForTextToSpeech\n"
+    "or SeamlessM4TForSpeechToSpeech) translates PROMPT (text; or with a speech-to-speech\n"
+    "package, the audio file given as PROMPT or --audio) into the --language given, prints\n"
+    "the text and speaks it into a 16 kHz WAV (--output, default translation.wav): greedy\n"
+    "text, then greedy units, then the vocoder with --speaker (default 0), as transformers'\n"
+    "generate(tgt_lang=...) does by default (mobius-audio)."
+)
+
+
+def register_seamless_speech(registry) -> None:
+    """The speech-translation tasks (:mod:`mobius_audio.tasks_seamless_speech`) and their
+    ``mobius generate`` runner (:mod:`mobius_audio.seamless_speech_generate`)."""
+    for name, task in (
+        ("text-to-speech-translation", "TextToSpeechTranslationTask"),
+        ("speech-to-speech-translation", "SpeechToSpeechTranslationTask"),
+    ):
+        registry.register_task(
+            TaskInfo(name, f"mobius_audio.tasks_seamless_speech:{task}", PACKAGE)
+        )
+    registry.register_runner(
+        RunnerInfo(
+            "seamless-speech-output",
+            accepts="mobius_audio.seamless_speech_generate:is_seamless_speech_package",
+            run="mobius_audio.seamless_speech_generate:run_cli",
+            package=PACKAGE,
+            help=SEAMLESS_SPEECH_HELP,
+            examples=(
+                'mobius generate seamless-t2st/ "Hello, how are you?" --language fra '
+                "--output hello.wav",
+                "mobius generate seamless-s2st/ speech.wav --language fra --output out.wav",
+            ),
+            options=("language", "speaker", "audios"),
         )
     )

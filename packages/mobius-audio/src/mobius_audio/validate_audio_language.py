@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from mobius.errors import MobiusError
+from mobius.lora import read_merge_record
 from mobius.validate import SAMPLE_DECODE_STEPS, ValidationReport, load_reference, smoke_report
 from mobius_audio.granite_speech_features import validation_audio
 
@@ -99,6 +100,12 @@ def validate_audio_language(package_dir: Path, source: Path, record: dict, refer
         )
         return smoke_report("audio-language", checked, {"logits": logits})
     torch_model = load_reference("AutoModelForMultimodalLM", Path(source))
+    if read_merge_record(package_dir) and not getattr(torch_model, "_hf_peft_config_loaded", False):
+        # transformers loads the adapter only with peft installed, and runs without it else
+        raise MobiusError(
+            "--validate: the package has the source's LoRA adapter merged, and transformers "
+            "loaded the model without it (it needs peft >= 0.22 to load the adapter)"
+        )
     result = compare_audio_language(
         torch_model, Path(package_dir), ids, mask, audio, None, SAMPLE_DECODE_STEPS
     )

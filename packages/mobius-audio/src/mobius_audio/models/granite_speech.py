@@ -20,10 +20,10 @@ tokens] (transformers' names; its bool mask as 0/1).
 Checkpoints: the hub's layout (``encoder.*``, ``projector.*``, ``language_model.model.*``,
 ``language_model.lm_head.*``: ibm-granite/granite-speech-3.3-2b, -8b) and the one
 transformers 5 saves (``model.encoder.*``, ``model.projector.*``,
-``model.language_model.*``, ``lm_head.*``). A config with ``has_lora_adapter`` (the hub's
-models ship a LoRA adapter for the LLM that transformers turns on only when audio is
-given) is refused: mobius does not merge the adapter, and the base weights alone are
-not the model the checkpoint describes.
+``model.language_model.*``, ``lm_head.*``). With ``has_lora_adapter`` (the hub's models
+ship a LoRA adapter for the LLM that transformers turns on only when audio is given),
+the build merges the adapter into the decoder's weights
+(:mod:`mobius_audio.granite_speech_source`).
 """
 
 from __future__ import annotations
@@ -66,12 +66,9 @@ class GraniteSpeechConfig(AudioLanguageConfig):
     @classmethod
     def hf_fields(cls, hf_config: Any) -> dict[str, Any]:
         where = hf_config.model_type
-        if getattr(hf_config, "has_lora_adapter", False):
-            raise ConfigError(
-                f"{where}: has_lora_adapter is set: the checkpoint's LoRA adapter for the text "
-                "decoder (applied by transformers when audio is given) is not merged by mobius; "
-                "merge it into the weights (peft's merge_and_unload) and set it false"
-            )
+        if not isinstance(getattr(hf_config, "has_lora_adapter", False), bool):
+            # the adapter itself is merged by the source (mobius_audio.granite_speech_source)
+            raise ConfigError(f"{where}: has_lora_adapter is {hf_config.has_lora_adapter!r}")
         token = getattr(hf_config, "audio_token_id", None)
         if not isinstance(token, int) or isinstance(token, bool) or token < 0:
             raise ConfigError(f"{where}: audio_token_id is {token!r}")

@@ -14,6 +14,9 @@ The audio graph takes ``input_features`` alone ([chunks, mel_bins, frames]): Vox
 no feature mask. Checkpoints: transformers' layout on the hub (``audio_tower.*``,
 ``multi_modal_projector.*``, ``language_model.model.*``, ``language_model.lm_head.*``:
 mistralai/Voxtral-Mini-3B-2507, Voxtral-Small-24B-2507) and transformers 5's saved one.
+The package keeps the checkpoint's ``tekken.json`` (:mod:`mobius_audio.voxtral_source`),
+mistral-common's tokenizer, which ``mobius generate`` prompts with
+(:mod:`mobius_audio.voxtral_generate`).
 """
 
 from __future__ import annotations
