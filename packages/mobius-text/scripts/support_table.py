@@ -96,8 +96,21 @@ KITS = (
         "decoder prefill and 8 decode steps through both caches, greedy tokens equal to "
         "generate()",
     ),
+    (
+        "text-encoder",
+        "test_text_encoder_parity",
+        "text_encoder_parity_cases",
+        "Decoders as text encoders",
+        "fp32, max abs difference ≤ 1e-4 on last_hidden_state and the hidden_states.{i} "
+        "built, at the real tokens of a batch of two prompts padded right and left",
+    ),
 )
-PARITY_TESTS = ("test_parity.py", "test_encoder_parity.py", "test_seq2seq_parity.py")
+PARITY_TESTS = (
+    "test_parity.py",
+    "test_encoder_parity.py",
+    "test_seq2seq_parity.py",
+    "test_text_encoder_builds.py",
+)
 
 
 def transformers_types() -> dict[str, dict[str, str]]:
@@ -119,6 +132,7 @@ def transformers_types() -> dict[str, dict[str, str]]:
         "causal-lm": dict(sorted(causal.items())),
         "feature-extraction": dict(sorted(encoders.items())),
         "seq2seq": dict(sorted(seq2seq.items())),
+        "text-encoder": {},  # bare-model classes, added from the registry
     }
 
 

@@ -27,13 +27,16 @@ def test_causal_lm_parity(case, tmp_path):
 
 def test_every_registered_type_has_a_parity_case():
     """Each registered type has a case in its task's kit: causal LMs here, encoders in
-    test_encoder_parity.py, encoder-decoders in test_seq2seq_parity.py."""
+    test_encoder_parity.py, encoder-decoders in test_seq2seq_parity.py, decoders as text
+    encoders in test_text_encoder_builds.py."""
     from encoder_parity_cases import all_cases as encoder_cases
     from seq2seq_parity_cases import all_cases as seq2seq_cases
+    from text_encoder_parity_cases import all_cases as text_encoder_cases
 
     import mobius_text
 
     kits = {"causal-lm": CASES, "feature-extraction": encoder_cases(), "seq2seq": seq2seq_cases()}
+    kits["text-encoder"] = text_encoder_cases()
     by_task: dict[str, set[str]] = {}
     for model_type, cls in mobius_text.model_types().items():
         by_task.setdefault(getattr(cls, "task", "causal-lm"), set()).add(model_type)

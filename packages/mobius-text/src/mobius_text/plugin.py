@@ -14,8 +14,10 @@ def register_slice(registry) -> None:
     Two source recognisers: a llama.cpp ``.gguf`` file (config, weights and
     tokenizer of the families llama.cpp converts), and a sentence-transformers
     directory (``modules.json``: the embedding head, pooling and normalisation).
+    The ``text-encoder`` task (a decoder's token states for diffusion pipelines)
+    and its ``--hidden-states`` option.
     """
-    from mobius.plugins import SourceInfo
+    from mobius.plugins import CliOption, SourceInfo, TaskInfo
 
     registry.register_source(SourceInfo("gguf", "mobius_text.gguf._source:recognise", PACKAGE))
     registry.register_source(
@@ -23,5 +25,33 @@ def register_slice(registry) -> None:
             "sentence-transformers",
             "mobius_text.sentence_transformers:recognise",
             PACKAGE,
+        )
+    )
+    registry.register_task(
+        TaskInfo(
+            "text-encoder",
+            "mobius_text.text_encoder:TextEncoderTask",
+            PACKAGE,
+            validate="mobius_text.text_encoder:validate_text_encoder",
+        )
+    )
+    registry.register_option(
+        CliOption(
+            "build",
+            "hidden_states",
+            ("--hidden-states",),
+            dict(
+                default=None,
+                metavar="I,J|all",
+                help="decoders built as text encoders (config.json architectures LlamaModel, "
+                "Gemma2Model, Qwen2Model, Qwen3Model or GlmModel; a causal LM or a Qwen2.5-VL "
+                "folder with --model-type LlamaModel... or Qwen2_5_VLTextModel): also output "
+                "transformers' hidden_states[I] as hidden_states.I (0: the embeddings, the "
+                "layer count: the last state; a negative I counts from the end, the output "
+                "named by the index it resolves to), or all of them. Example: mobius build "
+                "--model lumina2/text_encoder te/ --hidden-states -2",
+            ),
+            tasks=("text-encoder",),
+            package=PACKAGE,
         )
     )

@@ -24,6 +24,15 @@ from mobius_text.models.t5 import T5Config, T5Stack, UMT5Stack, _length, _positi
 ENCODER_ONLY_HEADS = ("none", "sentence-embedding")
 
 
+def check_encoder_only_head(config: EncoderConfig, family: str) -> None:
+    """Refuse a head (``--head masked-lm``...) that a bare ``family`` encoder has no weights for."""
+    if config.head not in ENCODER_ONLY_HEADS:
+        raise ConfigError(
+            f"--head {config.head} does not apply to a {family} encoder; choose "
+            f"{' or '.join(ENCODER_ONLY_HEADS)}"
+        )
+
+
 @dataclass
 class T5EncoderConfig(EncoderConfig):
     """The feature-extraction fields (head, pooling) around the T5 config the stack reads."""
@@ -56,11 +65,7 @@ class T5EncoderModel(Model):
 
     def __init__(self, config: T5EncoderConfig) -> None:
         super().__init__()
-        if config.head not in ENCODER_ONLY_HEADS:
-            raise ConfigError(
-                f"--head {config.head} does not apply to a T5 encoder; choose "
-                f"{' or '.join(ENCODER_ONLY_HEADS)}"
-            )
+        check_encoder_only_head(config, "T5")
         self.config = config
         self.shared = Embedding(config.vocab_size, config.hidden_size)
         self.encoder = self.stack_class(config.t5, is_decoder=False)

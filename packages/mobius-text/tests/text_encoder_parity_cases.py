@@ -1,0 +1,102 @@
+"""Parity cases of decoders built as text encoders (``text-encoder``), and how each is saved.
+
+``CASES``: case -> (model_type, config overrides over ``TINY``, {"model_class": the
+registry key verified, "saved": the transformers class saved (a causal LM or a VL
+wrapper is built as model_class with ``--model-type``), "options": the build's flags,
+"states": the ``hidden_states.{i}`` outputs they must give}). A wrapper's overrides
+give its ``text_config`` whole.
+"""
+
+from __future__ import annotations
+
+from encoder_parity_cases import TINY as ENCODER_TINY
+from transformers import AutoConfig
+
+from mobius.testing import perturb_parameters
+
+# The encoders' tiny sizes, with grouped KV heads of 8 channels (GroupQueryAttention's minimum).
+TINY = dict(ENCODER_TINY, num_key_value_heads=2, head_dim=8)
+
+# Multimodal RoPE: on text every section has the same position.
+MROPE = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [1, 1, 2]}
+QWEN2_5_VL_VISION = dict(
+    depth=1,
+    hidden_size=16,
+    intermediate_size=24,
+    num_heads=2,
+    out_hidden_size=TINY["hidden_size"],
+    patch_size=4,
+    spatial_merge_size=2,
+    temporal_patch_size=2,
+    window_size=16,
+    fullatt_block_indexes=[0],
+)
+
+
+def case(model_type, overrides, model_class, hidden_states, states, saved=None, options=()):
+    """A case: ``--hidden-states hidden_states`` must give the outputs ``hidden_states.{i}``
+    for ``i`` in ``states`` (the tiny models have 2 layers: 3 states)."""
+    spec = dict(
+        model_class=model_class,
+        options=[*options, "--hidden-states", hidden_states],
+        states=states,
+    )
+    return model_type, overrides, dict(spec, saved=saved or model_class)
+
+
+CASES = {
+    "llama": case("llama", {}, "LlamaModel", "all", (0, 1, 2)),
+    "llama_causal_lm": case(
+        "llama",
+        {"tie_word_embeddings": False},
+        "LlamaModel",
+        "0,-2",
+        (0, 1),
+        saved="LlamaForCausalLM",
+        options=["--model-type", "LlamaModel"],
+    ),
+    # Qwen-Image's text encoder: the whole VL checkpoint, its text model built alone.
+    "qwen2_5_vl_text": case(
+        "qwen2_5_vl",
+        {
+            "text_config": dict(TINY, rope_parameters=MROPE),
+            "vision_config": QWEN2_5_VL_VISION,
+            "image_token_id": 1,
+            "video_token_id": 2,
+            "vision_start_token_id": 3,
+        },
+        "Qwen2_5_VLTextModel",
+        "-1",
+        (2,),
+        saved="Qwen2_5_VLForConditionalGeneration",
+        options=["--model-type", "Qwen2_5_VLTextModel"],
+    ),
+    "qwen2": case("qwen2", {}, "Qwen2Model", "-1", (2,)),
+    "qwen3": case("qwen3", {}, "Qwen3Model", "-2", (1,)),
+    "qwen3_ep_cpu": case("qwen3", {}, "Qwen3Model", "-2", (1,), options=["--ep", "cpu"]),
+    # A window of 3 tokens on every other layer, and soft-capped scores, exercised.
+    "gemma2": case(
+        "gemma2", {"sliding_window": 3, "attn_logit_softcapping": 5.0}, "Gemma2Model", "-2", (1,)
+    ),
+    "glm": case("glm", {}, "GlmModel", "0,-2", (0, 1)),
+}
+
+
+def all_cases() -> dict[str, tuple]:
+    return dict(CASES)
+
+
+def save_random_model(model_type: str, overrides: dict, model_class: str, path, seed: int = 0):
+    """A tiny transformers ``model_class`` with every parameter perturbed, saved to ``path``."""
+    import torch
+    import transformers
+
+    nested = "text_config" in overrides  # a wrapper's config: its parts given whole
+    hf_config = AutoConfig.for_model(model_type, **(overrides if nested else {**TINY, **overrides}))
+    torch.manual_seed(seed)
+    model = getattr(transformers, model_class)._from_config(
+        hf_config, dtype=torch.float32, attn_implementation="eager"
+    )
+    perturb_parameters(model, seed)
+    model.eval().save_pretrained(path)
+    return model
