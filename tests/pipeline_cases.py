@@ -86,6 +86,25 @@ def _clip_text_encoder(vocab_size: int, hidden: int, projection_dim: int | None 
     return CLIPTextModelWithProjection(config) if projection_dim else CLIPTextModel(config)
 
 
+def tiny_t5(vocab_size: int, width: int):
+    """A 2-layer ``T5EncoderModel`` of ``width`` (d_model), gated GELU as T5 v1.1."""
+    from transformers import T5Config, T5EncoderModel
+
+    config = T5Config(
+        vocab_size=vocab_size,
+        d_model=width,
+        d_kv=8,
+        d_ff=24,
+        num_layers=2,
+        num_heads=2,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=16,
+        feed_forward_proj="gated-gelu",
+        decoder_start_token_id=0,
+    )
+    return T5EncoderModel(config)
+
+
 def _perturbed(*models):
     from mobius.testing import perturb_parameters
 
@@ -111,11 +130,15 @@ def _tiny_vae(**options):
     )
 
 
-def make_sd_pipeline(directory: Path):
-    """A tiny ``StableDiffusionPipeline`` (Euler scheduler, SD betas) saved into ``directory``."""
+def make_sd_pipeline(directory: Path, lcm: bool = False):
+    """A tiny ``StableDiffusionPipeline`` (Euler scheduler, SD betas) saved into ``directory``;
+    ``lcm``: a ``LatentConsistencyModelPipeline`` instead (the UNet takes the guidance
+    embedding, ``time_cond_proj_dim``; LCM's scheduler)."""
     import torch
     from diffusers import (
         EulerDiscreteScheduler,
+        LatentConsistencyModelPipeline,
+        LCMScheduler,
         StableDiffusionPipeline,
         UNet2DConditionModel,
     )
@@ -134,15 +157,28 @@ def make_sd_pipeline(directory: Path):
         cross_attention_dim=16,
         attention_head_dim=2,
         norm_num_groups=4,
+        time_cond_proj_dim=6 if lcm else None,
     )
     vae = _tiny_vae(
         sample_size=16,
         scaling_factor=0.5,
     )
     _perturbed(text_encoder, unet, vae)
-    scheduler = EulerDiscreteScheduler(
-        beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", steps_offset=1
-    )
+    betas = dict(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear")
+    if lcm:
+        pipe = LatentConsistencyModelPipeline(
+            vae=vae,
+            text_encoder=text_encoder,
+            tokenizer=tokenizer,
+            unet=unet,
+            scheduler=LCMScheduler(**betas, set_alpha_to_one=False),
+            safety_checker=None,
+            feature_extractor=None,
+            requires_safety_checker=False,
+        )
+        pipe.save_pretrained(directory, safe_serialization=True)
+        return pipe
+    scheduler = EulerDiscreteScheduler(**betas, steps_offset=1)
     pipe = StableDiffusionPipeline(
         vae=vae,
         text_encoder=text_encoder,
@@ -229,26 +265,12 @@ def make_flux_pipeline(directory: Path, guidance_embeds: bool = True):
         FluxPipeline,
         FluxTransformer2DModel,
     )
-    from transformers import T5Config, T5EncoderModel
 
     torch.manual_seed(0)
     tokenizer = tiny_clip_tokenizer(directory.parent / "clip-tokenizer")
     text_encoder = _clip_text_encoder(len(tokenizer), 12)
     tokenizer_2 = tiny_word_tokenizer()
-    text_encoder_2 = T5EncoderModel(
-        T5Config(
-            vocab_size=len(tokenizer_2),
-            d_model=16,
-            d_kv=8,
-            d_ff=24,
-            num_layers=2,
-            num_heads=2,
-            relative_attention_num_buckets=8,
-            relative_attention_max_distance=16,
-            feed_forward_proj="gated-gelu",
-            decoder_start_token_id=0,
-        )
-    )
+    text_encoder_2 = tiny_t5(len(tokenizer_2), 16)
     transformer = FluxTransformer2DModel(
         patch_size=1,
         in_channels=16,

@@ -165,7 +165,7 @@ def test_runner_refusals(pipeline, tmp_path):
         open_pipeline(out)
     index = json.loads((out / "model_index.json").read_text())
     (out / "model_index.json").write_text(json.dumps({**index, "_class_name": "FluxPipeline"}))
-    config = {"_class_name": "LCMScheduler"}
+    config = {"_class_name": "LMSDiscreteScheduler"}
     (out / "scheduler" / "scheduler_config.json").write_text(json.dumps(config))
-    with pytest.raises(ConfigError, match="scheduler 'LCMScheduler' is not ported"):
+    with pytest.raises(ConfigError, match="scheduler 'LMSDiscreteScheduler' is not ported"):
         open_pipeline(out)

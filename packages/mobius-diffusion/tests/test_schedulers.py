@@ -22,6 +22,16 @@ CASES = {
         dict(timestep_spacing="trailing", final_sigmas_type="sigma_min"),
         5,
     ),
+    "euler-karras-sdxl": (
+        "EulerDiscreteScheduler",
+        dict(SD, timestep_spacing="leading", use_karras_sigmas=True),
+        4,
+    ),
+    "euler-exponential-bounds": (
+        "EulerDiscreteScheduler",
+        dict(use_exponential_sigmas=True, sigma_min=0.05, sigma_max=20.0),
+        4,
+    ),
     "ddim-sd": (
         "DDIMScheduler",
         dict(SD, clip_sample=False, set_alpha_to_one=False, steps_offset=1),
@@ -115,8 +125,8 @@ def test_unported_scheduler_is_refused():
 
 
 def test_unported_option_is_refused():
-    with pytest.raises(ConfigError, match="use_karras_sigmas=True"):
-        load_scheduler({"_class_name": "EulerDiscreteScheduler", "use_karras_sigmas": True})
+    with pytest.raises(ConfigError, match="timestep_type='continuous'"):
+        load_scheduler({"_class_name": "EulerDiscreteScheduler", "timestep_type": "continuous"})
 
 
 def test_foreign_keys_are_ignored_as_diffusers_does():

@@ -52,6 +52,8 @@ CASES = {
         freq_shift=1,
     ),
     "mid-scale": dict(SD15, mid_block_scale_factor=2.0, layers_per_block=1),
+    # Latent consistency models: the guidance-scale embedding through time_embedding.cond_proj.
+    "lcm": dict(SD15, time_cond_proj_dim=6),
 }
 LATENT = {"sd2": (9, 11), "options": (12, 10)}
 
@@ -70,7 +72,34 @@ def unet_inputs(case: str, timestep: np.ndarray) -> dict[str, np.ndarray]:
     if case == "sdxl":
         inputs["text_embeds"] = rng.standard_normal((2, 10)).astype(np.float32)
         inputs["time_ids"] = np.array([[64, 48, 0, 8, 64, 64], [32, 32, 4, 0, 32, 32]], np.float32)
+    if case == "lcm":
+        inputs["timestep_cond"] = lcm_guidance_embedding(
+            [8.0, 2.0], CASES["lcm"]["time_cond_proj_dim"]
+        )
     return inputs
+
+
+def lcm_guidance_embedding(guidance_scales, dim: int) -> np.ndarray:
+    """``timestep_cond`` as LatentConsistencyModelPipeline computes it (``guidance_scale - 1``)."""
+    import torch
+    from diffusers import LatentConsistencyModelPipeline
+
+    w = torch.tensor(guidance_scales, dtype=torch.float32) - 1
+    embed = LatentConsistencyModelPipeline.get_guidance_scale_embedding
+    return embed(None, w, embedding_dim=dim).numpy()  # it reads nothing of the pipeline
+
+
+@pytest.mark.parametrize("dim", [6, 7, 256])
+def test_lcm_sample_embedding_is_the_pipelines(dim):
+    """--validate's numpy ``timestep_cond`` is the LCM pipeline's guidance-scale embedding."""
+    from mobius_diffusion.samples import guidance_scale_embedding
+
+    expected = lcm_guidance_embedding([8.0, 2.0], dim)
+    # Angles reach 7000 (1000 x (8 - 1)); torch's float32 exp is not correctly rounded, and a
+    # frequency one ulp off moves such an angle by its float32 resolution, ~5e-4.
+    resolution = float(np.spacing(np.float32(7000)))
+    got = guidance_scale_embedding(np.float32([7.0, 1.0]), dim)
+    np.testing.assert_allclose(got, expected, atol=2 * resolution)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -80,6 +109,11 @@ def test_unet_2d_condition_parity(case, tmp_path):
         "UNet2DConditionModel", CASES[case], {"model": inputs}, unet_reference, tmp_path
     )
     print(case, [(r.ep, r.diffs) for r in results])
+    if case == "lcm":  # --validate feeds the pipeline's guidance-scale embedding, and passes
+        from mobius.validate import validate_package
+
+        report = validate_package(tmp_path / "onnx-default", tmp_path / "hf")
+        assert report.reference and report.diffs and report.passed, report.summary()
 
 
 def test_unet_one_timestep_for_the_batch(tmp_path):
@@ -95,7 +129,8 @@ def test_unet_one_timestep_for_the_batch(tmp_path):
     [
         dict(addition_embed_type="text"),
         dict(class_embed_type="timestep"),
-        dict(time_cond_proj_dim=8),
+        dict(time_cond_proj_dim=0),
+        dict(time_cond_proj_dim="8"),
         dict(only_cross_attention=[True, False, False]),
         dict(resnet_time_scale_shift="spatial"),
         dict(mid_block_type="UNetMidBlock2DSimpleCrossAttn"),

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from mobius.errors import ConfigError, MobiusError, ModelSourceError
 from mobius.source import Source, open_source, read_json
+from mobius_diffusion.source import LEGACY_CLASSES, component_class
 
 INDEX = "model_index.json"
 
@@ -123,13 +124,16 @@ def pipeline_components(index: dict) -> dict[str, tuple[str | None, str]]:
 def component_key(registry, component_dir: Path, class_name: str) -> str | None:
     """The registry key a model component builds as, or None when it is not a model mobius builds.
 
-    Its class name first (diffusers classes, ``T5EncoderModel``), then for a
+    Its class name first (diffusers classes, ``T5EncoderModel``; a legacy
+    ``Transformer2DModel`` as the class diffusers loads its config as), then for a
     transformers class its ``config.json`` ``model_type`` (``CLIPTextModel`` is
     registered as ``clip_text_model``).
     """
+    config = component_dir / "config.json"
+    if class_name in LEGACY_CLASSES and config.is_file():
+        class_name = component_class(class_name, read_json(config))
     if class_name in registry:
         return class_name
-    config = component_dir / "config.json"
     if config.is_file():
         model_type = read_json(config).get("model_type")
         if isinstance(model_type, str) and model_type in registry:

@@ -5,7 +5,8 @@
   component directory and a lone adapter ``.safetensors`` (:mod:`mobius_diffusion.source`);
 - ``mobius build --skip-component``;
 - the ``mobius generate`` runner of pipeline packages (:mod:`mobius_diffusion.runner`)
-  and its options (``--steps``, ``--height``, ``--width``; it reads core's ``--guidance-scale``).
+  and its options (``--steps``, ``--height``, ``--width``, ``--class-label``; it reads core's
+  ``--guidance-scale``).
 
 Everything is named by lazy ``"module:attribute"`` strings: registering imports nothing.
 """
@@ -33,9 +34,11 @@ PIPELINE_HELP = (
 )
 
 RUNNER_HELP = (
-    "A diffusion pipeline package (model_index.json: Stable Diffusion, Flux) turns\n"
-    "PROMPT into an image written to --output, from the noise of --seed over --steps\n"
-    "scheduler steps (mobius-diffusion; pip install mobius-diffusion[run])."
+    "A diffusion pipeline package (model_index.json: Stable Diffusion 1.x/2.x, SDXL,\n"
+    "SD3, Flux, PixArt-alpha/sigma, DiT) turns PROMPT into an image written to --output,\n"
+    "from the noise of --seed over --steps scheduler steps; a DiT package takes an\n"
+    'ImageNet class: PROMPT names it, or --class-label N with PROMPT "" (mobius-diffusion;\n'
+    "pip install mobius-diffusion[run])."
 )
 
 
@@ -90,6 +93,17 @@ def register_slice(registry) -> None:
         ),
         ("height", ("--height",), dict(type=int, default=None, metavar="PX", help="image height")),
         ("width", ("--width",), dict(type=int, default=None, metavar="PX", help="image width")),
+        (
+            "class_label",
+            ("--class-label",),
+            dict(
+                type=int,
+                default=None,
+                metavar="N",
+                help='class-conditional (DiT) packages: the class id to draw, with PROMPT "" '
+                "(PROMPT may instead name the class: an id2label name)",
+            ),
+        ),
     ):
         registry.register_option(
             CliOption("generate", dest, flags, kwargs, group=GROUP, package=PACKAGE)
@@ -103,6 +117,7 @@ def register_slice(registry) -> None:
             help=RUNNER_HELP,
             examples=(
                 'mobius generate sd-out/ "a red bicycle" --steps 20 --seed 0 --output bicycle.png',
+                'mobius generate dit-out/ "white shark" --steps 25 --seed 0 --output shark.png',
             ),
         )
     )

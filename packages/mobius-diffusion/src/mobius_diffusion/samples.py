@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from mobius.errors import MobiusError
+from mobius_diffusion.pipelines.lcm import guidance_scale_embedding
 
 #: Rows of every sample batch.
 BATCH = 2
@@ -28,7 +29,13 @@ GRID = (2, 3)
 SEED = 0
 
 #: Timesteps of flow-matching transformers, which take them in [0, 1] (Flux), and of the others.
-FLOW_TIMESTEPS = {"FluxTransformer2DModel"}
+FLOW_TIMESTEPS = {
+    "FluxTransformer2DModel",
+    "ChromaTransformer2DModel",
+    "AuraFlowTransformer2DModel",
+    "Lumina2Transformer2DModel",
+    "QwenImageTransformer2DModel",
+}
 _ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
 
 
@@ -69,20 +76,48 @@ def axis_sizes(class_name: str, config) -> dict[str, int]:
         if class_name == "AutoencoderKLCogVideoX":  # 1 + k * compression frames -> 1 + k
             compression = int(config.temporal_compression_ratio)
             sizes.update(frames=1 + 2 * compression, latent_frames=3)
+    elif class_name == "AutoencoderKLWan":  # 1 + 4k frames: diffusers drops the others
+        scale = 2 ** (len(config.dim_mult) - 1) * (config.patch_size or 1)
+        sizes.update(
+            _grid("latent", 2 * rows, 2 * columns),
+            **_grid("", 2 * rows * scale, 2 * columns * scale),
+            frames=9,
+            latent_frames=3,
+        )
     elif class_name in ("UNet2DConditionModel", "ControlNetModel"):
         scale = 2 ** (len(config.block_out_channels) - 1)
         sizes.update(_grid("latent", rows * scale, columns * scale))
         if class_name == "ControlNetModel":  # the condition image, at the pipeline's pixels
             conditioning = 2 ** (len(config.conditioning_embedding_out_channels) - 1)
             sizes.update(_grid("", rows * scale * conditioning, columns * scale * conditioning))
-    elif class_name in ("SD3Transformer2DModel", "PixArtTransformer2DModel"):
+    elif class_name == "AutoencoderDC":  # each stage but the last halves the image
+        scale = 2 ** (len(config.encoder_block_out_channels) - 1)
+        sizes.update(
+            _grid("latent", 2 * rows, 2 * columns),
+            **_grid("", 2 * rows * scale, 2 * columns * scale),
+        )
+    elif class_name in (
+        "SD3Transformer2DModel",
+        "PixArtTransformer2DModel",
+        "SanaTransformer2DModel",
+        "Lumina2Transformer2DModel",
+        "CogView4Transformer2DModel",
+    ):
         sizes.update(_grid("latent", 2 * rows * config.patch_size, 2 * columns * config.patch_size))
     elif class_name == "DiTTransformer2DModel":  # square latents
         sizes.update(_grid("latent", 4 * config.patch_size, 4 * config.patch_size))
     elif class_name == "FluxTransformer2DModel":
         sizes["image_tokens"] = 4 * rows * columns  # packed latents of a 4x6 grid
+    elif class_name == "AuraFlowTransformer2DModel":  # a 4x6 patch grid: the learned table's middle
+        sizes.update(_grid("latent", 2 * rows * config.patch_size, 2 * columns * config.patch_size))
+    elif class_name == "ChromaTransformer2DModel":  # Flux's latents; a mask over [text, image]
+        sizes.update(image_tokens=4 * rows * columns, joint_tokens=TEXT_TOKENS + 4 * rows * columns)
+    elif class_name == "QwenImageTransformer2DModel":  # one image: packed 2x3 patch grid
+        sizes.update(image_tokens=rows * columns, images=1)
     elif class_name == "CogVideoXTransformer3DModel":
         sizes.update(_cogvideox_sizes(config))
+    elif class_name == "WanTransformer3DModel":
+        sizes.update(_wan_sizes(config))
     elif class_name == "T2IAdapter":  # a multiple of every adapter layout's downscaling
         scale = config.downscale_factor * 2 ** len(config.channels)
         sizes.update(_grid("", rows * scale, columns * scale))
@@ -92,6 +127,21 @@ def axis_sizes(class_name: str, config) -> dict[str, int]:
 def _grid(prefix: str, height: int, width: int) -> dict[str, int]:
     names = ("height", "width") if not prefix else (f"{prefix}_height", f"{prefix}_width")
     return dict(zip(names, (height, width), strict=True))
+
+
+def _wan_sizes(config) -> dict[str, int]:
+    """Two patches of frames on a 2x3 patch grid; an I2V model's text is 512 tokens, where
+    diffusers' attention cuts its context into image and text."""
+    frame_patch, row_patch, column_patch = config.patch_size
+    sizes = dict(
+        frames=2 * frame_patch, **_grid("latent", GRID[0] * row_patch, GRID[1] * column_patch)
+    )
+    sizes["video_tokens"] = 2 * GRID[0] * GRID[1]  # TI2V's per-token timesteps
+    if config.image_dim:
+        sizes["sequence"] = 512
+    if config.pos_embed_seq_len:  # the first and the last frame's states, two rows per prompt
+        sizes.update(image_batch=2 * BATCH, image_tokens=config.pos_embed_seq_len // 2)
+    return sizes
 
 
 def _cogvideox_sizes(config) -> dict[str, int]:
@@ -133,25 +183,40 @@ def _named_value(name: str, class_name: str, config, shape, sizes) -> np.ndarray
         return np.resize(np.asarray([3.5, 1.0], np.float32), shape)
     if name == "ofs":
         return np.full(shape, 2.0, np.float32)
+    if name == "timestep_cond":  # LCM: the pipeline's embedding of guidance_scale - 1
+        scales = np.resize(np.asarray([8.0, 2.0], np.float32), shape[:1])
+        return guidance_scale_embedding(scales - 1, shape[1])
     if name == "conditioning_scale":
         return np.full(shape, 0.75, np.float32)
     if name == "class_labels":
         return np.arange(shape[0], dtype=np.int64)[::-1] % config.num_embeds_ada_norm
-    if name == "encoder_attention_mask":  # the second prompt is shorter: its end is padding
+    if name in ("encoder_attention_mask", "encoder_hidden_states_mask"):
+        # the second prompt is shorter: its end is padding
         mask = np.ones(shape, np.int64)
         mask[1:, -2:] = 0
+        return mask
+    if name == "attention_mask" and class_name == "ChromaTransformer2DModel":
+        # float 0/1 over [text, image]: the second prompt ends in padding
+        mask = np.ones(shape, np.float32)
+        mask[1:, sizes["sequence"] - 2 : sizes["sequence"]] = 0
         return mask
     if name == "time_ids":  # SDXL: original size, crop corner, target size
         rows = [[64, 48, 0, 8, 64, 64], [32, 32, 4, 0, 32, 32]]
         return np.resize(np.asarray(rows, np.float32), shape)
     if name == "resolution":
         return np.resize(np.asarray([[64, 96], [96, 64]], np.float32), shape)
+    if name in ("original_size", "target_size"):  # CogView4: pixel sizes (height, width)
+        return np.resize(np.asarray([[64, 96], [96, 64]], np.float32), shape)
+    if name == "crop_coords":
+        return np.resize(np.asarray([[0, 0], [8, 4]], np.float32), shape)
     if name == "aspect_ratio":
         return np.resize(np.asarray([[1.5], [0.75]], np.float32), shape)
     if name == "img_ids":  # the Flux pipeline's position of each packed token
         from mobius_diffusion.pipeline import latent_image_ids
 
         return latent_image_ids(2 * GRID[0], 2 * GRID[1])
+    if name == "img_shapes":  # Qwen-Image: each image's (frames, rows, columns) of patches
+        return np.array([[1, *GRID]], np.int64)
     if name == "txt_ids":  # the Flux pipelines pass zeros
         return np.zeros(shape, np.float32)
     if name in ("image_rotary_cos", "image_rotary_sin"):

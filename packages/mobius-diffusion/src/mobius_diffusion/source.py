@@ -7,6 +7,9 @@
 - :func:`recognise_weights_file`: a lone ``.safetensors`` file with no config (an
   IP-Adapter), told by its tensors alone.
 
+A config naming diffusers' legacy ``Transformer2DModel`` (the hub's PixArt and DiT
+repos) is built as the class diffusers loads it as (:func:`component_class`).
+
 A whole pipeline directory is :mod:`mobius_diffusion.pipeline_source`'s.
 """
 
@@ -15,11 +18,42 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mobius.errors import MobiusError, ModelSourceError
+from mobius.errors import ConfigError, MobiusError, ModelSourceError
 from mobius.source import ModelSource, read_json
 
 #: ``config.json`` spellings of the build dtypes, as ``ModelSource.stored_dtype`` names them.
 _DTYPE_NAMES = {"FLOAT": "float32", "FLOAT16": "float16", "BFLOAT16": "bfloat16"}
+
+
+#: diffusers' legacy classes and, by the config's ``norm_type``, the class diffusers loads
+#: such a config as (its ``_CLASS_REMAPPING_DICT``); the checkpoint keys are that class's.
+LEGACY_CLASSES = {
+    "Transformer2DModel": {
+        "ada_norm_zero": "DiTTransformer2DModel",
+        "ada_norm_single": "PixArtTransformer2DModel",
+    }
+}
+
+
+def component_class(class_name: str, config: dict) -> str:
+    """The class a component builds as: ``class_name``, or for a legacy class the one diffusers picks.
+
+    A legacy ``Transformer2DModel`` config is a PixArt transformer with ``norm_type``
+    ``ada_norm_single`` and a DiT one with ``ada_norm_zero`` (``num_embeds_ada_norm``
+    is then checked by DiT's config); any other (the plain spatial transformer of
+    ``layer_norm``, the default) is refused by name.
+    """
+    remapped = LEGACY_CLASSES.get(class_name)
+    if remapped is None:
+        return class_name
+    norm_type = config.get("norm_type", "layer_norm")
+    if not isinstance(norm_type, str) or norm_type not in remapped:
+        kinds = ", ".join(f"{norm} ({name})" for norm, name in remapped.items())
+        raise ConfigError(
+            f"a {class_name} with norm_type {norm_type!r} is not built; mobius builds it with "
+            f"norm_type {kinds}, as diffusers loads those"
+        )
+    return remapped[norm_type]
 
 
 def recognise_component(path: Path, options, registry) -> ModelSource | None:
@@ -41,7 +75,7 @@ def recognise_component(path: Path, options, registry) -> ModelSource | None:
     from mobius.weights import open_checkpoint
     from mobius_diffusion.config import ComponentConfig
 
-    entry = registry.get(options.model_type or class_name)
+    entry = registry.get(options.model_type or component_class(class_name, raw))
     dtype = raw.get("torch_dtype") or raw.get("dtype")
     return ModelSource(
         path=path,

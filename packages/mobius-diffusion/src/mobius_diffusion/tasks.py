@@ -15,7 +15,9 @@ Dynamic axes are named: ``batch``, ``height``/``width`` (pixels),
     ``encoder/model.onnx``: ``sample`` [batch, channels, height, width] ->
     ``latent_parameters`` [batch, 2 * latent_channels, latent_height, latent_width]
     (the mean and log-variance of the latent distribution, concatenated on the
-    channels, before any scaling factor); ``decoder/model.onnx``: ``latent_sample``
+    channels, before any scaling factor), or ``latent`` [batch, latent_channels,
+    latent_height, latent_width] for an autoencoder with no distribution (the DC-AE:
+    the latent itself, before any scaling factor); ``decoder/model.onnx``: ``latent_sample``
     [batch, latent_channels, latent_height, latent_width] -> ``sample``. A video VAE
     adds a ``frames`` axis after the channels.
 
@@ -108,7 +110,7 @@ class VAETask(DiffusionComponentTask):
 
     name = "vae"
     contract = {
-        "encoder/model": (frozenset({"sample"}), frozenset({"latent_parameters"})),
+        "encoder/model": (frozenset({"sample"}), frozenset({"latent_parameters", "latent"})),
         "decoder/model": (frozenset({"latent_sample"}), frozenset({"sample"})),
     }
 

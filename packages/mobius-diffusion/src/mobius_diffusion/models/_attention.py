@@ -33,9 +33,12 @@ class Attention(nn.Module):
         self.to_v = Linear(cross_attention_dim or query_dim, inner, bias=bias)
         self.to_out = nn.ModuleList([Linear(inner, out_dim or query_dim, bias=out_bias)])
 
-    def attend(self, op, q, k, v):
-        """``[batch, tokens, heads * dim_head]`` queries over keys and values of the same layout."""
-        return bidirectional_attention(op, q, k, v, None, self.heads, self.dim_head**-0.5)
+    def attend(self, op, q, k, v, bias=None):
+        """``[batch, tokens, heads * dim_head]`` queries over keys and values of the same layout.
+
+        ``bias`` (optional) is added to the scores: ``[batch, 1, queries, keys]``.
+        """
+        return bidirectional_attention(op, q, k, v, bias, self.heads, self.dim_head**-0.5)
 
     def forward(self, op, hidden, context=None):
         context = hidden if context is None else context

@@ -309,7 +309,8 @@ class JointAttention(QKNormAttention):
         self.norm_added_k = RMSNorm(dim_head, eps) if qk_norm else None
         self.to_add_out = None if context_pre_only else Linear(inner, dim, bias=True)
 
-    def forward(self, op, hidden, context, rotary=None):
+    def forward(self, op, hidden, context, rotary=None, bias=None):
+        """``bias`` (optional): added to the joint scores, ``[batch, 1, tokens, tokens]``."""
         q = op.Concat(
             self.head_norm(op, self.norm_added_q, self.add_q_proj(op, context)),
             self.head_norm(op, self.norm_q, self.to_q(op, hidden)),
@@ -321,7 +322,7 @@ class JointAttention(QKNormAttention):
             axis=1,
         )
         v = op.Concat(self.add_v_proj(op, context), self.to_v(op, hidden), axis=1)
-        out = self.attend(op, self.rotate(op, q, rotary), self.rotate(op, k, rotary), v)
+        out = self.attend(op, self.rotate(op, q, rotary), self.rotate(op, k, rotary), v, bias)
         text = op.Shape(context, start=1, end=2)
         context_out, hidden_out = op.Split(
             out,

@@ -34,6 +34,29 @@ from mobius_diffusion.models._embeddings import TimestepEmbedding
 from mobius_diffusion.tasks import GraphSpec
 
 
+def rope_axes(config: Any) -> tuple[int, ...]:
+    """``axes_dims_rope``: even channel counts that share out ``attention_head_dim``."""
+    axes = tuple(getattr(config, "axes_dims_rope", (16, 56, 56)))
+    if sum(axes) != config.attention_head_dim or any(d % 2 for d in axes):
+        raise ConfigError(
+            f"{config.model_type} axes_dims_rope {axes} must be even and sum to "
+            f"attention_head_dim {config.attention_head_dim}"
+        )
+    return axes
+
+
+def joint_rotary(op, pos_embed: AxesRotary, hidden, txt_ids, img_ids):
+    """``(cos, sin)`` ``[batch, text + image tokens, head_dim/2]`` in ``hidden``'s dtype."""
+    cos, sin = pos_embed(op, op.Concat(txt_ids, img_ids, axis=0))
+    rows = op.Concat(op.Shape(hidden, start=0, end=1), op.Shape(cos), axis=0)
+    return op.Expand(op.CastLike(cos, hidden), rows), op.Expand(op.CastLike(sin, hidden), rows)
+
+
+def image_tokens(op, joint, context):
+    """The image part of the joint ``[text, image]`` sequence."""
+    return op.Slice(joint, op.Shape(context, start=1, end=2), op.Shape(joint, start=1, end=2), [1])
+
+
 @dataclass
 class FluxConfig:
     patch_size: int = 1
@@ -50,12 +73,7 @@ class FluxConfig:
 
     @classmethod
     def from_hf(cls, config: Any) -> FluxConfig:
-        axes = tuple(getattr(config, "axes_dims_rope", (16, 56, 56)))
-        if sum(axes) != config.attention_head_dim or any(d % 2 for d in axes):
-            raise ConfigError(
-                f"Flux axes_dims_rope {axes} must be even and sum to attention_head_dim "
-                f"{config.attention_head_dim}"
-            )
+        axes = rope_axes(config)
         return cls(
             patch_size=getattr(config, "patch_size", 1),
             in_channels=config.in_channels,
@@ -162,23 +180,14 @@ class FluxTransformer2DModel(Model):
         else:
             temb = self.time_text_embed(op, timestep, pooled_projections, op.Mul(guidance, 1000.0))
         context = self.context_embedder(op, encoder_hidden_states)
-        # One (cos, sin) table per token of [text, image], repeated for each batch row.
-        cos, sin = self.pos_embed(op, op.Concat(txt_ids, img_ids, axis=0))
-        rows = op.Concat(op.Shape(hidden, start=0, end=1), op.Shape(cos), axis=0)
-        rotary = (
-            op.Expand(op.CastLike(cos, hidden), rows),
-            op.Expand(op.CastLike(sin, hidden), rows),
-        )
+        rotary = joint_rotary(op, self.pos_embed, hidden, txt_ids, img_ids)
         for block in self.transformer_blocks:
             context, hidden = block(op, hidden, context, temb, rotary)
         # Each single block joins [text, image] and splits them again: join once instead.
         joint = op.Concat(context, hidden, axis=1)
         for block in self.single_transformer_blocks:
             joint = block(op, joint, temb, rotary)
-        hidden = op.Slice(
-            joint, op.Shape(context, start=1, end=2), op.Shape(joint, start=1, end=2), [1]
-        )
-        return self.proj_out(op, self.norm_out(op, hidden, temb))
+        return self.proj_out(op, self.norm_out(op, image_tokens(op, joint, context), temb))
 
     def graph_specs(self) -> dict[str, GraphSpec]:
         c = self.config

@@ -147,6 +147,17 @@ class MaskedCrossAttention(Attention):
         return self.to_out[0](op, out)
 
 
+def caption_bias(op, encoder_attention_mask, hidden):
+    """The caption's padding: an additive bias ``[batch, 1, queries, keys]``, ``hidden``'s dtype.
+
+    diffusers' ``(1 - mask) * -10000`` on the keys, spelled out per query for ONNX Runtime.
+    """
+    keep = op.CastLike(encoder_attention_mask, hidden)
+    bias = op.Mul(op.Sub(1.0, op.Unsqueeze(keep, [1, 2])), -10000.0)  # [b, 1, 1, keys]
+    queries = op.Shape(hidden, start=1, end=2)
+    return op.Expand(bias, op.Concat([1, 1], queries, [1], axis=0))
+
+
 def table_modulation(op, table, emb):
     """``table [6, dim] + emb [batch, 6*dim]`` as ``[batch, 6, dim]``, split in six ``[batch, 1, dim]``."""
     emb = op.Reshape(emb, op.Constant(value_ints=[0, 6, -1]))
@@ -219,11 +230,7 @@ class PixArtTransformer2DModel(Model):
         context = encoder_hidden_states
         if self.caption_projection is not None:
             context = self.caption_projection(op, context)
-        # diffusers' (1 - mask) * -10000 on the keys, spelled out per query for ONNX Runtime.
-        keep = op.CastLike(encoder_attention_mask, hidden)
-        bias = op.Mul(op.Sub(1.0, op.Unsqueeze(keep, [1, 2])), -10000.0)  # [b, 1, 1, keys]
-        queries = op.Shape(hidden, start=1, end=2)
-        bias = op.Expand(bias, op.Concat([1, 1], queries, [1], axis=0))
+        bias = caption_bias(op, encoder_attention_mask, hidden)
         for block in self.transformer_blocks:
             hidden = block(op, hidden, context, bias, block_emb)
         # The output's table takes the embedding itself, broadcast, not projected.

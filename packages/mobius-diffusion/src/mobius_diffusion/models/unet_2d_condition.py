@@ -14,8 +14,11 @@ latent_height, latent_width], ``timestep`` float32 [batch] (float32 whatever the
 build dtype, as a scheduler's timesteps are float or integer: cast integers to
 float; a one-element timestep is broadcast to the batch), ``encoder_hidden_states``
 [batch, sequence, cross_attention_dim]; SDXL adds ``text_embeds`` [batch,
-text_embeds_dim] and ``time_ids`` [batch, 6] -> ``out_sample``. Latent sizes that
-are not a multiple of the total downscale upsample to the skips' sizes, as diffusers.
+text_embeds_dim] and ``time_ids`` [batch, 6]; a latent consistency model
+(``time_cond_proj_dim``) adds ``timestep_cond`` [batch, time_cond_proj_dim], the
+guidance-scale embedding the LCM pipelines compute (``get_guidance_scale_embedding``
+of ``guidance_scale - 1``) -> ``out_sample``. Latent sizes that are not a multiple of
+the total downscale upsample to the skips' sizes, as diffusers.
 """
 
 from __future__ import annotations
@@ -50,7 +53,6 @@ _DEFAULTS = {
     "encoder_hid_dim_type": None,
     "time_embedding_type": "positional",
     "timestep_post_act": None,
-    "time_cond_proj_dim": None,
     "attention_type": "default",
     "dual_cross_attention": False,
     "only_cross_attention": False,
@@ -106,6 +108,7 @@ class UNet2DConditionConfig:
     addition_embed_type: str | None = None
     addition_time_embed_dim: int | None = None
     projection_class_embeddings_input_dim: int | None = None
+    time_cond_proj_dim: int | None = None
 
     @classmethod
     def from_hf(cls, config: Any) -> UNet2DConditionConfig:
@@ -122,6 +125,14 @@ class UNet2DConditionConfig:
         if c.addition_embed_type not in (None, "text_time"):
             raise ConfigError(
                 f"UNet addition_embed_type {c.addition_embed_type!r} is not built by mobius"
+            )
+        if c.time_cond_proj_dim is not None and (
+            isinstance(c.time_cond_proj_dim, bool)
+            or not isinstance(c.time_cond_proj_dim, int)
+            or c.time_cond_proj_dim < 1
+        ):
+            raise ConfigError(
+                f"UNet time_cond_proj_dim must be a positive integer, got {c.time_cond_proj_dim!r}"
             )
         if c.norm_num_groups is None:
             raise ConfigError("UNet norm_num_groups None (no output norm) is not built by mobius")
@@ -182,6 +193,7 @@ class UNet2DConditionConfig:
             projection_class_embeddings_input_dim=getattr(
                 config, "projection_class_embeddings_input_dim", None
             ),
+            time_cond_proj_dim=getattr(config, "time_cond_proj_dim", None),
         )
 
     @property
@@ -237,9 +249,12 @@ class UNetEncoder(Model):
         )
 
     def init_time_embedding(self, c: UNet2DConditionConfig) -> None:
-        """``time_proj``, ``time_embedding`` and SDXL's ``add_time_proj``/``add_embedding``."""
+        """``time_proj``, ``time_embedding`` (with LCM's ``cond_proj``) and SDXL's
+        ``add_time_proj``/``add_embedding``."""
         self.time_proj = Timesteps(c.block_out_channels[0], c.flip_sin_to_cos, c.freq_shift)
-        self.time_embedding = TimestepEmbedding(c.block_out_channels[0], c.time_embed_dim, c.act_fn)
+        self.time_embedding = TimestepEmbedding(
+            c.block_out_channels[0], c.time_embed_dim, c.act_fn, cond_proj_dim=c.time_cond_proj_dim
+        )
         self.time_embed_act = (
             activation(c.time_embedding_act_fn) if c.time_embedding_act_fn else None
         )
@@ -271,11 +286,17 @@ class UNetEncoder(Model):
         depths = _per_layer(c.transformer_layers[i], c.layers_per_block[i])
         return CrossAttnDownBlock2D(c.attention(i), depths, *args)
 
-    def embed_time(self, op, sample, timestep, text_embeds=None, time_ids=None):
-        """The time embedding ``[batch, time_embed_dim]``; ``timestep`` broadcast to the batch."""
+    def embed_time(self, op, sample, timestep, text_embeds=None, time_ids=None, timestep_cond=None):
+        """The time embedding ``[batch, time_embed_dim]``; ``timestep`` broadcast to the batch.
+
+        ``timestep_cond`` (LCM) is projected by ``time_embedding.cond_proj`` and added to
+        the timestep's sinusoid.
+        """
         batch = op.Shape(sample, start=0, end=1)
         t = op.Expand(op.Reshape(timestep, op.Constant(value_ints=[-1])), batch)
-        emb = self.time_embedding(op, self.time_proj(op, t, sample))
+        if timestep_cond is not None:
+            timestep_cond = op.CastLike(timestep_cond, sample)
+        emb = self.time_embedding(op, self.time_proj(op, t, sample), timestep_cond)
         if self.add_embedding is not None:
             times = self.add_time_proj(
                 op, op.Reshape(time_ids, op.Constant(value_ints=[-1])), sample
@@ -298,7 +319,8 @@ class UNetEncoder(Model):
         return x, skips
 
     def graph_inputs(self) -> dict[str, tuple[ir.DataType | None, list]]:
-        """``sample``, ``timestep``, ``encoder_hidden_states`` (and SDXL's ``text_embeds``, ``time_ids``)."""
+        """``sample``, ``timestep``, ``encoder_hidden_states`` (SDXL's ``text_embeds``, ``time_ids``;
+        LCM's ``timestep_cond``)."""
         c = self.config
         inputs = {
             "sample": (None, ["batch", c.in_channels, "latent_height", "latent_width"]),
@@ -308,6 +330,8 @@ class UNetEncoder(Model):
         if c.addition_embed_type == "text_time":
             inputs["text_embeds"] = (None, ["batch", c.text_embeds_dim])
             inputs["time_ids"] = (None, ["batch", 6])
+        if c.time_cond_proj_dim:
+            inputs["timestep_cond"] = (None, ["batch", c.time_cond_proj_dim])
         return inputs
 
 
@@ -353,8 +377,17 @@ class UNet2DConditionModel(UNetEncoder):
             c.attention(i, reverse=True), _per_layer(reverse[i], layers), *args
         )
 
-    def forward(self, op, sample, timestep, encoder_hidden_states, text_embeds=None, time_ids=None):
-        emb = self.embed_time(op, sample, timestep, text_embeds, time_ids)
+    def forward(
+        self,
+        op,
+        sample,
+        timestep,
+        encoder_hidden_states,
+        text_embeds=None,
+        time_ids=None,
+        timestep_cond=None,
+    ):
+        emb = self.embed_time(op, sample, timestep, text_embeds, time_ids, timestep_cond)
         if self.config.center_input_sample:
             sample = op.Sub(op.Mul(sample, op.CastLike(2.0, sample)), op.CastLike(1.0, sample))
         x, skips = self.down(op, self.conv_in(op, sample), emb, encoder_hidden_states)

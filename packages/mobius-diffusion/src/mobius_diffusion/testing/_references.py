@@ -16,10 +16,18 @@ def _vae(model, graph: str, inputs: dict) -> dict:
     return {"sample": model.decode(inputs["latent_sample"]).sample}
 
 
+def _deterministic_vae(model, graph: str, inputs: dict) -> dict:
+    """An autoencoder with no latent distribution (``AutoencoderDC``)."""
+    if graph == "encoder/model":
+        return {"latent": model.encode(inputs["sample"]).latent}
+    return {"sample": model.decode(inputs["latent_sample"]).sample}
+
+
 def _unet(model, graph: str, inputs: dict) -> dict:
     added = {k: inputs[k] for k in ("text_embeds", "time_ids") if k in inputs}
     sample = inputs["sample"], inputs["timestep"], inputs["encoder_hidden_states"]
-    return {"out_sample": model(*sample, added_cond_kwargs=added or None).sample}
+    out = model(*sample, timestep_cond=inputs.get("timestep_cond"), added_cond_kwargs=added or None)
+    return {"out_sample": out.sample}
 
 
 def _controlnet(model, graph: str, inputs: dict) -> dict:
@@ -40,7 +48,7 @@ def _controlnet(model, graph: str, inputs: dict) -> dict:
 
 
 def _transformer(model, graph: str, inputs: dict) -> dict:
-    """SD3, Flux and DiT take the graph's inputs by their names."""
+    """SD3, Flux, DiT and Wan take the graph's inputs by their names."""
     return {"out_hidden_states": model(**inputs).sample}
 
 
@@ -48,6 +56,14 @@ def _pixart(model, graph: str, inputs: dict) -> dict:
     inputs = dict(inputs)
     added = {k: inputs.pop(k) for k in ("resolution", "aspect_ratio") if k in inputs}
     return {"out_hidden_states": model(**inputs, added_cond_kwargs=added or None).sample}
+
+
+def _qwen_image(model, graph: str, inputs: dict) -> dict:
+    """``img_shapes`` goes in as diffusers takes it: per batch row, a list of (f, h, w)."""
+    inputs = dict(inputs)
+    shapes = [tuple(int(v) for v in row) for row in inputs.pop("img_shapes").tolist()]
+    rows = [shapes] * inputs["hidden_states"].shape[0]
+    return {"out_hidden_states": model(**inputs, img_shapes=rows).sample}
 
 
 def _cogvideox(model, graph: str, inputs: dict) -> dict:
@@ -77,13 +93,22 @@ def _image_projection(model, graph: str, inputs: dict) -> dict:
 DIFFUSERS_CALLS: dict[str, Callable] = {
     "AutoencoderKL": _vae,
     "AutoencoderKLCogVideoX": _vae,
+    "AutoencoderKLWan": _vae,
+    "AutoencoderDC": _deterministic_vae,
     "UNet2DConditionModel": _unet,
     "ControlNetModel": _controlnet,
     "SD3Transformer2DModel": _transformer,
     "FluxTransformer2DModel": _transformer,
+    "ChromaTransformer2DModel": _transformer,
+    "AuraFlowTransformer2DModel": _transformer,
     "DiTTransformer2DModel": _transformer,
     "PixArtTransformer2DModel": _pixart,
+    "SanaTransformer2DModel": _transformer,
+    "Lumina2Transformer2DModel": _transformer,
+    "CogView4Transformer2DModel": _transformer,
     "CogVideoXTransformer3DModel": _cogvideox,
+    "WanTransformer3DModel": _transformer,
+    "QwenImageTransformer2DModel": _qwen_image,
     "T2IAdapter": _t2i_adapter,
     "IPAdapterImageProjection": _image_projection,
 }

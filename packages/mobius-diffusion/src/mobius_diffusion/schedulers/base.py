@@ -1,0 +1,204 @@
+"""What every ported scheduler shares: config with diffusers' defaults, refusals, step index, noise.
+
+Float arithmetic follows diffusers': a schedule diffusers keeps in float32 torch tensors
+is a float32 numpy array here, and its 0-d values are ``np.float32`` scalars, which numpy
+keeps in float32 when mixed with Python numbers (as torch does with 0-d tensors).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+
+from mobius.errors import ConfigError
+
+F32 = np.float32
+
+
+def torch_linspace(start: float, end: float, steps: int) -> np.ndarray:
+    """``torch.linspace(start, end, steps)`` in float32, bit for bit as torch's CPU kernel makes it.
+
+    The step is a float32; each value is one fused multiply-add from the nearer end.
+    """
+    start, end = F32(start), F32(end)
+    step = np.float64((end - start) / F32(steps - 1)) if steps > 1 else 0.0
+    i = np.arange(steps, dtype=np.float64)
+    from_start = np.float64(start) + step * i
+    from_end = np.float64(end) - step * (steps - 1 - i)
+    return np.where(i < steps // 2, from_start, from_end).astype(F32)
+
+
+#: The beta schedule's arguments (what :func:`betas` reads), as diffusers defaults them.
+BETA_SCHEDULE_DEFAULTS: dict[str, Any] = dict(
+    num_train_timesteps=1000,
+    beta_start=0.0001,
+    beta_end=0.02,
+    beta_schedule="linear",
+    trained_betas=None,
+)
+
+
+def betas(config: dict) -> np.ndarray:
+    """``betas`` [num_train_timesteps] float32 of a DDPM-family schedule."""
+    n = config["num_train_timesteps"]
+    if config.get("trained_betas") is not None:
+        return np.asarray(config["trained_betas"], dtype=F32)
+    schedule = config["beta_schedule"]
+    start, end = config["beta_start"], config["beta_end"]
+    if schedule == "linear":
+        return torch_linspace(start, end, n)
+    if schedule == "scaled_linear":  # torch squares the float32 values
+        return torch_linspace(start**0.5, end**0.5, n) ** 2
+    if schedule == "squaredcos_cap_v2":
+
+        def alpha_bar(t: float) -> float:
+            return math.cos((t + 0.008) / 1.008 * math.pi / 2) ** 2
+
+        values = [min(1 - alpha_bar((i + 1) / n) / alpha_bar(i / n), 0.999) for i in range(n)]
+        return np.asarray(values, dtype=F32)
+    raise ConfigError(f"beta_schedule {schedule!r} is not ported")
+
+
+#: The options that replace a scheduler's noise levels; a config may set one at most.
+_SIGMA_SCHEDULES = ("use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas")
+
+
+class Scheduler:
+    """The base of every port: config, refusals, diffusers' step-index rule, seeded noise.
+
+    A sampler that adds noise (Euler ancestral, LCM, SDE DPM-Solver++, stochastic flow
+    matching) draws it as ``generator.standard_normal(shape, dtype=float32)`` from
+    ``self.generator``, a :class:`numpy.random.Generator` the runner sets (or passes to
+    :func:`~mobius_diffusion.schedulers.load_scheduler`); ``step(..., variance_noise=x)``
+    uses ``x`` instead, which is how the tests feed diffusers and mobius the same noise.
+    """
+
+    #: The constructor arguments of the diffusers class and their defaults.
+    defaults: ClassVar[dict[str, Any]] = {}
+    #: Arguments mobius ports only at these values: name -> allowed values.
+    supported: ClassVar[dict[str, tuple]] = {}
+    #: Values diffusers replaces on construction (shared configs): name -> {old: new}.
+    remapped: ClassVar[dict[str, dict]] = {}
+    order = 1
+
+    def __init__(self, **config: Any) -> None:
+        self.config = {**self.defaults, **{k: v for k, v in config.items() if k in self.defaults}}
+        self._check_types()
+        for key, table in self.remapped.items():
+            self.config[key] = table.get(self.config[key], self.config[key])
+        for key, allowed in self.supported.items():
+            if self.config[key] not in allowed:
+                self.refuse(f"{key}={self.config[key]!r}", allowed)
+        self.timesteps = np.zeros(0, dtype=F32)
+        self.num_inference_steps: int | None = None
+        self._step_index: int | None = None
+        self.generator: np.random.Generator | None = None
+
+    def _check_types(self) -> None:
+        """A config is a stranger's file: each value must have its default's type (null aside)."""
+        name = type(self).__name__
+        for key, default in self.defaults.items():
+            value = self.config[key]
+            if value is None or default is None:
+                continue
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if isinstance(default, bool):
+                ok, kind = isinstance(value, bool), "true or false"
+            elif isinstance(default, int):
+                ok, kind = number and isinstance(value, int), "a whole number"
+            elif isinstance(default, float):
+                ok, kind = number, "a number"
+            elif isinstance(default, str):
+                ok, kind = isinstance(value, str), "a string"
+            else:  # a sequence (disable_corrector)
+                ok, kind = isinstance(value, (list, tuple)), "a list"
+            if not ok:
+                raise ConfigError(
+                    f"{name} {key}={value!r} in the scheduler config: expected {kind}"
+                )
+        chosen = [k for k in _SIGMA_SCHEDULES if self.config.get(k)]
+        if len(chosen) > 1:
+            raise ConfigError(f"{name} sets {' and '.join(chosen)}: one at most (as diffusers)")
+        n = self.config.get("num_train_timesteps")
+        if n is not None and n < 2:
+            raise ConfigError(f"{name} num_train_timesteps={n!r}: must be at least 2")
+
+    def refuse(self, what: str, allowed: tuple | None = None) -> None:
+        """Raise the ConfigError that names an option (or combination) mobius has not ported."""
+        runs = f" (it runs {', '.join(repr(a) for a in allowed)})" if allowed else ""
+        raise ConfigError(
+            f"{type(self).__name__} {what} is not ported to mobius's numpy runner{runs}"
+        )
+
+    @classmethod
+    def from_config(cls, config: dict) -> Scheduler:
+        """The scheduler of a ``scheduler_config.json`` dict (its own keys only; others ignored)."""
+        return cls(**config)
+
+    @property
+    def step_index(self) -> int | None:
+        """The index of the next step in ``timesteps`` (None before the first call)."""
+        return self._step_index
+
+    def _init_step_index(self, timestep) -> None:
+        """diffusers' rule: the first match of the timestep, the second if it repeats."""
+        indices = np.nonzero(self.timesteps == timestep)[0]
+        if len(indices) == 0:
+            raise ValueError(f"timestep {timestep} is not in the schedule {self.timesteps}")
+        self._step_index = int(indices[1 if len(indices) > 1 else 0])
+
+    def noise(
+        self,
+        shape: tuple[int, ...],
+        variance_noise: np.ndarray | None = None,
+        generator: np.random.Generator | None = None,
+    ) -> np.ndarray:
+        """Standard normal float32 noise: ``variance_noise`` if given, else drawn from the generator.
+
+        The generator is ``generator`` or ``self.generator``; with neither, a fresh unseeded one
+        (as diffusers draws from torch's global generator).
+        """
+        if variance_noise is not None:
+            return np.asarray(variance_noise, dtype=F32).reshape(shape)
+        if generator is None:
+            if self.generator is None:
+                self.generator = np.random.default_rng()
+            generator = self.generator
+        return generator.standard_normal(shape, dtype=F32)
+
+    def scale_model_input(self, sample: np.ndarray, timestep) -> np.ndarray:
+        """The model's input at ``timestep`` (the sample itself unless the family scales it)."""
+        return sample
+
+
+class DDPMFamily(Scheduler):
+    """Schedulers over a discrete beta schedule: ``alphas_cumprod`` in float32."""
+
+    def __init__(self, **config: Any) -> None:
+        super().__init__(**config)
+        alphas = (F32(1.0) - betas(self.config)).astype(F32)
+        # torch's cumprod accumulates float32 in float64, rounding each product once.
+        self.alphas_cumprod = np.cumprod(alphas.astype(np.float64)).astype(F32)
+
+    def train_sigmas(self) -> np.ndarray:
+        """``((1 - alphas_cumprod) / alphas_cumprod) ** 0.5`` float32, ascending in t."""
+        return (((1 - self.alphas_cumprod) / self.alphas_cumprod) ** 0.5).astype(F32)
+
+
+class PreviousAlphaFamily(DDPMFamily):
+    """DDIM, PNDM and LCM: a step goes from ``alphas_cumprod`` at one timestep to that at the
+    previous; before timestep 0 comes ``final_alpha_cumprod`` (1 with ``set_alpha_to_one``)."""
+
+    init_noise_sigma = F32(1.0)
+
+    def __init__(self, **config: Any) -> None:
+        super().__init__(**config)
+        self.final_alpha_cumprod = (
+            F32(1.0) if self.config["set_alpha_to_one"] else self.alphas_cumprod[0]
+        )
+
+    def previous_alpha(self, prev: int) -> np.float32:
+        """``alphas_cumprod[prev]``, or ``final_alpha_cumprod`` when ``prev`` is before 0."""
+        return self.alphas_cumprod[prev] if prev >= 0 else self.final_alpha_cumprod
