@@ -187,6 +187,29 @@ KITS: tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[Parity, ...], str, str
         "(within 1e-4) of transformers' generate(tgt_lang=...)",
     ),
     (
+        ("text-to-speech-translation-v2", "speech-to-speech-translation-v2"),
+        ("REGISTRY[SeamlessM4Tv2ForTextToSpeech,SeamlessM4Tv2ForSpeechToSpeech]",),
+        tuple(
+            ("test_seamless_m4t_v2_speech.py", test, "=", key)
+            for key in ("SeamlessM4Tv2ForTextToSpeech", "SeamlessM4Tv2ForSpeechToSpeech")
+            for test in (
+                "test_unit_graphs_match_transformers_on_a_padded_batch",
+                "test_vocoder_matches_transformers_on_a_padded_batch",
+            )
+        )
+        + (
+            ("test_seamless_m4t_v2_speech.py", "test_generate_speaks_the_translation", "=",
+             "SeamlessM4Tv2ForTextToSpeech"),
+            ("test_seamless_m4t_v2_speech.py", "test_generate_speaks_the_translation_of_speech",
+             "=", "SeamlessM4Tv2ForSpeechToSpeech"),
+        ),
+        "Speech translation output (v2, non-autoregressive units)",
+        "fp32, max abs difference ≤ 1e-4 on the unit encoder and the non-autoregressive unit "
+        "decoder (a padded batch of two: states, characters and frames), the vocoder's "
+        "waveform and lengths; through `mobius generate`, the text, the units and the "
+        "waveform (within 1e-4) of transformers' generate(tgt_lang=...)",
+    ),
+    (
         ("zero-shot-audio-classification",),
         ("MODEL_MAPPING_NAMES[clap]",),
         (

@@ -68,13 +68,14 @@ def make_model(kind: str, overrides: dict, seed: int):
     return model
 
 
-def reference(model, **inputs) -> dict:
-    """transformers' text sequence, units, and waveform cut at its length."""
+def reference(model, speaker_key: str = "spkr_id", **inputs) -> dict:
+    """transformers' text sequence, units, and waveform cut at its length (v2's generate names
+    the speaker ``speaker_id``)."""
     import torch
 
     with torch.no_grad():
         out = model.generate(
-            **inputs, tgt_lang="fra", spkr_id=SPEAKER, return_intermediate_token_ids=True,
+            **inputs, tgt_lang="fra", **{speaker_key: SPEAKER}, return_intermediate_token_ids=True,
             text_max_new_tokens=MAX_NEW_TOKENS, text_num_beams=1, text_do_sample=False,
         )  # fmt: skip
     length = int(out.waveform_lengths.reshape(-1)[0])
@@ -228,17 +229,21 @@ def test_unit_graphs_match_transformers_on_a_padded_batch(text_to_speech):
 
 
 def test_vocoder_matches_transformers_on_a_padded_batch(text_to_speech):
+    check_vocoder(*text_to_speech[:2])
+
+
+def check_vocoder(package, model) -> None:
+    """The vocoder graph against ``model.vocoder`` (v1's or v2's) on a batch of two, one padded."""
     import torch
 
-    package, model, _, _ = text_to_speech
     units = np.array([[3, 7, 11, 0, 5, 9, 2], [4, 8, 10, 1, 1, 1, 1]])  # row two: padded with 1
     speakers, languages = np.array([1, 0]), np.array([2, 1])
     outputs = Graph(package, "vocoder")(unit_ids=units, speaker_id=speakers, language_id=languages)
     waveform, lengths = outputs["waveform"], outputs["waveform_lengths"]
     with torch.no_grad():
-        expected, expected_lengths = model.vocoder(
-            input_ids=torch.from_numpy(units), spkr_id=torch.from_numpy(speakers)[:, None],
-            lang_id=torch.from_numpy(languages)[:, None],
+        expected, expected_lengths = model.vocoder(  # v1 names the speaker spkr_id, v2 speaker_id
+            torch.from_numpy(units), torch.from_numpy(speakers)[:, None],
+            torch.from_numpy(languages)[:, None],
         )  # fmt: skip
     assert_close(waveform, expected)
     assert lengths.tolist() == expected_lengths.tolist()
@@ -246,8 +251,6 @@ def test_vocoder_matches_transformers_on_a_padded_batch(text_to_speech):
 
 
 def test_generate_speaks_the_translation(text_to_speech, tmp_path, capsys):
-    import soundfile
-
     package, _, tokenizer, expected = text_to_speech
     translator = open_speech_translator(package)
     translator.target_language = "fra"
@@ -261,13 +264,21 @@ def test_generate_speaks_the_translation(text_to_speech, tmp_path, capsys):
     t2u_eos, t2u_pad = 2, 1
     assert units == [t2u_pad if u == t2u_eos else u for u in expected["units"][2:]]
 
-    wav = tmp_path / "out.wav"
+    assert_speaks(capsys, tmp_path, package, TEXT, [], tokenizer, expected)
+
+
+def assert_speaks(capsys, tmp_path, package, prompt, flags, tokenizer, expected) -> None:
+    """``mobius generate PACKAGE PROMPT FLAGS --language fra ...`` prints transformers' text
+    and writes its waveform (16 kHz, within 1e-4)."""
+    import soundfile
+
+    out = tmp_path / "out.wav"
+    flags += ["--language", "fra", "--speaker", SPEAKER, "--max-new-tokens", MAX_NEW_TOKENS]
     capsys.readouterr()
-    flags = ["--language", "fra", "--speaker", SPEAKER, "--max-new-tokens", MAX_NEW_TOKENS]
-    assert main(["generate", str(package), TEXT, *map(str, flags), "--output", str(wav)]) == 0
+    assert main(["generate", str(package), prompt, *map(str, flags), "--output", str(out)]) == 0
     text = tokenizer.decode(expected["sequence"][2:], skip_special_tokens=True)
     assert capsys.readouterr().out == text + "\n"
-    waveform, rate = soundfile.read(wav, dtype="float32")
+    waveform, rate = soundfile.read(out, dtype="float32")
     assert rate == 16000
     assert_close(waveform, expected["waveform"])
 
@@ -275,25 +286,9 @@ def test_generate_speaks_the_translation(text_to_speech, tmp_path, capsys):
 @pytest.mark.parametrize("audio_flag", [True, False], ids=["--audio", "PROMPT"])
 def test_generate_speaks_the_translation_of_speech(speech_to_speech, tmp_path, capsys, audio_flag):
     """The clip given with --audio (PROMPT empty), or as PROMPT as speech-to-text takes it."""
-    import soundfile
-
     package, wav, tokenizer, expected = speech_to_speech
-    out = tmp_path / "out.wav"
-    capsys.readouterr()
-    prompt, flags = ("", ["--audio", str(wav)]) if audio_flag else (str(wav), [])
-    flags += [
-        "--language",
-        "fra",
-        "--speaker",
-        str(SPEAKER),
-        "--max-new-tokens",
-        str(MAX_NEW_TOKENS),
-    ]
-    assert main(["generate", str(package), prompt, *flags, "--output", str(out)]) == 0
-    text = tokenizer.decode(expected["sequence"][2:], skip_special_tokens=True)
-    assert capsys.readouterr().out == text + "\n"
-    waveform, _ = soundfile.read(out, dtype="float32")
-    assert_close(waveform, expected["waveform"])
+    prompt, flags = ("", ["--audio", wav]) if audio_flag else (str(wav), [])
+    assert_speaks(capsys, tmp_path, package, prompt, flags, tokenizer, expected)
 
 
 @pytest.mark.parametrize(
@@ -335,7 +330,7 @@ def test_build_refuses_a_duration_kernel_transformers_cannot_run(text_to_speech,
     ), line
 
 
-def test_build_refuses_v2_speech_output(text_to_speech, tmp_path, capsys):
+def test_build_refuses_v2_speech_output_under_a_v1_key(text_to_speech, tmp_path, capsys):
     """v2's unit model is another architecture: refused by name, not built as v1's."""
     source = text_to_speech[0].parent / "hf"
 
@@ -343,4 +338,7 @@ def test_build_refuses_v2_speech_output(text_to_speech, tmp_path, capsys):
         config["model_type"] = "seamless_m4t_v2"
 
     line = broken_config_error(capsys, source, tmp_path, change)
-    assert "seamless_m4t_v2: speech output is built for seamless_m4t (v1) only" in line, line
+    assert line.endswith(
+        "seamless_m4t_v2: these speech-output classes are built for seamless_m4t (v1) only; "
+        "build v2 with --model-type SeamlessM4Tv2ForTextToSpeech (or SeamlessM4Tv2ForSpeechToSpeech)"
+    ), line

@@ -906,11 +906,13 @@ def register_seamless_text(registry) -> None:
 
 SEAMLESS_SPEECH_HELP = (
     "A SeamlessM4T speech-output package (built with --model-type SeamlessM4TForTextToSpeech\n"
-    "or SeamlessM4TForSpeechToSpeech) translates PROMPT (text; or with a speech-to-speech\n"
+    "or SeamlessM4TForSpeechToSpeech; v2: SeamlessM4Tv2ForTextToSpeech or\n"
+    "SeamlessM4Tv2ForSpeechToSpeech) translates PROMPT (text; or with a speech-to-speech\n"
     "package, the audio file given as PROMPT or --audio) into the --language given, prints\n"
     "the text and speaks it into a 16 kHz WAV (--output, default translation.wav): greedy\n"
-    "text, then greedy units, then the vocoder with --speaker (default 0), as transformers'\n"
-    "generate(tgt_lang=...) does by default (mobius-audio)."
+    "text, then greedy units (v2: all at once, from the text's characters), then the\n"
+    "vocoder with --speaker (default 0), as transformers' generate(tgt_lang=...) does by\n"
+    "default (mobius-audio)."
 )
 
 
@@ -920,6 +922,8 @@ def register_seamless_speech(registry) -> None:
     for name, task in (
         ("text-to-speech-translation", "TextToSpeechTranslationTask"),
         ("speech-to-speech-translation", "SpeechToSpeechTranslationTask"),
+        ("text-to-speech-translation-v2", "TextToSpeechTranslationV2Task"),
+        ("speech-to-speech-translation-v2", "SpeechToSpeechTranslationV2Task"),
     ):
         registry.register_task(
             TaskInfo(name, f"mobius_audio.tasks_seamless_speech:{task}", PACKAGE)

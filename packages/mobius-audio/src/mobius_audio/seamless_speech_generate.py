@@ -15,7 +15,9 @@ tgt_lang=...)`` (or ``...ForSpeechToSpeech``'s) runs by default, without torch:
    the vocoder with the speaker and the language's ``vocoder_lang_code_to_id``; the
    waveform cut at its length and written as a 32-bit float WAV.
 
-Every id read from the package's configs is checked (type, range) before use.
+Every id read from the package's configs is checked (type, range) before use. A v2
+package (its unit decoder reads characters) opens as
+:mod:`mobius_audio.seamless_v2_speech_generate`'s translator, which changes step 3.
 
 Example::
 
@@ -189,6 +191,12 @@ class UnitSpeech:
             units.append(self._int_setting("t2u_pad_token_id"))
         return units
 
+    def speech_units(self, tokens: list[int], unit_language: int) -> list[int]:
+        """The units of the translated ``tokens``, the end unit as padding (v2 overrides this)."""
+        sequence = self.translated_sequence(tokens)
+        states = self.text_states(sequence)
+        return self.units(states, self.unit_source_mask(sequence), unit_language)
+
     def vocoder_ids(self, units: list[int]) -> np.ndarray:
         """The units as the vocoder's ids: padding kept, the others minus ``vocoder_offset``."""
         pad, offset = self._int_setting("t2u_pad_token_id"), self._int_setting("vocoder_offset")
@@ -210,9 +218,7 @@ class UnitSpeech:
                 f"--speaker {self.speaker} is not a speaker of this package (0 to {speakers - 1})"
             )
         unit_language, vocoder_language = self.speech_language_ids()
-        sequence = self.translated_sequence(tokens)
-        states = self.text_states(sequence)
-        units = self.units(states, self.unit_source_mask(sequence), unit_language)
+        units = self.speech_units(tokens, unit_language)
         feeds = {
             "unit_ids": self.vocoder_ids(units),
             "speaker_id": np.asarray([self.speaker], np.int64),
@@ -251,7 +257,26 @@ def open_speech_translator(package_dir, *, threads: int | None = None) -> UnitSp
         raise PackageError(f"no encoder/model.onnx in {package_dir}: not a package built by mobius")
     inputs = {i.name for i in onnx.load(str(encoder), load_external_data=False).graph.input}
     kind = SeamlessM4TTextToSpeech if "input_ids" in inputs else SeamlessM4TSpeechToSpeech
+    if has_character_units(package_dir):
+        from mobius_audio import seamless_v2_speech_generate as v2
+
+        kind = (
+            v2.SeamlessM4Tv2TextToSpeech
+            if "input_ids" in inputs
+            else v2.SeamlessM4Tv2SpeechToSpeech
+        )
     return kind(package_dir, threads=threads)
+
+
+def has_character_units(package_dir) -> bool:
+    """Whether the package's unit decoder is v2's non-autoregressive one (it reads characters)."""
+    import onnx
+
+    decoder = Path(package_dir) / "t2u_decoder" / "model.onnx"
+    if not decoder.is_file():
+        return False  # the translator names the missing graph when it opens
+    graph = onnx.load(str(decoder), load_external_data=False).graph
+    return "char_input_ids" in {i.name for i in graph.input}
 
 
 def _source(translator: UnitSpeech, prompt: str, audios) -> str:

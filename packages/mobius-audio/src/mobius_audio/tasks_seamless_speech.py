@@ -38,10 +38,33 @@ graphs of :mod:`mobius_audio.tasks`). Five graphs, all at the build dtype
     [-1, 1] at the config's ``sampling_rate`` (16 kHz) and ``waveform_lengths``
     int64 [batch] (transformers' lengths: cut each row there).
 
+SeamlessM4T v2 (``text-to-speech-translation-v2``, ``speech-to-speech-translation-v2``)
+has the same encoder, decoder and vocoder graphs; its unit model is
+non-autoregressive, so its two unit graphs differ:
+
+``t2u_encoder/model.onnx`` (v2)
+    ``inputs_embeds``, ``attention_mask`` as above; outputs ``last_hidden_state``
+    [batch, text, hidden] only (no cross-attention).
+
+``t2u_decoder/model.onnx`` (v2)
+    inputs ``encoder_hidden_states`` [batch, text, hidden] (that output),
+    ``char_input_ids`` int64 [batch, characters] (each text token's characters'
+    ``char_to_id`` ids, one row after the other, padded with ``pad_token_id``) and
+    ``char_count_per_id`` int64 [batch, text] (each state's character count: 0 for
+    the decoder prompt, the end token and padding); outputs ``logits`` [batch,
+    units, t2u_vocab_size] (one frame per unit: their argmax are the units) and
+    ``padding_mask`` int64 [batch, units] (0 past a row's end: the vocoder gets
+    ``t2u_pad_token_id`` there). The runner computes the characters and counts
+    from the generation config's ``id_to_text`` and ``char_to_id``
+    (:mod:`mobius_audio.seamless_v2_speech_generate`).
+
 The module provides the seq2seq hooks of its text model (``decode`` adds the
 ``last_hidden_state`` output), ``text_to_unit()`` (a module with core's seq2seq
 hooks over the unit model, its ``config`` that model's) and ``vocode(op,
-unit_ids, speaker_id, language_id) -> (waveform, waveform_lengths)``.
+unit_ids, speaker_id, language_id) -> (waveform, waveform_lengths)``; a v2 module
+``t2u_encode(op, inputs_embeds, attention_mask) -> states`` and ``t2u_units(op,
+encoder_hidden_states, char_input_ids, char_count_per_id) -> (logits, padding_mask)``
+instead of ``text_to_unit()``.
 """
 
 from __future__ import annotations
@@ -75,11 +98,15 @@ class UnitSpeechGraphs:
 
     def build(self, module, config, dtype: ir.DataType) -> dict[str, ir.Model]:
         models = super().build(module, config, dtype)
-        units = module.text_to_unit()
-        for name, graph in TextToUnitTask(self.ep).build(units, units.config, dtype).items():
-            models[f"t2u_{name}"] = graph  # t2u_encoder/model, t2u_decoder/model
+        models.update(self.unit_graphs(module, dtype))
         models["vocoder/model"] = self.vocoder_graph(twin_module(module), dtype)
         return models
+
+    def unit_graphs(self, module, dtype: ir.DataType) -> dict[str, ir.Model]:
+        """``t2u_encoder/model`` and ``t2u_decoder/model``: core's seq2seq graphs of the unit model."""
+        units = module.text_to_unit()
+        graphs = TextToUnitTask(self.ep).build(units, units.config, dtype)
+        return {f"t2u_{name}": graph for name, graph in graphs.items()}
 
     def vocoder_graph(self, module, dtype: ir.DataType) -> ir.Model:
         graph, builder = self.new_graph("vocoder")
@@ -92,6 +119,34 @@ class UnitSpeechGraphs:
         return ir.Model(graph, ir_version=IR_VERSION, producer_name="mobius")
 
 
+class CharacterUnitGraphs(UnitSpeechGraphs):
+    """v2's unit graphs: its encoder alone, then the non-autoregressive decoder (see the module docstring)."""
+
+    def unit_graphs(self, module, dtype: ir.DataType) -> dict[str, ir.Model]:
+        graph, builder = self.new_graph("t2u_encoder")
+        hidden = module.config.hidden_size
+        states = builder.input("inputs_embeds", dtype, ["batch", "encoder_sequence", hidden])
+        mask = builder.input("attention_mask", INT64, ["batch", "encoder_sequence"])
+        encoded = twin_module(module).t2u_encode(builder.op, states, mask)
+        set_output(
+            builder, encoded, "last_hidden_state", dtype, ["batch", "encoder_sequence", hidden]
+        )
+        encoder = ir.Model(graph, ir_version=IR_VERSION, producer_name="mobius")
+
+        graph, builder = self.new_graph("t2u_decoder")
+        states = builder.input(
+            "encoder_hidden_states", dtype, ["batch", "encoder_sequence", hidden]
+        )
+        chars = builder.input("char_input_ids", INT64, ["batch", "characters"])
+        counts = builder.input("char_count_per_id", INT64, ["batch", "encoder_sequence"])
+        logits, padding = twin_module(module).t2u_units(builder.op, states, chars, counts)
+        vocab = module.config.t2u.vocab_size
+        set_output(builder, logits, "logits", dtype, ["batch", "units", vocab])
+        set_output(builder, padding, "padding_mask", INT64, ["batch", "units"])
+        decoder = ir.Model(graph, ir_version=IR_VERSION, producer_name="mobius")
+        return {"t2u_encoder/model": encoder, "t2u_decoder/model": decoder}
+
+
 class TextToSpeechTranslationTask(UnitSpeechGraphs, Seq2SeqTask):
     """Text source; see the module docstring."""
 
@@ -102,3 +157,15 @@ class SpeechToSpeechTranslationTask(UnitSpeechGraphs, SpeechToTextTask):
     """Audio source; see the module docstring."""
 
     name = "speech-to-speech-translation"
+
+
+class TextToSpeechTranslationV2Task(CharacterUnitGraphs, Seq2SeqTask):
+    """Text source, v2's unit model; see the module docstring."""
+
+    name = "text-to-speech-translation-v2"
+
+
+class SpeechToSpeechTranslationV2Task(CharacterUnitGraphs, SpeechToTextTask):
+    """Audio source, v2's unit model; see the module docstring."""
+
+    name = "speech-to-speech-translation-v2"

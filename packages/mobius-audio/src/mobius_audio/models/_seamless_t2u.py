@@ -35,13 +35,14 @@ from mobius_audio.models.seamless_m4t_text import SeamlessM4TEncoderLayer, Seaml
 T2U_PREFIX = "t2u_"
 
 
-def t2u_config(hf: Any) -> SeamlessM4TTextConfig:
-    """The unit model's config: ``hf`` with every ``t2u_*`` field over its unprefixed twin, checked."""
+def t2u_config(hf: Any, config_class: type = SeamlessM4TTextConfig) -> SeamlessM4TTextConfig:
+    """The unit model's config: ``hf`` with every ``t2u_*`` field over its unprefixed twin,
+    checked by ``config_class`` (v2's unit model reads more fields)."""
     view = copy.deepcopy(hf)
     for name, value in hf.to_dict().items():
         if name.startswith(T2U_PREFIX):
             setattr(view, name[len(T2U_PREFIX) :], value)
-    return SeamlessM4TTextConfig.from_hf(view)
+    return config_class.from_hf(view)
 
 
 class SeamlessM4TTextToUnitEncoder(nn.Module):

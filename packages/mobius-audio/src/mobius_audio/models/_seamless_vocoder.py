@@ -48,19 +48,26 @@ class CodeHifiGanConfig:
     pad_token_id: int
     offset: int
     generator: SpeechT5HifiGanConfig
+    duration_kernel: int = DURATION_KERNEL
 
     @property
     def sampling_rate(self) -> int:
         return self.generator.sampling_rate
 
     @classmethod
-    def from_hf(cls, hf: Any) -> CodeHifiGanConfig:
+    def duration_kernel_of(cls, hf: Any) -> int:
+        """The duration predictor's kernel: v1's pads its second conv by 1, so only 3 runs."""
         kernel = hf.variance_predictor_kernel_size
         if kernel != DURATION_KERNEL:
             raise ConfigError(
                 f"{hf.model_type}: variance_predictor_kernel_size={kernel!r}; transformers' "
                 f"duration predictor runs with {DURATION_KERNEL} only"
             )
+        return kernel
+
+    @classmethod
+    def from_hf(cls, hf: Any) -> CodeHifiGanConfig:
+        kernel = cls.duration_kernel_of(hf)
         dims = {
             name: config_int(hf, name, 1)
             for name in ("unit_embed_dim", "lang_embed_dim", "spkr_embed_dim")
@@ -92,6 +99,7 @@ class CodeHifiGanConfig:
             pad_token_id=config_int(hf, "t2u_pad_token_id", 0),
             offset=config_int(hf, "vocoder_offset", 0),
             generator=generator,
+            duration_kernel=kernel,
             **dims,
         )
 
@@ -117,14 +125,19 @@ class CodeHifiGanConfig:
         return scale, shift
 
 
+def same_pads(kernel: int) -> tuple[int, int]:
+    """torch's ``padding="same"``: the extra pad of an even kernel goes on the right."""
+    return (kernel - 1) // 2, kernel - 1 - (kernel - 1) // 2
+
+
 class SeamlessM4TVariancePredictor(nn.Module):
     """Log durations ``[batch, units]`` of unit embeddings ``[batch, units, dim]``."""
 
-    def __init__(self, dim: int) -> None:
+    def __init__(self, dim: int, kernel: int = DURATION_KERNEL) -> None:
         super().__init__()
-        self.conv1 = Conv1d(dim, dim, DURATION_KERNEL, (1, 1))
+        self.conv1 = Conv1d(dim, dim, kernel, same_pads(kernel))
         self.ln1 = LayerNorm(dim, 1e-5)
-        self.conv2 = Conv1d(dim, dim, DURATION_KERNEL, (1, 1))
+        self.conv2 = Conv1d(dim, dim, kernel, same_pads(kernel))
         self.ln2 = LayerNorm(dim, 1e-5)
         self.proj = Linear(dim, 1, bias=True)
 
@@ -156,7 +169,9 @@ class SeamlessM4TCodeHifiGan(nn.Module):
     def __init__(self, config: CodeHifiGanConfig) -> None:
         super().__init__()
         self.config = config
-        self.dur_predictor = SeamlessM4TVariancePredictor(config.unit_embed_dim)
+        self.dur_predictor = SeamlessM4TVariancePredictor(
+            config.unit_embed_dim, config.duration_kernel
+        )
         self.unit_embedding = Embedding(config.unit_vocab_size, config.unit_embed_dim)
         self.speaker_embedding = Embedding(config.num_speakers, config.spkr_embed_dim)
         self.language_embedding = Embedding(config.num_languages, config.lang_embed_dim)

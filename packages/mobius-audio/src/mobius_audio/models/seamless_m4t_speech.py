@@ -14,7 +14,8 @@ hub's all-in-one ``SeamlessM4TModel`` checkpoints (``facebook/hf-seamless-m4t-me
 
 The graphs and their names are the contract of
 :mod:`mobius_audio.tasks_seamless_speech`. v2's unit model is non-autoregressive
-(character-level upsampling and durations) and is not built here.
+(character-level upsampling and durations): :mod:`mobius_audio.models.seamless_m4t_v2_speech`
+subclasses what changes.
 """
 
 from __future__ import annotations
@@ -46,9 +47,9 @@ def speech_output_fields(hf: Any) -> dict[str, Any]:
     """The unit model's and the vocoder's configs of a (v1) SeamlessM4T config."""
     if hf.model_type != "seamless_m4t":
         raise ConfigError(
-            f"{hf.model_type}: speech output is built for seamless_m4t (v1) only; v2's "
-            "non-autoregressive text-to-unit model (character upsampling, durations) is not "
-            "written yet (its text: --model-type SeamlessM4Tv2ForTextToText)"
+            f"{hf.model_type}: these speech-output classes are built for seamless_m4t (v1) only; "
+            "build v2 with --model-type SeamlessM4Tv2ForTextToSpeech (or "
+            "SeamlessM4Tv2ForSpeechToSpeech)"
         )
     return dict(t2u=t2u_config(hf), vocoder=CodeHifiGanConfig.from_hf(hf))
 
@@ -57,29 +58,34 @@ def speech_output_fields(hf: Any) -> dict[str, Any]:
 class SeamlessM4TTextToSpeechConfig(SeamlessM4TTextConfig):
     t2u: SeamlessM4TTextConfig | None = None
     vocoder: CodeHifiGanConfig | None = None
+    #: The unit model's and the vocoder's fields (v2 reads its own).
+    speech_fields = staticmethod(speech_output_fields)
 
     @classmethod
     def hf_fields(cls, hf: Any) -> dict[str, Any]:
-        return dict(super().hf_fields(hf), **speech_output_fields(hf))
+        return dict(super().hf_fields(hf), **cls.speech_fields(hf))
 
 
 @dataclass
 class SeamlessM4TSpeechToSpeechConfig(SeamlessM4TConfig):
     t2u: SeamlessM4TTextConfig | None = None
     vocoder: CodeHifiGanConfig | None = None
+    speech_fields = staticmethod(speech_output_fields)
 
     @classmethod
     def hf_fields(cls, hf: Any) -> dict[str, Any]:
-        return dict(super().hf_fields(hf), **speech_output_fields(hf))
+        return dict(super().hf_fields(hf), **cls.speech_fields(hf))
 
 
 class UnitSpeechOutput:
     """What a text model gains to speak (a mixin before it): ``t2u_model``, ``vocoder``, the
     decoder's ``last_hidden_state`` and the hooks of the speech-translation tasks."""
 
+    t2u_class = SeamlessM4TTextToUnitForConditionalGeneration
+
     def __init__(self, config) -> None:
         super().__init__(config)
-        self.t2u_model = SeamlessM4TTextToUnitForConditionalGeneration(config.t2u)
+        self.t2u_model = self.t2u_class(config.t2u)
         self.vocoder = SeamlessM4TCodeHifiGan(config.vocoder)
 
     def decode(self, op, input_ids, encoder_attention_mask, self_cache, cross_cache):
