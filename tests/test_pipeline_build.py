@@ -161,9 +161,12 @@ def test_runner_refusals(pipeline, tmp_path):
 
     out = tmp_path / "out"
     assert main(["build", "--model", str(pipeline), str(out), "--quiet", "--no-weights"]) == 0
-    with pytest.raises(ConfigError, match="StableDiffusionAdapterPipeline"):
-        open_pipeline(out)
     index = json.loads((out / "model_index.json").read_text())
+    # a pipeline class mobius does not run is refused, named
+    unknown = {**index, "_class_name": "KandinskyV22CombinedPipeline"}
+    (out / "model_index.json").write_text(json.dumps(unknown))
+    with pytest.raises(ConfigError, match="KandinskyV22CombinedPipeline"):
+        open_pipeline(out)
     (out / "model_index.json").write_text(json.dumps({**index, "_class_name": "FluxPipeline"}))
     config = {"_class_name": "LMSDiscreteScheduler"}
     (out / "scheduler" / "scheduler_config.json").write_text(json.dumps(config))

@@ -148,3 +148,67 @@ def test_unet_refuses_what_it_does_not_build(option):
     fields = {"_class_name": "UNet2DConditionModel", **SD15, **option}
     with pytest.raises(ConfigError):
         UNet2DConditionModel(UNet2DConditionModel.config_class.from_hf(ComponentConfig(fields)))
+
+
+#: Residual shapes of the 8x8 latent, batch 2: (channels, size) per input.
+RESIDUALS = {
+    # SD 1.5 layout + ControlNet: every skip (conv_in, 2 layers + downsample per block), the mid.
+    ("sd15", "controlnet"): [(8, 8)] * 3
+    + [(8, 4), (16, 4), (16, 4), (16, 2), (16, 2), (16, 2)]
+    + [(16, 2)],
+    # (SD 1.5 layout + adapter, a zero placeholder for the mid: tests/test_pipeline_controlnet.py.)
+    # SDXL layout + XL adapter: the plain first block adds after its downsampler; the mid gets one.
+    ("sdxl", "adapter"): [(8, 4), (16, 4), (24, 2), (24, 2)],
+}
+
+
+@pytest.mark.parametrize(("case", "kind"), sorted(RESIDUALS))
+def test_unet_residual_inputs_parity(case, kind, tmp_path):
+    """``--unet-residuals``: a ControlNet's residuals / a T2I-Adapter's features, as diffusers adds them."""
+    inputs = unet_inputs(case, np.array([3.5, 801.0], np.float32))
+    rng = np.random.default_rng(1)
+    prefix = (
+        "down_block_additional_residuals"
+        if kind == "controlnet"
+        else "down_intrablock_additional_residuals"
+    )
+    shapes = RESIDUALS[(case, kind)]
+    for i, (channels, size) in enumerate(shapes):
+        name = f"{prefix}.{i}"
+        if kind == "controlnet" and i == len(shapes) - 1:
+            name = "mid_block_additional_residual"
+        value = rng.standard_normal((2, channels, size, size)).astype(np.float32)
+        inputs[name] = np.zeros_like(value) if size == 1 else value
+    check_diffusion_parity(
+        "UNet2DConditionModel",
+        CASES[case],
+        {"model": inputs},
+        unet_reference,
+        tmp_path,
+        eps=("default",),
+        build_args=("--unet-residuals", kind),
+    )
+    from mobius.validate import validate_package  # --validate feeds the residuals too, and passes
+
+    report = validate_package(tmp_path / "onnx-default", tmp_path / "hf")
+    assert report.reference and report.diffs and report.passed, report.summary()
+
+
+def test_unet_residuals_option_is_for_unets():
+    """``--unet-residuals`` on another denoiser is one line naming the option."""
+    from mobius.errors import ConfigError
+    from mobius_diffusion.tasks import DenoisingTask
+
+    class Options:
+        head, pooling, normalize = "auto", None, None
+        plugin = {"unet_residuals": "controlnet"}
+
+    class Source:
+        class entry:
+            key = "SD3Transformer2DModel"
+
+    with pytest.raises(ConfigError, match="--unet-residuals applies to UNet2DConditionModel"):
+        DenoisingTask().configure(object(), Options(), Source())
+    Options.plugin = {"unet_residuals": "lora"}
+    with pytest.raises(ConfigError, match="expected one of controlnet, adapter"):
+        DenoisingTask().configure(object(), Options(), Source())

@@ -239,7 +239,7 @@ def test_missing_and_unreadable_images_are_refused(built, tmp_path, capsys):
 def test_image_for_a_package_that_is_not_vision_language_is_refused(tmp_path, capsys):
     assert main(["generate", str(tmp_path), "hi", "--image", "cat.png"]) != 0
     err = capsys.readouterr().err
-    assert f"--image applies to vision-language packages; {tmp_path} is not one" in err
+    assert f"--image applies to packages that see; {tmp_path} is not one" in err
 
 
 def test_transparency_is_composited_onto_white_as_transformers_does(tmp_path):

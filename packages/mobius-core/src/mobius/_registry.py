@@ -125,6 +125,25 @@ class Registry:
                 package="mobius-core",
             )
         )
+        # Images for a prompt: vision-language models (mobius-vision) and image-to-image
+        # diffusion pipelines (mobius-diffusion) both take them.
+        self.register_option(
+            CliOption(
+                "generate",
+                "images",
+                ("--image",),
+                dict(
+                    action="append",
+                    default=None,
+                    metavar="FILE",
+                    help="an image for a package that sees (a vision-language model: repeat it "
+                    "for several, in the order of the prompt's placeholders) or the input image "
+                    "of an image-to-image or inpainting pipeline (PNG, JPEG...)",
+                ),
+                group="packages that see",
+                package="mobius-core",
+            )
+        )
         # Audio clips for a prompt: speech LLMs (mobius-audio) and models that see and hear
         # (mobius-vision) both take them.
         self.register_option(

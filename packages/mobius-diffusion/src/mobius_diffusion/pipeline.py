@@ -16,9 +16,20 @@ folder per component (``unet/model.onnx`` or ``transformer/model.onnx``,
   optional T5, the MMDiT transformer, flow-matching steps);
 - ``PixArtAlphaPipeline`` / ``PixArtSigmaPipeline``: :class:`PixArtAlphaRunner` /
   :class:`PixArtSigmaRunner` (masked T5 states, size conditioning, learned sigma);
+- ``SanaPipeline``: :class:`SanaRunner` (Gemma 2 states behind Sana's instruction,
+  the linear-attention transformer with CFG, flow DPM-Solver++, the DC-AE decoder);
 - ``DiTPipeline``: :class:`DiTRunner` (ImageNet class ids or names, the null class);
+- ``StableDiffusionImg2ImgPipeline``, ``StableDiffusionInpaintPipeline``,
+  ``StableDiffusionXLImg2ImgPipeline``, ``StableDiffusionXLInpaintPipeline``: the
+  runners of :mod:`mobius_diffusion.pipelines.sd_img2img` (an input image encoded by
+  ``vae/encoder/model``, ``strength``, the inpainting mask);
 - ``LatentConsistencyModelPipeline``: :class:`LatentConsistencyModelRunner` (the
-  guidance scale as the UNet's ``timestep_cond``, LCM's few-step scheduler).
+  guidance scale as the UNet's ``timestep_cond``, LCM's few-step scheduler);
+- ``StableDiffusion(XL)ControlNetPipeline`` / ``StableDiffusion(XL)AdapterPipeline``:
+  :mod:`~mobius_diffusion.pipelines.controlnet` / :mod:`~mobius_diffusion.pipelines.adapter`
+  (a control image's ControlNet residuals or T2I-Adapter features added in the UNet);
+- ``WanPipeline``: :class:`WanRunner` (text to video: masked UMT5 states, the 3-D
+  transformer, the causal video VAE; frames ``[batch, frames, H, W, 3]``).
 
 Each runner follows its diffusers pipeline step by step, with the scheduler of
 ``scheduler/scheduler_config.json`` ported to numpy (:mod:`mobius_diffusion.schedulers`),
@@ -41,7 +52,15 @@ from pathlib import Path
 import numpy as np
 
 from mobius.errors import ConfigError, MobiusError
+from mobius_diffusion.pipelines.adapter import (
+    StableDiffusionAdapterRunner,
+    StableDiffusionXLAdapterRunner,
+)
 from mobius_diffusion.pipelines.base import PipelineRunner, read_json
+from mobius_diffusion.pipelines.controlnet import (
+    StableDiffusionControlNetRunner,
+    StableDiffusionXLControlNetRunner,
+)
 from mobius_diffusion.pipelines.dit import DiTRunner
 from mobius_diffusion.pipelines.flux import (
     FluxRunner,
@@ -52,8 +71,16 @@ from mobius_diffusion.pipelines.flux import (
 )
 from mobius_diffusion.pipelines.lcm import LatentConsistencyModelRunner
 from mobius_diffusion.pipelines.pixart import PixArtAlphaRunner, PixArtSigmaRunner
+from mobius_diffusion.pipelines.sana import SanaRunner
 from mobius_diffusion.pipelines.sd import StableDiffusionRunner, StableDiffusionXLRunner
 from mobius_diffusion.pipelines.sd3 import StableDiffusion3Runner
+from mobius_diffusion.pipelines.sd_img2img import (
+    StableDiffusionImg2ImgRunner,
+    StableDiffusionInpaintRunner,
+    StableDiffusionXLImg2ImgRunner,
+    StableDiffusionXLInpaintRunner,
+)
+from mobius_diffusion.pipelines.wan import WanRunner
 
 __all__ = [
     "RUNNERS",
@@ -63,8 +90,17 @@ __all__ = [
     "PipelineRunner",
     "PixArtAlphaRunner",
     "PixArtSigmaRunner",
+    "SanaRunner",
     "StableDiffusion3Runner",
+    "StableDiffusionAdapterRunner",
+    "StableDiffusionControlNetRunner",
+    "StableDiffusionImg2ImgRunner",
+    "StableDiffusionInpaintRunner",
     "StableDiffusionRunner",
+    "StableDiffusionXLImg2ImgRunner",
+    "StableDiffusionXLInpaintRunner",
+    "StableDiffusionXLAdapterRunner",
+    "StableDiffusionXLControlNetRunner",
     "StableDiffusionXLRunner",
     "calculate_shift",
     "is_image_package",
@@ -73,6 +109,7 @@ __all__ = [
     "pack_latents",
     "to_pil",
     "unpack_latents",
+    "WanRunner",
 ]
 
 #: Runners by the diffusers pipeline class they stand for.
@@ -80,11 +117,21 @@ RUNNERS: dict[str, type[PipelineRunner]] = {
     "StableDiffusionPipeline": StableDiffusionRunner,
     "LatentConsistencyModelPipeline": LatentConsistencyModelRunner,
     "StableDiffusionXLPipeline": StableDiffusionXLRunner,
+    "StableDiffusionControlNetPipeline": StableDiffusionControlNetRunner,
+    "StableDiffusionXLControlNetPipeline": StableDiffusionXLControlNetRunner,
+    "StableDiffusionAdapterPipeline": StableDiffusionAdapterRunner,
+    "StableDiffusionXLAdapterPipeline": StableDiffusionXLAdapterRunner,
     "FluxPipeline": FluxRunner,
     "StableDiffusion3Pipeline": StableDiffusion3Runner,
     "PixArtAlphaPipeline": PixArtAlphaRunner,
     "PixArtSigmaPipeline": PixArtSigmaRunner,
     "DiTPipeline": DiTRunner,
+    "StableDiffusionImg2ImgPipeline": StableDiffusionImg2ImgRunner,
+    "StableDiffusionInpaintPipeline": StableDiffusionInpaintRunner,
+    "StableDiffusionXLImg2ImgPipeline": StableDiffusionXLImg2ImgRunner,
+    "StableDiffusionXLInpaintPipeline": StableDiffusionXLInpaintRunner,
+    "SanaPipeline": SanaRunner,
+    "WanPipeline": WanRunner,
 }
 
 

@@ -11,6 +11,9 @@ of one) holds ``model_index.json``, which maps each component name to its
   component's name: ``unet/model.onnx``, ``vae/encoder/model.onnx``,
   ``vae/decoder/model.onnx``, ``text_encoder/model.onnx``, each beside its
   ``config.json``;
+- a decoder LLM used as a text encoder (Sana's Gemma 2, HiDream's Llama...) builds
+  with mobius-text's ``text-encoder`` task, with the hidden states its pipeline
+  reads (:mod:`mobius_diffusion.decoder_text_encoders`);
 - a tokenizer, image processor or scheduler is copied file by file
   (``tokenizer/vocab.json``, ``scheduler/scheduler_config.json``);
 - ``model_index.json`` is copied as it is.
@@ -30,7 +33,13 @@ from pathlib import Path
 
 from mobius.errors import ConfigError, MobiusError, ModelSourceError
 from mobius.source import Source, open_source, read_json
+from mobius_diffusion.decoder_text_encoders import (
+    check_hidden_states,
+    component_plugin,
+    text_encoder_key,
+)
 from mobius_diffusion.source import LEGACY_CLASSES, component_class
+from mobius_diffusion.unet_residuals import residuals_plugin
 
 INDEX = "model_index.json"
 
@@ -132,6 +141,7 @@ def component_key(registry, component_dir: Path, class_name: str) -> str | None:
     config = component_dir / "config.json"
     if class_name in LEGACY_CLASSES and config.is_file():
         class_name = component_class(class_name, read_json(config))
+    class_name = text_encoder_key(class_name)  # a decoder saved as its causal LM or VLM
     if class_name in registry:
         return class_name
     if config.is_file():
@@ -206,6 +216,7 @@ class PipelineSource(Source):
             plan[name] = key
         if not any(key is not None for key in plan.values()):
             raise ConfigError(f"pipeline {model_dir} has no component that mobius builds")
+        check_hidden_states(plugin, (registry.get(k).task for k in plan.values() if k), model_dir)
 
         package = ModelPackage(models={}, config=index, task="pipeline")
         package.extra_files[INDEX] = model_dir / INDEX
@@ -216,7 +227,11 @@ class PipelineSource(Source):
                     if path.is_file():
                         package.extra_files[f"{name}/{path.name}"] = path
                 continue
-            part_options = dataclasses.replace(options, model_type=key, plugin=plugin)
+            part_plugin = component_plugin(
+                plugin, registry.get(key).task, index.get("_class_name"), name
+            )
+            part_plugin = residuals_plugin(part_plugin, name, {n for n, k in plan.items() if k})
+            part_options = dataclasses.replace(options, model_type=key, plugin=part_plugin)
             try:
                 part = open_source(component_dir, part_options, registry).build(
                     part_options, registry

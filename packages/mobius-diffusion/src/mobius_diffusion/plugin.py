@@ -5,7 +5,8 @@
   component directory and a lone adapter ``.safetensors`` (:mod:`mobius_diffusion.source`);
 - ``mobius build --skip-component``;
 - the ``mobius generate`` runner of pipeline packages (:mod:`mobius_diffusion.runner`)
-  and its options (``--steps``, ``--height``, ``--width``, ``--class-label``; it reads core's
+  and its options (``--steps``, ``--height``, ``--width``, ``--class-label``, ``--frames``,
+  ``--fps``, ``--mask-image``, ``--strength``; it reads core's
   ``--guidance-scale``).
 
 Everything is named by lazy ``"module:attribute"`` strings: registering imports nothing.
@@ -37,7 +38,11 @@ RUNNER_HELP = (
     "A diffusion pipeline package (model_index.json: Stable Diffusion 1.x/2.x, SDXL,\n"
     "SD3, Flux, PixArt-alpha/sigma, DiT) turns PROMPT into an image written to --output,\n"
     "from the noise of --seed over --steps scheduler steps; a DiT package takes an\n"
-    'ImageNet class: PROMPT names it, or --class-label N with PROMPT "" (mobius-diffusion;\n'
+    'ImageNet class: PROMPT names it, or --class-label N with PROMPT "". A Wan package\n'
+    "(text to video) makes --frames frames, written as an animated .webp or .gif, or as\n"
+    "PNG frames when --output is a directory. A ControlNet or T2I-Adapter package\n"
+    "follows --control-image. An image-to-image package redraws --image (--strength: how\n"
+    "far); an inpainting one repaints it where --mask-image is white (mobius-diffusion;\n"
     "pip install mobius-diffusion[run])."
 )
 
@@ -85,6 +90,25 @@ def register_slice(registry) -> None:
             package=PACKAGE,
         )
     )
+    registry.register_option(
+        CliOption(
+            "build",
+            "unet_residuals",
+            ("--unet-residuals",),
+            dict(
+                default=None,
+                choices=("controlnet", "adapter"),
+                help="UNet2DConditionModel: also take a ControlNet's residuals "
+                "(down_block_additional_residuals.I, mid_block_additional_residual) or a "
+                "T2I-Adapter's features (down_intrablock_additional_residuals.I). A whole "
+                "pipeline with a controlnet or adapter component sets it for its unet. "
+                "Example: mobius build --model sd/unet unet/ --unet-residuals controlnet",
+            ),
+            tasks=("denoising",),
+            group=GROUP,
+            package=PACKAGE,
+        )
+    )
     for dest, flags, kwargs in (
         (
             "steps",
@@ -104,6 +128,69 @@ def register_slice(registry) -> None:
                 "(PROMPT may instead name the class: an id2label name)",
             ),
         ),
+        (
+            "mask_image",
+            ("--mask-image",),
+            dict(
+                default=None,
+                metavar="FILE",
+                help="inpainting packages: white where the --image is repainted, black where "
+                "it is kept",
+            ),
+        ),
+        (
+            "strength",
+            ("--strength",),
+            dict(
+                type=float,
+                default=None,
+                metavar="S",
+                help="image-to-image and inpainting packages: how much of the schedule is run "
+                "from the noised --image, 0 to 1 (default the pipeline's: 0.8 SD img2img, 0.3 "
+                "SDXL img2img, 1.0 SD inpainting, 0.9999 SDXL inpainting)",
+            ),
+        ),
+        (
+            "control_image",
+            ("--control-image",),
+            dict(
+                default=None,
+                metavar="FILE",
+                help="ControlNet and T2I-Adapter packages: the condition image (edges, depth, "
+                "pose...) the image follows; its size is the image's unless --height/--width",
+            ),
+        ),
+        (
+            "control_scale",
+            ("--control-scale",),
+            dict(
+                type=float,
+                default=None,
+                metavar="S",
+                help="ControlNet and T2I-Adapter packages: how strongly the condition image "
+                "steers, times its residuals (default 1.0)",
+            ),
+        ),
+        (
+            "frames",
+            ("--frames",),
+            dict(
+                type=int,
+                default=None,
+                metavar="N",
+                help="video packages (Wan): the number of frames, 4k+1 (default 81)",
+            ),
+        ),
+        (
+            "fps",
+            ("--fps",),
+            dict(
+                type=float,
+                default=None,
+                metavar="FPS",
+                help="video packages: frames per second of the written animation (default 16)",
+            ),
+        ),
     ):
         registry.register_option(
             CliOption("generate", dest, flags, kwargs, group=GROUP, package=PACKAGE)
@@ -118,6 +205,9 @@ def register_slice(registry) -> None:
             examples=(
                 'mobius generate sd-out/ "a red bicycle" --steps 20 --seed 0 --output bicycle.png',
                 'mobius generate dit-out/ "white shark" --steps 25 --seed 0 --output shark.png',
+                'mobius generate sd-img2img-out/ "a watercolour" --image photo.png --strength 0.6',
+                'mobius generate wan-out/ "a cat surfing" --frames 33 --seed 0 --output cat.webp',
+                'mobius generate sd-controlnet-out/ "a house" --control-image edges.png --control-scale 0.8',
             ),
         )
     )

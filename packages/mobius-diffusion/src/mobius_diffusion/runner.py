@@ -17,21 +17,35 @@ def is_pipeline_package(package_dir: str | os.PathLike) -> bool:
 
 
 def run_image_cli(package_dir: str | os.PathLike, prompt: str, options: dict) -> int:
-    """Generate one image from ``prompt`` and write it to ``--output`` (default ``image.png``).
+    """Generate one image from ``prompt`` and write it to ``--output`` (default ``image.png``);
+    a video package writes a video (default ``video.webp``; see :mod:`mobius_diffusion.video`).
 
     ``options`` are the parsed ``mobius generate`` options by dest: ``steps``,
     ``seed``, ``guidance_scale``, ``height``, ``width``, ``class_label``,
-    ``output_file``, ``threads``. A class-conditional (DiT) package takes its class
-    as PROMPT (a label name) or as ``--class-label`` with PROMPT "".
+    ``output_file``, ``threads``; video packages also ``frames`` and ``fps``. A
+    class-conditional (DiT) package takes its class as PROMPT (a label name) or as
+    ``--class-label`` with PROMPT "".
     """
     from mobius_diffusion.pipeline import open_pipeline, to_pil
+    from mobius_diffusion.video import DEFAULT_FPS, makes_video, write_video
 
+    video = makes_video(package_dir, options)  # --frames/--fps on an image package: refused
     pipe = open_pipeline(package_dir, threads=options.get("threads"))
     pipe.progress = True
     call = {"num_inference_steps": options.get("steps", 20), "seed": options.get("seed")}
     if options.get("guidance_scale") is not None:
         call["guidance_scale"] = options["guidance_scale"]
     call.update(_subject(pipe, prompt, options))
+    _image_inputs(pipe, options, call)
+    _control_inputs(pipe, options, call)
+    if video:  # a video package (Wan): frames to an animated WebP or a folder of PNGs
+        if options.get("frames") is not None:
+            call["num_frames"] = options["frames"]
+        output = options.get("output_file") or "video.webp"
+        fps = options.get("fps")
+        write_video(pipe(**call)[0], output, DEFAULT_FPS if fps is None else fps)
+        print(f"wrote {output}")
+        return 0
     image = to_pil(pipe(**call))[0]
     output = options.get("output_file") or "image.png"
     image.save(output)
@@ -61,3 +75,57 @@ def _subject(pipe, prompt: str, options: dict) -> dict:
     if prompt:
         raise ConfigError('give the class as PROMPT or as --class-label with PROMPT "", not both')
     return {"class_labels": [class_label]}
+
+
+def _image_inputs(pipe, options: dict, call: dict) -> None:
+    """``--image`` (the ``images`` option), ``--mask-image`` and ``--strength`` into ``call``
+    for a runner that starts from an image (its ``image_inputs``); each is refused where the
+    package takes none, and one the package needs is asked for."""
+    import inspect
+
+    takes = getattr(pipe, "image_inputs", ())
+    kind = pipe.index.get("_class_name")
+    images = options.get("images") or []
+    if len(images) > 1:
+        raise ConfigError(f"a {kind} package takes one --image, not {len(images)}")
+    given = {"image": images[0] if images else None, "mask_image": options.get("mask_image")}
+    takers = {"image": "image-to-image and inpainting", "mask_image": "inpainting"}
+    for name, flag in (("image", "--image"), ("mask_image", "--mask-image")):
+        if given[name] is None and name in takes:
+            raise ConfigError(f"a {kind} package starts from an image: give {flag} FILE")
+        if given[name] is not None and name not in takes:
+            raise ConfigError(
+                f"a {kind} package takes no {flag} ({takers[name]} packages do): {pipe.package_dir}"
+            )
+        if given[name] is not None:
+            call[name] = given[name]
+    if options.get("strength") is not None:
+        if not takes:
+            raise ConfigError(f"--strength is for packages that start from an image, not a {kind}")
+        call["strength"] = options["strength"]
+    sized = "height" in inspect.signature(pipe.__call__).parameters  # inpainting resizes
+    if takes and not sized and ("height" in call or "width" in call):
+        raise ConfigError(f"a {kind} keeps the size of its --image; --height/--width do not apply")
+
+
+def _control_inputs(pipe, options: dict, call: dict) -> None:
+    """``--control-image`` and ``--control-scale`` into ``call`` for a ControlNet or T2I-Adapter
+    runner (its ``control_scale_option`` names the scale); refused for other packages, and
+    asked for where the package needs it."""
+    image, scale = options.get("control_image"), options.get("control_scale")
+    scale_option = getattr(pipe, "control_scale_option", None)
+    kind = pipe.index.get("_class_name")
+    if scale_option is None:
+        if image is not None or scale is not None:
+            raise ConfigError(
+                f"--control-image and --control-scale are for ControlNet and T2I-Adapter "
+                f"packages; {pipe.package_dir} is a {kind}"
+            )
+        return
+    if image is None:
+        raise ConfigError(
+            f"a {kind} package draws under a condition image: give --control-image FILE"
+        )
+    call["image"] = image
+    if scale is not None:
+        call[scale_option] = scale

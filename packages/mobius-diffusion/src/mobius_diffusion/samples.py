@@ -188,6 +188,12 @@ def _named_value(name: str, class_name: str, config, shape, sizes) -> np.ndarray
         return guidance_scale_embedding(scales - 1, shape[1])
     if name == "conditioning_scale":
         return np.full(shape, 0.75, np.float32)
+    # The mid block's adapter feature (after one per down block): diffusers adds it only in the
+    # mid block's own shape, which a sample's [batch, channels, 1, 1] is not; zeros agree with
+    # the graph's broadcast add.
+    feature = "down_intrablock_additional_residuals."
+    if name.startswith(feature) and int(name[len(feature) :]) >= len(config.down_block_types):
+        return np.zeros(shape, np.float32)
     if name == "class_labels":
         return np.arange(shape[0], dtype=np.int64)[::-1] % config.num_embeds_ada_norm
     if name in ("encoder_attention_mask", "encoder_hidden_states_mask"):

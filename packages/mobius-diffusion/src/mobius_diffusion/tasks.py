@@ -40,10 +40,11 @@ Dynamic axes are named: ``batch``, ``height``/``width`` (pixels),
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import onnx_ir as ir
 
+from mobius.errors import ConfigError
 from mobius.tasks import IR_VERSION, ModelTask, set_output
 
 
@@ -115,11 +116,32 @@ class VAETask(DiffusionComponentTask):
     }
 
 
+#: The build option (``--unet-residuals``) giving a UNet a ControlNet's or a T2I-Adapter's inputs.
+UNET_RESIDUALS_OPTION = "unet_residuals"
+UNET_RESIDUALS = ("controlnet", "adapter")
+
+
 class DenoisingTask(DiffusionComponentTask):
     """The denoiser's one graph; its conditioning inputs are the family's."""
 
     name = "denoising"
     contract = {"model": (None, frozenset({"out_sample", "out_hidden_states"}))}
+
+    def configure(self, config, options, source):
+        """Apply ``--unet-residuals`` (a UNet's config field ``residuals``)."""
+        config = super().configure(config, options, source)
+        residuals = options.plugin.get(UNET_RESIDUALS_OPTION)
+        if residuals is None:
+            return config
+        if residuals not in UNET_RESIDUALS:
+            raise ConfigError(
+                f"--unet-residuals {residuals!r}: expected one of {', '.join(UNET_RESIDUALS)}"
+            )
+        if not hasattr(config, "residuals"):
+            raise ConfigError(
+                f"--unet-residuals applies to UNet2DConditionModel; {source.entry.key} is not one"
+            )
+        return replace(config, residuals=residuals)
 
 
 class ControlNetTask(DiffusionComponentTask):

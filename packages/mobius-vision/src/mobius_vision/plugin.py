@@ -400,22 +400,6 @@ def register_slice(registry) -> None:
             describe="mobius_vision.text_part:describe",
         )
     )
-    registry.register_option(
-        CliOption(
-            command="generate",
-            dest="images",
-            flags=("--image",),
-            kwargs=dict(
-                action="append",
-                default=None,
-                metavar="FILE",
-                help="an image for a vision-language package (PNG, JPEG...); repeat it for "
-                "several, in the order of the prompt's placeholders",
-            ),
-            group="vision-language packages",
-            package=PACKAGE,
-        )
-    )
     # An encoder–decoder over images (TrOCR, Pix2Struct): encoder/ and decoder/, which
     # core's seq2seq runner would otherwise take for a text source.
     registry.register_runner(

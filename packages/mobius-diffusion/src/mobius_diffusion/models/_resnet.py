@@ -199,10 +199,14 @@ class DownBlock2D(nn.Module):
         """Layer ``i``: its resnet (attention blocks add their transformer after it)."""
         return self.resnets[i](op, x, temb)
 
-    def forward(self, op, x, temb=None, context=None):
+    def forward(self, op, x, temb=None, context=None, residual=None):
+        """``residual`` (a T2I-Adapter's feature) is added to the last layer's output, before
+        the downsampler, as diffusers' cross-attention blocks add ``additional_residuals``."""
         states = []
         for i in range(len(self.resnets)):
             x = self.layer(op, i, x, temb, context)
+            if residual is not None and i == len(self.resnets) - 1:
+                x = op.Add(x, residual)
             states.append(x)
         if self.downsamplers is not None:
             x = self.downsamplers[0](op, x)

@@ -105,7 +105,7 @@ class ControlNetModel(UNetEncoder):
         self.controlnet_cond_embedding = ControlNetConditioningEmbedding(
             widths[0], config.conditioning_channels, config.conditioning_embedding_out_channels
         )
-        self.controlnet_down_blocks = nn.ModuleList([Conv2d(c, c, 1) for c in self.skip_channels()])
+        self.controlnet_down_blocks = nn.ModuleList([Conv2d(c, c, 1) for c in self.skip_widths()])
         self.controlnet_mid_block = Conv2d(widths[-1], widths[-1], 1)
 
     def make_mid_block(self, c: ControlNetConfig) -> UNetMidBlock2D:
@@ -122,14 +122,6 @@ class ControlNetModel(UNetEncoder):
             output_scale_factor=c.mid_block_scale_factor,
             time_embedding_norm=c.resnet_time_scale_shift,
         )
-
-    def skip_channels(self) -> list[int]:
-        """The width of every skip the down path keeps: ``conv_in``'s, each layer's, each downsample's."""
-        c = self.config
-        widths = [c.block_out_channels[0]]
-        for i, width in enumerate(c.block_out_channels):
-            widths += [width] * (c.layers_per_block[i] + (i < len(c.block_out_channels) - 1))
-        return widths
 
     def forward(
         self,
@@ -171,7 +163,7 @@ class ControlNetModel(UNetEncoder):
                 1 if pooled else f"res_height_{i}",
                 1 if pooled else f"res_width_{i}",
             ]
-            for i, width in enumerate(self.skip_channels())
+            for i, width in enumerate(self.skip_widths())
         }
         outputs["mid_block_res_sample"] = [
             "batch",

@@ -19,6 +19,18 @@ text_embeds_dim] and ``time_ids`` [batch, 6]; a latent consistency model
 guidance-scale embedding the LCM pipelines compute (``get_guidance_scale_embedding``
 of ``guidance_scale - 1``) -> ``out_sample``. Latent sizes that are not a multiple of
 the total downscale upsample to the skips' sizes, as diffusers.
+
+Residual inputs, only when the build asks (``residuals``, from the build option
+``--unet-residuals``, which a whole pipeline with a ``controlnet`` or ``adapter``
+component sets for its ``unet``): ``controlnet`` adds
+``down_block_additional_residuals.{i}`` (one per skip, added to it) and
+``mid_block_additional_residual`` (added to the mid-block's output), a ControlNet's
+outputs; ``adapter`` adds ``down_intrablock_additional_residuals.{i}``, a
+T2I-Adapter's features: one per down block (added to the block's last state, as
+diffusers: before the downsampler in a cross-attention block, after it in a plain
+one), then one added to the mid-block's output (the SDXL adapter's last feature). A
+residual without its feature is fed as zeros ``[batch, channels, 1, 1]``: each
+residual's spatial size is free, so it broadcasts, and adding zero is exact.
 """
 
 from __future__ import annotations
@@ -109,6 +121,8 @@ class UNet2DConditionConfig:
     addition_time_embed_dim: int | None = None
     projection_class_embeddings_input_dim: int | None = None
     time_cond_proj_dim: int | None = None
+    #: Which residual inputs the graph takes: None, "controlnet" or "adapter" (a build option).
+    residuals: str | None = None
 
     @classmethod
     def from_hf(cls, config: Any) -> UNet2DConditionConfig:
@@ -215,6 +229,12 @@ class UNet2DConditionConfig:
         )
 
 
+def _numbered(values: dict, prefix: str) -> list:
+    """``values["{prefix}.0"]``, ``values["{prefix}.1"]``... in index order."""
+    count = sum(name.startswith(f"{prefix}.") for name in values)
+    return [values[f"{prefix}.{i}"] for i in range(count)]
+
+
 def _flat(value) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
@@ -308,14 +328,26 @@ class UNetEncoder(Model):
             emb = self.time_embed_act(op, emb)
         return emb
 
-    def down(self, op, x, emb, context):
-        """The down blocks and the mid block from ``conv_in``'s output: the result and every skip."""
+    def down(self, op, x, emb, context, features=()):
+        """The down blocks and the mid block from ``conv_in``'s output: the result and every skip.
+
+        ``features`` (a T2I-Adapter's, one per down block then one for the mid block)
+        are added where diffusers adds ``down_intrablock_additional_residuals``.
+        """
+        features = list(features)
         skips = [x]
         for block in self.down_blocks:
-            x, states = block(op, x, emb, context)
+            if features and isinstance(block, CrossAttnDownBlock2D):
+                x, states = block(op, x, emb, context, residual=features.pop(0))
+            else:
+                x, states = block(op, x, emb, context)
+                if features:  # diffusers adds it in place: the output is also the last skip
+                    x = states[-1] = op.Add(x, features.pop(0))
             skips += states
         if self.mid_block is not None:
             x = self.mid_block(op, x, emb, context)
+            if features:
+                x = op.Add(x, features.pop(0))
         return x, skips
 
     def graph_inputs(self) -> dict[str, tuple[ir.DataType | None, list]]:
@@ -333,6 +365,33 @@ class UNetEncoder(Model):
         if c.time_cond_proj_dim:
             inputs["timestep_cond"] = (None, ["batch", c.time_cond_proj_dim])
         return inputs
+
+    def residual_inputs(self) -> dict[str, tuple[ir.DataType | None, list]]:
+        """The residual inputs :attr:`UNet2DConditionConfig.residuals` asks for (see the module docstring)."""
+        c = self.config
+        if c.residuals == "controlnet":
+            names = [f"down_block_additional_residuals.{i}" for i in range(len(self.skip_widths()))]
+            widths = [*self.skip_widths(), c.block_out_channels[-1]]
+            names.append("mid_block_additional_residual")
+        elif c.residuals == "adapter":
+            widths = list(c.block_out_channels)
+            if self.mid_block is not None:
+                widths.append(c.block_out_channels[-1])
+            names = [f"down_intrablock_additional_residuals.{i}" for i in range(len(widths))]
+        else:
+            return {}
+        return {
+            name: (None, ["batch", width, f"{name}_height", f"{name}_width"])
+            for name, width in zip(names, widths, strict=True)
+        }
+
+    def skip_widths(self) -> list[int]:
+        """The width of every skip the down path keeps: ``conv_in``'s, each layer's, each downsample's."""
+        c = self.config
+        widths = [c.block_out_channels[0]]
+        for i, width in enumerate(c.block_out_channels):
+            widths += [width] * (c.layers_per_block[i] + (i < len(c.block_out_channels) - 1))
+        return widths
 
 
 class UNet2DConditionModel(UNetEncoder):
@@ -386,11 +445,17 @@ class UNet2DConditionModel(UNetEncoder):
         text_embeds=None,
         time_ids=None,
         timestep_cond=None,
+        **residuals,
     ):
         emb = self.embed_time(op, sample, timestep, text_embeds, time_ids, timestep_cond)
         if self.config.center_input_sample:
             sample = op.Sub(op.Mul(sample, op.CastLike(2.0, sample)), op.CastLike(1.0, sample))
-        x, skips = self.down(op, self.conv_in(op, sample), emb, encoder_hidden_states)
+        features = _numbered(residuals, "down_intrablock_additional_residuals")
+        x, skips = self.down(op, self.conv_in(op, sample), emb, encoder_hidden_states, features)
+        if "mid_block_additional_residual" in residuals:  # a ControlNet's residuals
+            controlnet = _numbered(residuals, "down_block_additional_residuals")
+            skips = [op.Add(skip, r) for skip, r in zip(skips, controlnet, strict=True)]
+            x = op.Add(x, residuals["mid_block_additional_residual"])
         return self.decode(op, x, emb, encoder_hidden_states, skips)
 
     def decode(self, op, x, emb, context, skips):
@@ -406,7 +471,7 @@ class UNet2DConditionModel(UNetEncoder):
         outputs = {"out_sample": ["batch", c.out_channels, "latent_height", "latent_width"]}
         return {
             "model": GraphSpec(
-                self.graph_inputs(),
+                {**self.graph_inputs(), **self.residual_inputs()},
                 outputs,
                 lambda op, **inputs: {"out_sample": self(op, **inputs)},
             )

@@ -83,17 +83,23 @@ class StableDiffusionRunner(PipelineRunner):
         if latents is None:
             latents = self.initial_noise(shape, seed)
         latents = (latents * np.float32(scheduler.init_noise_sigma)).astype(np.float32)
-        for t in self.steps(scheduler.timesteps):
+        steps = len(scheduler.timesteps)
+        for step, t in enumerate(self.steps(scheduler.timesteps)):
             model_input = np.concatenate([latents] * 2) if guided else latents
             model_input = scheduler.scale_model_input(model_input, t)
             timestep = np.full(model_input.shape[0], t, dtype=np.float32)
             feeds = {"sample": model_input, "timestep": timestep, **conditioning}
-            noise = self.run("unet/model", feeds, "out_sample")
+            noise = self.predict_noise(feeds, step, steps)
             if guided:
                 uncond, text = np.split(noise, 2)
                 noise = guide(uncond, text, guidance_scale)
             latents = scheduler.step(noise, t, latents)
         return self.decode(self.unscale_latents(latents))
+
+    def predict_noise(self, feeds: dict[str, np.ndarray], step: int, steps: int) -> np.ndarray:
+        """The UNet's output for step ``step`` of ``steps`` (a ControlNet or T2I-Adapter
+        variant adds its residuals to ``feeds``)."""
+        return self.run("unet/model", feeds, "out_sample")
 
 
 class StableDiffusionXLRunner(StableDiffusionRunner):
@@ -167,6 +173,19 @@ class StableDiffusionXLRunner(StableDiffusionRunner):
         target_size: tuple[int, int] | None = None,
     ) -> dict[str, np.ndarray]:
         """``encoder_hidden_states``, ``text_embeds`` and ``time_ids``, negative rows first if guided."""
+        embeds, pooled = self.text_conditioning(
+            prompts, negative_prompt, guided, prompt_2, negative_prompt_2
+        )
+        sizes = [*(original_size or (height, width)), *crops_coords_top_left]
+        sizes += [*(target_size or (height, width))]
+        self.check_added_embedding(len(sizes), pooled.shape[-1])
+        time_ids = np.tile(np.asarray(sizes, dtype=np.float32), (embeds.shape[0], 1))
+        return {"encoder_hidden_states": embeds, "text_embeds": pooled, "time_ids": time_ids}
+
+    def text_conditioning(
+        self, prompts: list[str], negative_prompt, guided: bool, prompt_2, negative_prompt_2
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(states, pooled)`` of the prompts, the negative rows first if guided."""
         batch = len(prompts)
         second = one_per_prompt(prompt_2, batch) if prompt_2 else None  # "" is the first prompt too
         embeds, pooled = self.encode(prompts, second)
@@ -181,18 +200,18 @@ class StableDiffusionXLRunner(StableDiffusionRunner):
                 negative, negative_pooled = self.encode(negatives, negatives_2 or negatives)
             embeds = np.concatenate([negative, embeds])
             pooled = np.concatenate([negative_pooled, pooled])
-        sizes = [*(original_size or (height, width)), *crops_coords_top_left]
-        sizes += [*(target_size or (height, width))]
+        return embeds, pooled
+
+    def check_added_embedding(self, time_id_count: int, pooled_dim: int) -> None:
+        """Refuse ``time_ids`` of a length the UNet's added embedding does not take."""
         unet = self.config("unet")
         expected = unet.get("projection_class_embeddings_input_dim")
-        given = unet.get("addition_time_embed_dim", 0) * len(sizes) + pooled.shape[-1]
+        given = unet.get("addition_time_embed_dim", 0) * time_id_count + pooled_dim
         if expected != given:
             raise ConfigError(
                 f"the UNet's added embedding takes {expected} features; the pooled text and "
-                f"{len(sizes)} size ids give {given}"
+                f"{time_id_count} size ids give {given}"
             )
-        time_ids = np.tile(np.asarray(sizes, dtype=np.float32), (embeds.shape[0], 1))
-        return {"encoder_hidden_states": embeds, "text_embeds": pooled, "time_ids": time_ids}
 
     def unscale_latents(self, latents: np.ndarray) -> np.ndarray:
         """Divided by ``scaling_factor``; with the VAE's ``latents_mean``/``latents_std``, de-normalised."""

@@ -94,6 +94,7 @@ class Scheduler:
         self.timesteps = np.zeros(0, dtype=F32)
         self.num_inference_steps: int | None = None
         self._step_index: int | None = None
+        self._begin_index: int | None = None
         self.generator: np.random.Generator | None = None
 
     def _check_types(self) -> None:
@@ -142,12 +143,31 @@ class Scheduler:
         """The index of the next step in ``timesteps`` (None before the first call)."""
         return self._step_index
 
-    def _init_step_index(self, timestep) -> None:
+    def set_begin_index(self, begin_index: int) -> None:
+        """Start at ``timesteps[begin_index]`` (image-to-image runs the steps ``strength`` keeps)."""
+        self._begin_index = begin_index
+
+    def index_for_timestep(self, timestep) -> int:
         """diffusers' rule: the first match of the timestep, the second if it repeats."""
         indices = np.nonzero(self.timesteps == timestep)[0]
         if len(indices) == 0:
             raise ValueError(f"timestep {timestep} is not in the schedule {self.timesteps}")
-        self._step_index = int(indices[1 if len(indices) > 1 else 0])
+        return int(indices[1 if len(indices) > 1 else 0])
+
+    def _init_step_index(self, timestep) -> None:
+        """The begin index when one is set, else :meth:`index_for_timestep`."""
+        if self._begin_index is not None:
+            self._step_index = self._begin_index
+        else:
+            self._step_index = self.index_for_timestep(timestep)
+
+    def noise_level_index(self, timestep) -> int:
+        """Which noise level ``add_noise`` takes at ``timestep``, as diffusers picks it: the
+        current step once stepping began (inpainting re-noises the original each step), else
+        the begin index (image-to-image's first latents), else the timestep's own index."""
+        if self._begin_index is None:
+            return self.index_for_timestep(timestep)
+        return self._begin_index if self._step_index is None else self._step_index
 
     def noise(
         self,
@@ -202,3 +222,8 @@ class PreviousAlphaFamily(DDPMFamily):
     def previous_alpha(self, prev: int) -> np.float32:
         """``alphas_cumprod[prev]``, or ``final_alpha_cumprod`` when ``prev`` is before 0."""
         return self.alphas_cumprod[prev] if prev >= 0 else self.final_alpha_cumprod
+
+    def add_noise(self, original: np.ndarray, noise: np.ndarray, timestep) -> np.ndarray:
+        """``original`` noised to integer ``timestep``: ``sqrt(a) x + sqrt(1 - a) noise`` (DDPM)."""
+        alpha = self.alphas_cumprod[int(timestep)]
+        return (alpha**0.5 * original + (1 - alpha) ** 0.5 * noise).astype(F32)

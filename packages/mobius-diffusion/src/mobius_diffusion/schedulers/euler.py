@@ -51,6 +51,11 @@ class _SigmaFamily(DDPMFamily):
         sigma = self.sigmas[self._step_index]
         return (sample / ((sigma**2 + 1) ** 0.5)).astype(sample.dtype)
 
+    def add_noise(self, original: np.ndarray, noise: np.ndarray, timestep) -> np.ndarray:
+        """``original`` at the noise level of ``timestep``: ``original + sigma * noise``."""
+        sigma = self.sigmas[self.noise_level_index(timestep)]
+        return (original + noise * sigma).astype(F32)
+
     def karras_or_exponential(self, sigmas, timesteps, steps: int):
         """With ``use_karras_sigmas``/``use_exponential_sigmas``: those ``steps`` sigmas between
         the ends of ``sigmas``, and their fractional timesteps; else the arguments unchanged."""

@@ -45,6 +45,11 @@ class VPOrFlowSigmas:
         alpha_t = 1 / (sigma**2 + 1) ** 0.5
         return alpha_t, sigma * alpha_t
 
+    def add_noise(self, original: np.ndarray, noise: np.ndarray, timestep) -> np.ndarray:
+        """``original`` at the noise level of ``timestep``: ``alpha_t x + sigma_t noise``."""
+        alpha_t, sigma_t = self.alpha_sigma(self.sigmas[self.noise_level_index(timestep)])
+        return (alpha_t * original + sigma_t * noise).astype(F32)
+
     def x0_prediction(self, model_output: np.ndarray, sample: np.ndarray) -> np.ndarray:
         """x0 of an epsilon / sample / v / flow prediction at the current sigma."""
         kind = self.config["prediction_type"]

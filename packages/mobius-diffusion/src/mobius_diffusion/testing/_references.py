@@ -26,8 +26,30 @@ def _deterministic_vae(model, graph: str, inputs: dict) -> dict:
 def _unet(model, graph: str, inputs: dict) -> dict:
     added = {k: inputs[k] for k in ("text_embeds", "time_ids") if k in inputs}
     sample = inputs["sample"], inputs["timestep"], inputs["encoder_hidden_states"]
-    out = model(*sample, timestep_cond=inputs.get("timestep_cond"), added_cond_kwargs=added or None)
+    out = model(
+        *sample,
+        timestep_cond=inputs.get("timestep_cond"),
+        added_cond_kwargs=added or None,
+        **_unet_residuals(inputs),
+    )
     return {"out_sample": out.sample}
+
+
+def _unet_residuals(inputs: dict) -> dict:
+    """A ControlNet's residuals or a T2I-Adapter's features (``--unet-residuals``) as diffusers'
+    UNet takes them: lists in index order (it pops the features, the mid block's last)."""
+
+    def numbered(prefix: str) -> list:
+        count = sum(name.startswith(f"{prefix}.") for name in inputs)
+        return [inputs[f"{prefix}.{i}"] for i in range(count)]
+
+    if "mid_block_additional_residual" in inputs:
+        return dict(
+            down_block_additional_residuals=numbered("down_block_additional_residuals"),
+            mid_block_additional_residual=inputs["mid_block_additional_residual"],
+        )
+    features = numbered("down_intrablock_additional_residuals")
+    return dict(down_intrablock_additional_residuals=features) if features else {}
 
 
 def _controlnet(model, graph: str, inputs: dict) -> dict:

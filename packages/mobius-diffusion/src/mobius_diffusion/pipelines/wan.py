@@ -1,0 +1,189 @@
+"""Wan 2.1 text to video: UMT5 states zeroed past each prompt, the 3-D transformer, the causal video VAE."""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+
+import numpy as np
+
+from mobius.errors import ConfigError
+from mobius_diffusion.pipelines.base import PipelineRunner, guide, one_per_prompt
+
+
+def clean_prompt(text: str) -> str:
+    """The Wan pipelines' ``prompt_clean`` without ftfy: HTML entities undone twice, whitespace runs
+    made one space, the ends stripped (ftfy, when diffusers finds it, also mends mojibake)."""
+    text = html.unescape(html.unescape(text)).strip()
+    return re.sub(r"\s+", " ", text).strip()
+
+
+class WanRunner(PipelineRunner):
+    """``WanPipeline``: a prompt to a video ``[batch, frames, H, W, 3]`` in [0, 1].
+
+    As diffusers: each text is encoded by UMT5 with its attention mask, padded to
+    ``max_sequence_length`` (512) tokens, and its states past the text's length are
+    zeroed; the negative prompt (default "") guides with ``guidance_scale`` 5. The
+    latent video is ``[batch, z_dim, (frames - 1) / 4 + 1, H / 8, W / 8]`` (the VAE's
+    temporal and spatial factors), denoised by ``transformer/model`` with the package's
+    scheduler (the hub's UniPC with flow sigmas), de-normalised with the VAE's
+    ``latents_mean``/``latents_std`` and decoded by ``vae/decoder/model``.
+
+    Unlike diffusers, a frame count or size it would round is refused, not rounded.
+    Wan 2.2's two experts (``boundary_ratio``) and per-token timesteps
+    (``expand_timesteps``) are not run yet: such packages are refused.
+    """
+
+    default_guidance_scale = 5.0
+    default_max_sequence_length = 512
+    default_num_frames, default_height, default_width = 81, 480, 832
+    #: ``mobius generate`` writes this runner's output as a video (``--frames``, ``--fps``).
+    makes_video = True
+
+    def __init__(self, package_dir, **options) -> None:
+        super().__init__(package_dir, **options)
+        for field in ("boundary_ratio", "expand_timesteps"):
+            if self.index.get(field):
+                raise ConfigError(
+                    f"{self.package_dir}: a Wan pipeline with {field} (Wan 2.2) is not run by mobius yet"
+                )
+
+    def vae_factors(self) -> tuple[int, int]:
+        """``(temporal, spatial)``: frames and pixels per latent, from ``temperal_downsample``
+        (diffusers' spelling): 2 in time per true entry, 2 in space per entry."""
+        downsample = self.config("vae").get("temperal_downsample", [False, True, True])
+        if not isinstance(downsample, list) or not all(isinstance(d, bool) for d in downsample):
+            raise ConfigError(
+                f"vae/config.json temperal_downsample is {downsample!r}, not booleans"
+            )
+        return 2 ** sum(downsample), 2 ** len(downsample)
+
+    def latent_statistics(self, channels: int) -> tuple[np.ndarray, np.ndarray]:
+        """The VAE's ``latents_mean`` and ``latents_std``, shaped ``[1, channels, 1, 1, 1]``."""
+        vae = self.config("vae")
+        found = []
+        for key in ("latents_mean", "latents_std"):
+            value = vae.get(key)
+            if (
+                not isinstance(value, list)
+                or len(value) != channels
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+            ):
+                raise ConfigError(f"vae/config.json {key} is not a list of {channels} numbers")
+            found.append(np.asarray(value, dtype=np.float32).reshape(1, channels, 1, 1, 1))
+        return found[0], found[1]
+
+    def encode(self, texts: list[str], max_length: int) -> np.ndarray:
+        """UMT5 ``last_hidden_state`` of ``texts`` padded to ``max_length``, zero past each text."""
+        encoded = self.tokenizer("tokenizer")(
+            [clean_prompt(text) for text in texts],
+            padding="max_length",
+            max_length=max_length,
+            truncation=True,
+            add_special_tokens=True,
+        )
+        ids = np.asarray(encoded["input_ids"], dtype=np.int64)
+        mask = np.asarray(encoded["attention_mask"], dtype=np.int64)
+        states = self.run(
+            "text_encoder/model", {"input_ids": ids, "attention_mask": mask}, "last_hidden_state"
+        )
+        lengths = (mask > 0).sum(axis=1)
+        states[np.arange(max_length)[None, :] >= lengths[:, None]] = 0  # diffusers keeps u[:len]
+        return states
+
+    def latent_shape(self, batch: int, num_frames: int, height: int, width: int) -> tuple[int, ...]:
+        """The initial latents' shape; a frame count or size the VAE and patches do not divide is refused."""
+        temporal, spatial = self.vae_factors()
+        if num_frames < 1 or (num_frames - 1) % temporal:
+            raise ConfigError(
+                f"a Wan video has {temporal}k+1 frames (1, {temporal + 1}, {2 * temporal + 1}...), "
+                f"not {num_frames}"
+            )
+        patch = self.config("transformer").get("patch_size", [1, 2, 2])
+        if (
+            not isinstance(patch, list)
+            or len(patch) != 3
+            or not all(isinstance(p, int) and p > 0 for p in patch)
+        ):
+            raise ConfigError(
+                f"transformer/config.json patch_size is {patch!r}, not 3 positive integers"
+            )
+        # diffusers' check_inputs wants multiples of 16 whatever the patches; patches divide them
+        multiple_h, multiple_w = math.lcm(16, spatial * patch[1]), math.lcm(16, spatial * patch[2])
+        if height < 1 or width < 1 or height % multiple_h or width % multiple_w:
+            raise ConfigError(
+                f"a Wan video's height and width are multiples of {multiple_h} and {multiple_w}, "
+                f"not {height} x {width}"
+            )
+        channels = self.config_int("transformer", "in_channels")
+        return (
+            batch,
+            channels,
+            (num_frames - 1) // temporal + 1,
+            height // spatial,
+            width // spatial,
+        )
+
+    def decode_video(self, latents: np.ndarray) -> np.ndarray:
+        """Frames ``[batch, frames, H, W, 3]`` in [0, 1] of de-normalised latents (``output_type="np"``)."""
+        mean, std = self.latent_statistics(latents.shape[1])
+        latents = (latents / (np.float32(1) / std) + mean).astype(np.float32)  # diffusers' order
+        video = self.run("vae/decoder/model", {"latent_sample": latents}, "sample")
+        return np.clip(video / 2 + 0.5, 0, 1).transpose(0, 2, 3, 4, 1)
+
+    def __call__(
+        self,
+        prompt: str | list[str],
+        *,
+        negative_prompt: str | list[str] | None = None,
+        num_inference_steps: int = 50,
+        guidance_scale: float | None = None,
+        num_frames: int | None = None,
+        height: int | None = None,
+        width: int | None = None,
+        seed: int | None = None,
+        latents: np.ndarray | None = None,
+        max_sequence_length: int | None = None,
+    ) -> np.ndarray:
+        """Video frames ``[batch, frames, H, W, 3]`` float32 in [0, 1] for ``prompt``.
+
+        ``latents`` [batch, z_dim, latent_frames, H/8, W/8] replaces the seeded noise, as
+        diffusers takes them; defaults: 81 frames of 480 x 832, 512 text tokens.
+        """
+        prompts = [prompt] if isinstance(prompt, str) else list(prompt)
+        num_frames = num_frames or self.default_num_frames
+        shape = self.latent_shape(
+            len(prompts), num_frames, height or self.default_height, width or self.default_width
+        )
+        if guidance_scale is None:
+            guidance_scale = self.default_guidance_scale
+        guided = guidance_scale > 1
+        length = max_sequence_length or self.default_max_sequence_length
+        states = self.encode(prompts, length)
+        if guided:
+            negative = self.encode(one_per_prompt(negative_prompt, len(prompts)), length)
+            states = np.concatenate([negative, states])
+
+        scheduler = self.new_scheduler(seed)
+        scheduler.set_timesteps(num_inference_steps)
+        if latents is None:
+            latents = self.initial_noise(shape, seed)
+        elif tuple(latents.shape) != shape:
+            raise ConfigError(
+                f"latents of shape {tuple(latents.shape)} given; this video needs {shape}"
+            )
+        latents = latents.astype(np.float32)
+        for t in self.steps(scheduler.timesteps):
+            model_input = np.concatenate([latents] * 2) if guided else latents
+            timestep = np.full(model_input.shape[0], t, dtype=np.float32)
+            feeds = {
+                "hidden_states": model_input,
+                "timestep": timestep,
+                "encoder_hidden_states": states,
+            }
+            noise = self.run("transformer/model", feeds, "out_hidden_states")
+            if guided:
+                noise = guide(*np.split(noise, 2), guidance_scale)
+            latents = scheduler.step(noise, t, latents)
+        return self.decode_video(latents)
