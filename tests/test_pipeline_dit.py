@@ -114,6 +114,11 @@ def test_refusals_are_one_line(dit, tmp_path, capsys):
     base = ["generate", str(out)]
     _refused(capsys, [*base, "goldfish", "--class-label", "1", "--output", image], "not both")
     _refused(capsys, [*base, "goldfish", "--height", "32", "--output", image], "sample_size")
+    _refused(
+        capsys,
+        [*base, "goldfish", "--negative-prompt", "cat", "--output", image],
+        "a DiTPipeline takes no negative prompt",
+    )
     # the legacy transformer folder alone builds as DiT; one that is neither DiT nor PixArt
     # (the plain spatial transformer) is refused by name
     assert main(["build", "--model", str(hf / "transformer"), str(tmp_path / "t"), "-q"]) == 0

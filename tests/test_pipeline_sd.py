@@ -116,3 +116,23 @@ def test_generate_cli_writes_the_image(sd, tmp_path, capsys, monkeypatch):
         open_pipeline(out)(PROMPT, num_inference_steps=2, seed=3, height=32, width=32)
     )[0]
     assert np.array_equal(np.asarray(Image.open(image)), np.asarray(expected))
+
+
+def test_generate_cli_negative_prompt(sd, tmp_path):
+    """--negative-prompt reaches the runner: the same image as the Python call with it."""
+    from PIL import Image
+
+    from mobius.cli import main
+    from mobius_diffusion.pipeline import open_pipeline, to_pil
+
+    _, out = sd
+    image = tmp_path / "image.png"
+    args = ["generate", str(out), PROMPT, "--steps", "2", "--seed", "3", "--output", str(image)]
+    args += ["--height", str(HEIGHT), "--width", str(WIDTH), "--negative-prompt", "blurry"]
+    assert main(args) == 0
+    options = dict(num_inference_steps=2, seed=3, height=HEIGHT, width=WIDTH)
+    runner = open_pipeline(out)
+    expected = to_pil(runner(PROMPT, negative_prompt="blurry", **options))[0]
+    unguided = to_pil(runner(PROMPT, **options))[0]
+    assert np.array_equal(np.asarray(Image.open(image)), np.asarray(expected))
+    assert not np.array_equal(np.asarray(expected), np.asarray(unguided))

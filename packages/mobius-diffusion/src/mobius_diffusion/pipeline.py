@@ -12,6 +12,10 @@ folder per component (``unet/model.onnx`` or ``transformer/model.onnx``,
   penultimate states, pooled text and size conditioning of the UNet);
 - ``FluxPipeline``: :class:`FluxRunner` (CLIP pooled and T5 states, packed latents,
   flow-matching steps with the resolution-dependent shift, guidance embedding);
+- ``FluxImg2ImgPipeline``, ``FluxInpaintPipeline``, ``FluxFillPipeline``,
+  ``FluxKontextPipeline``: the runners of :mod:`mobius_diffusion.pipelines.flux_image`
+  (an input image's packed latents: noised by ``strength``, blended under a mask, beside
+  the mask in the Fill transformer's channels, or a Kontext context image's tokens);
 - ``StableDiffusion3Pipeline``: :class:`StableDiffusion3Runner` (CLIP-L, CLIP-G and
   optional T5, the MMDiT transformer, flow-matching steps);
 - ``PixArtAlphaPipeline`` / ``PixArtSigmaPipeline``: :class:`PixArtAlphaRunner` /
@@ -28,8 +32,19 @@ folder per component (``unet/model.onnx`` or ``transformer/model.onnx``,
 - ``StableDiffusion(XL)ControlNetPipeline`` / ``StableDiffusion(XL)AdapterPipeline``:
   :mod:`~mobius_diffusion.pipelines.controlnet` / :mod:`~mobius_diffusion.pipelines.adapter`
   (a control image's ControlNet residuals or T2I-Adapter features added in the UNet);
+- ``Lumina2Pipeline``: :class:`Lumina2Runner` (Gemma 2's ``hidden_states[-2]`` behind
+  a system prompt, CFG with renormalization and truncation, flow matching);
+- ``CogView4Pipeline``: :class:`CogView4Runner` (GLM-4's ``hidden_states[-2]``, size
+  conditioning, flow matching shifted by the image size);
+- ``ChromaPipeline``: :class:`ChromaRunner` (Flux's latents and shift, T5 alone with
+  one padding token unmasked, CFG with a negative prompt);
+- ``AuraFlowPipeline``: :class:`AuraFlowRunner` (masked UMT5 states, CFG, flow matching);
 - ``WanPipeline``: :class:`WanRunner` (text to video: masked UMT5 states, the 3-D
   transformer, the causal video VAE; frames ``[batch, frames, H, W, 3]``).
+- ``CogVideoXPipeline``: :class:`CogVideoXRunner` (text to video, CogVideoX 1.0 and 1.5:
+  T5 states, the 3-D transformer with numpy rotary tables, CogVideoX's DDIM/DPM samplers).
+- ``QwenImagePipeline``: :class:`QwenImageRunner` (Qwen2.5-VL states behind a chat
+  template, packed latents, true CFG with the norm rescale, the causal VAE on one frame).
 
 Each runner follows its diffusers pipeline step by step, with the scheduler of
 ``scheduler/scheduler_config.json`` ported to numpy (:mod:`mobius_diffusion.schedulers`),
@@ -56,7 +71,11 @@ from mobius_diffusion.pipelines.adapter import (
     StableDiffusionAdapterRunner,
     StableDiffusionXLAdapterRunner,
 )
+from mobius_diffusion.pipelines.aura_flow import AuraFlowRunner
 from mobius_diffusion.pipelines.base import PipelineRunner, read_json
+from mobius_diffusion.pipelines.chroma import ChromaRunner
+from mobius_diffusion.pipelines.cogvideox import CogVideoXRunner
+from mobius_diffusion.pipelines.cogview4 import CogView4Runner
 from mobius_diffusion.pipelines.controlnet import (
     StableDiffusionControlNetRunner,
     StableDiffusionXLControlNetRunner,
@@ -69,8 +88,16 @@ from mobius_diffusion.pipelines.flux import (
     pack_latents,
     unpack_latents,
 )
+from mobius_diffusion.pipelines.flux_image import (
+    FluxFillRunner,
+    FluxImg2ImgRunner,
+    FluxInpaintRunner,
+    FluxKontextRunner,
+)
 from mobius_diffusion.pipelines.lcm import LatentConsistencyModelRunner
+from mobius_diffusion.pipelines.lumina2 import Lumina2Runner
 from mobius_diffusion.pipelines.pixart import PixArtAlphaRunner, PixArtSigmaRunner
+from mobius_diffusion.pipelines.qwen_image import QwenImageRunner
 from mobius_diffusion.pipelines.sana import SanaRunner
 from mobius_diffusion.pipelines.sd import StableDiffusionRunner, StableDiffusionXLRunner
 from mobius_diffusion.pipelines.sd3 import StableDiffusion3Runner
@@ -84,12 +111,22 @@ from mobius_diffusion.pipelines.wan import WanRunner
 
 __all__ = [
     "RUNNERS",
+    "CogVideoXRunner",
+    "AuraFlowRunner",
+    "ChromaRunner",
+    "CogView4Runner",
     "DiTRunner",
+    "FluxFillRunner",
+    "FluxImg2ImgRunner",
+    "FluxInpaintRunner",
+    "FluxKontextRunner",
     "FluxRunner",
     "LatentConsistencyModelRunner",
+    "Lumina2Runner",
     "PipelineRunner",
     "PixArtAlphaRunner",
     "PixArtSigmaRunner",
+    "QwenImageRunner",
     "SanaRunner",
     "StableDiffusion3Runner",
     "StableDiffusionAdapterRunner",
@@ -122,6 +159,10 @@ RUNNERS: dict[str, type[PipelineRunner]] = {
     "StableDiffusionAdapterPipeline": StableDiffusionAdapterRunner,
     "StableDiffusionXLAdapterPipeline": StableDiffusionXLAdapterRunner,
     "FluxPipeline": FluxRunner,
+    "FluxImg2ImgPipeline": FluxImg2ImgRunner,
+    "FluxInpaintPipeline": FluxInpaintRunner,
+    "FluxFillPipeline": FluxFillRunner,
+    "FluxKontextPipeline": FluxKontextRunner,
     "StableDiffusion3Pipeline": StableDiffusion3Runner,
     "PixArtAlphaPipeline": PixArtAlphaRunner,
     "PixArtSigmaPipeline": PixArtSigmaRunner,
@@ -132,6 +173,12 @@ RUNNERS: dict[str, type[PipelineRunner]] = {
     "StableDiffusionXLInpaintPipeline": StableDiffusionXLInpaintRunner,
     "SanaPipeline": SanaRunner,
     "WanPipeline": WanRunner,
+    "CogVideoXPipeline": CogVideoXRunner,
+    "QwenImagePipeline": QwenImageRunner,
+    "Lumina2Pipeline": Lumina2Runner,
+    "CogView4Pipeline": CogView4Runner,
+    "ChromaPipeline": ChromaRunner,
+    "AuraFlowPipeline": AuraFlowRunner,
 }
 
 

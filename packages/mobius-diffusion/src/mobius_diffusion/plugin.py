@@ -118,6 +118,17 @@ def register_slice(registry) -> None:
         ("height", ("--height",), dict(type=int, default=None, metavar="PX", help="image height")),
         ("width", ("--width",), dict(type=int, default=None, metavar="PX", help="image width")),
         (
+            "negative_prompt",
+            ("--negative-prompt",),
+            dict(
+                default=None,
+                metavar="TEXT",
+                help="what the image should not show: the unconditional prompt of classifier-free "
+                "guidance (default the pipeline's, usually empty; Qwen-Image guides only when "
+                "one is given)",
+            ),
+        ),
+        (
             "class_label",
             ("--class-label",),
             dict(

@@ -6,6 +6,7 @@ The runner mobius-diffusion registers: it takes a package with
 
 from __future__ import annotations
 
+import inspect
 import os
 
 from mobius.errors import ConfigError
@@ -21,7 +22,7 @@ def run_image_cli(package_dir: str | os.PathLike, prompt: str, options: dict) ->
     a video package writes a video (default ``video.webp``; see :mod:`mobius_diffusion.video`).
 
     ``options`` are the parsed ``mobius generate`` options by dest: ``steps``,
-    ``seed``, ``guidance_scale``, ``height``, ``width``, ``class_label``,
+    ``seed``, ``guidance_scale``, ``negative_prompt``, ``height``, ``width``, ``class_label``,
     ``output_file``, ``threads``; video packages also ``frames`` and ``fps``. A
     class-conditional (DiT) package takes its class as PROMPT (a label name) or as
     ``--class-label`` with PROMPT "".
@@ -36,6 +37,13 @@ def run_image_cli(package_dir: str | os.PathLike, prompt: str, options: dict) ->
     if options.get("guidance_scale") is not None:
         call["guidance_scale"] = options["guidance_scale"]
     call.update(_subject(pipe, prompt, options))
+    if options.get("negative_prompt") is not None:
+        if "negative_prompt" not in inspect.signature(pipe.__call__).parameters:
+            raise ConfigError(
+                f"a {pipe.index.get('_class_name')} takes no negative prompt; drop "
+                "--negative-prompt"
+            )
+        call["negative_prompt"] = options["negative_prompt"]
     _image_inputs(pipe, options, call)
     _control_inputs(pipe, options, call)
     if video:  # a video package (Wan): frames to an animated WebP or a folder of PNGs
@@ -102,6 +110,10 @@ def _image_inputs(pipe, options: dict, call: dict) -> None:
     if options.get("strength") is not None:
         if not takes:
             raise ConfigError(f"--strength is for packages that start from an image, not a {kind}")
+        if "strength" not in inspect.signature(pipe.__call__).parameters:  # Kontext's edit
+            raise ConfigError(
+                f"a {kind} runs every step from its --image; --strength does not apply"
+            )
         call["strength"] = options["strength"]
     sized = "height" in inspect.signature(pipe.__call__).parameters  # inpainting resizes
     if takes and not sized and ("height" in call or "width" in call):

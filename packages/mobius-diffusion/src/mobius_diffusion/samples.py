@@ -76,7 +76,8 @@ def axis_sizes(class_name: str, config) -> dict[str, int]:
         if class_name == "AutoencoderKLCogVideoX":  # 1 + k * compression frames -> 1 + k
             compression = int(config.temporal_compression_ratio)
             sizes.update(frames=1 + 2 * compression, latent_frames=3)
-    elif class_name == "AutoencoderKLWan":  # 1 + 4k frames: diffusers drops the others
+    elif class_name in ("AutoencoderKLWan", "AutoencoderKLQwenImage"):
+        # 1 + 4k frames: diffusers drops the others
         scale = 2 ** (len(config.dim_mult) - 1) * (config.patch_size or 1)
         sizes.update(
             _grid("latent", 2 * rows, 2 * columns),

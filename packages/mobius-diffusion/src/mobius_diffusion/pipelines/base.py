@@ -104,6 +104,17 @@ class PipelineRunner:
         ]
         return np.asarray(ids, dtype=np.int64)
 
+    def encode_masked(self, texts: list[str], max_length: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(last_hidden_state, attention_mask)`` of ``text_encoder/model`` on ``texts`` that
+        ``tokenizer/`` pads to ``max_length`` (and truncates), the mask fed with them."""
+        encoded = self.tokenizer("tokenizer")(
+            texts, padding="max_length", max_length=max_length, truncation=True
+        )
+        ids = np.asarray(encoded["input_ids"], dtype=np.int64)
+        mask = np.asarray(encoded["attention_mask"], dtype=np.int64)
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        return self.run("text_encoder/model", feeds, "last_hidden_state"), mask
+
     def tokenizer(self, component: str):
         """The tokenizer in folder ``component`` (``transformers.AutoTokenizer``), loaded once."""
         key = f"tokenizer:{component}"
@@ -155,6 +166,17 @@ class PipelineRunner:
         """The input names of ``graph``."""
         return {i.name for i in self.session(graph).get_inputs()}
 
+    def guided_states(self, encode, prompts: list[str], negative_prompt, guidance_scale):
+        """``(states, scale, guided)``: ``encode(prompts)``, with the negative prompts' rows
+        first when the guidance scale (``guidance_scale``, else the runner's
+        ``default_guidance_scale``) is above 1, as diffusers batches classifier-free guidance."""
+        scale = self.default_guidance_scale if guidance_scale is None else guidance_scale
+        states = encode(prompts)
+        if scale > 1:
+            negatives = encode(one_per_prompt(negative_prompt, len(prompts)))
+            states = np.concatenate([negatives, states])
+        return states, scale, scale > 1
+
     def new_scheduler(self, seed: int | None):
         """The package's scheduler, fresh for one generation; samplers that add noise each
         step (Euler ancestral, LCM, SDE solvers) draw it from a generator seeded by ``seed``
@@ -166,6 +188,17 @@ class PipelineRunner:
     def initial_noise(shape: tuple[int, ...], seed: int | None) -> np.ndarray:
         """Standard normal float32 noise from ``numpy.random.default_rng(seed)``."""
         return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+    def given_or_initial_latents(
+        self, latents: np.ndarray | None, shape: tuple[int, ...], seed: int | None
+    ) -> np.ndarray:
+        """``latents`` (as diffusers takes them), checked to be of ``shape``, else
+        :meth:`initial_noise`; float32, not yet scaled by the scheduler's ``init_noise_sigma``."""
+        if latents is None:
+            return self.initial_noise(shape, seed)
+        if tuple(latents.shape) != tuple(shape):
+            raise ConfigError(f"latents of shape {tuple(latents.shape)} given; this needs {shape}")
+        return latents.astype(np.float32)
 
 
 def one_per_prompt(text: str | list[str] | None, batch: int) -> list[str]:

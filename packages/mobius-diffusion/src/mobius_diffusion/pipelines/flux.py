@@ -54,6 +54,34 @@ class FluxRunner(PipelineRunner):
         feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
         return self.run("text_encoder_2/model", feeds, "last_hidden_state"), pooled
 
+    def latent_grid(self, height: int, width: int) -> tuple[int, int]:
+        """The latent grid of an image: its sides over the VAE's factor, rounded down to even."""
+        factor = self.vae_scale_factor()
+        return 2 * (height // (factor * 2)), 2 * (width // (factor * 2))
+
+    def packed_latents(
+        self, batch: int, grid_h: int, grid_w: int, seed: int | None, latents: np.ndarray | None
+    ) -> np.ndarray:
+        """The packed initial latents: ``latents`` as given, else seeded noise of the grid."""
+        if latents is None:
+            channels = self.config_int("transformer", "in_channels") // 4
+            latents = pack_latents(self.initial_noise((batch, channels, grid_h, grid_w), seed))
+        return latents.astype(np.float32)
+
+    def flow_scheduler(self, seed: int | None, steps: int, tokens: int):
+        """A fresh scheduler set to the Flux pipelines' sigmas, shifted for ``tokens`` generated tokens."""
+        scheduler = self.new_scheduler(seed)
+        c = scheduler.config
+        mu = calculate_shift(
+            tokens,
+            c.get("base_image_seq_len", 256),
+            c.get("max_image_seq_len", 4096),
+            c.get("base_shift", 0.5),
+            c.get("max_shift", 1.15),
+        )
+        scheduler.set_timesteps(sigmas=np.linspace(1.0, 1 / steps, steps), mu=mu)
+        return scheduler
+
     def __call__(
         self,
         prompt: str | list[str],
@@ -73,32 +101,14 @@ class FluxRunner(PipelineRunner):
         of a guidance-distilled transformer (FLUX.1-dev) and is unused otherwise.
         """
         prompts = [prompt] if isinstance(prompt, str) else list(prompt)
-        transformer = self.config("transformer")
-        factor = self.vae_scale_factor()
-        height = height or 128 * factor
-        width = width or 128 * factor
+        height = height or 128 * self.vae_scale_factor()
+        width = width or 128 * self.vae_scale_factor()
         text, pooled = self.encode(prompts, max_sequence_length)
         text_ids = np.zeros((text.shape[1], 3), dtype=np.float32)
-        grid_h, grid_w = 2 * (height // (factor * 2)), 2 * (width // (factor * 2))
-        if latents is None:
-            channels = transformer["in_channels"] // 4
-            latents = pack_latents(
-                self.initial_noise((len(prompts), channels, grid_h, grid_w), seed)
-            )
-        latents = latents.astype(np.float32)
+        grid_h, grid_w = self.latent_grid(height, width)
+        latents = self.packed_latents(len(prompts), grid_h, grid_w, seed, latents)
         image_ids = latent_image_ids(grid_h // 2, grid_w // 2)
-
-        scheduler = self.new_scheduler(seed)
-        c = scheduler.config
-        mu = calculate_shift(
-            latents.shape[1],
-            c.get("base_image_seq_len", 256),
-            c.get("max_image_seq_len", 4096),
-            c.get("base_shift", 0.5),
-            c.get("max_shift", 1.15),
-        )
-        sigmas = np.linspace(1.0, 1 / num_inference_steps, num_inference_steps)
-        scheduler.set_timesteps(sigmas=sigmas, mu=mu)
+        scheduler = self.flow_scheduler(seed, num_inference_steps, latents.shape[1])
         batch = latents.shape[0]
         feeds = {
             "encoder_hidden_states": text,

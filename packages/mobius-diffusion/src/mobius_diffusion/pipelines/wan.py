@@ -9,7 +9,7 @@ import re
 import numpy as np
 
 from mobius.errors import ConfigError
-from mobius_diffusion.pipelines.base import PipelineRunner, guide, one_per_prompt
+from mobius_diffusion.pipelines.base import PipelineRunner, guide
 
 
 def clean_prompt(text: str) -> str:
@@ -156,14 +156,10 @@ class WanRunner(PipelineRunner):
         shape = self.latent_shape(
             len(prompts), num_frames, height or self.default_height, width or self.default_width
         )
-        if guidance_scale is None:
-            guidance_scale = self.default_guidance_scale
-        guided = guidance_scale > 1
         length = max_sequence_length or self.default_max_sequence_length
-        states = self.encode(prompts, length)
-        if guided:
-            negative = self.encode(one_per_prompt(negative_prompt, len(prompts)), length)
-            states = np.concatenate([negative, states])
+        states, guidance_scale, guided = self.guided_states(
+            lambda texts: self.encode(texts, length), prompts, negative_prompt, guidance_scale
+        )
 
         scheduler = self.new_scheduler(seed)
         scheduler.set_timesteps(num_inference_steps)

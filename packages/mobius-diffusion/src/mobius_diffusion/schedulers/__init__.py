@@ -33,6 +33,7 @@ import numpy as np
 
 from mobius.errors import ConfigError
 from mobius_diffusion.schedulers.base import Scheduler, torch_linspace
+from mobius_diffusion.schedulers.cogvideox import CogVideoXDDIMScheduler, CogVideoXDPMScheduler
 from mobius_diffusion.schedulers.ddim import DDIMScheduler, LCMScheduler
 from mobius_diffusion.schedulers.dpm_solver import DPMSolverMultistepScheduler
 from mobius_diffusion.schedulers.edm import EDMDPMSolverMultistepScheduler, EDMEulerScheduler
@@ -47,6 +48,8 @@ from mobius_diffusion.schedulers.unipc import UniPCMultistepScheduler
 
 __all__ = [
     "SCHEDULERS",
+    "CogVideoXDDIMScheduler",
+    "CogVideoXDPMScheduler",
     "DDIMScheduler",
     "DPMSolverMultistepScheduler",
     "EDMDPMSolverMultistepScheduler",
@@ -78,6 +81,8 @@ SCHEDULERS: dict[str, type[Scheduler]] = {
         FlowMatchEulerDiscreteScheduler,
         EDMEulerScheduler,
         EDMDPMSolverMultistepScheduler,
+        CogVideoXDDIMScheduler,
+        CogVideoXDPMScheduler,
     )
 }
 

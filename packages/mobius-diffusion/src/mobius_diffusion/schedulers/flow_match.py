@@ -99,3 +99,9 @@ class FlowMatchEulerDiscreteScheduler(Scheduler):
             prev_sample = sample + (sigma_next - sigma) * model_output
         self._step_index += 1
         return prev_sample.astype(model_output.dtype)
+
+    def scale_noise(self, sample: np.ndarray, timestep, noise: np.ndarray) -> np.ndarray:
+        """``sample`` moved along the flow to ``timestep``: ``sigma * noise + (1 - sigma) * sample``
+        (image-to-image's start, inpainting's re-noised original), at diffusers' noise level."""
+        sigma = self.sigmas[self.noise_level_index(timestep)]
+        return (sigma * noise + (F32(1.0) - sigma) * sample).astype(F32)

@@ -116,6 +116,7 @@ DIFFUSERS_CALLS: dict[str, Callable] = {
     "AutoencoderKL": _vae,
     "AutoencoderKLCogVideoX": _vae,
     "AutoencoderKLWan": _vae,
+    "AutoencoderKLQwenImage": _vae,
     "AutoencoderDC": _deterministic_vae,
     "UNet2DConditionModel": _unet,
     "ControlNetModel": _controlnet,
