@@ -22,8 +22,12 @@ from mobius_text.testing import write_tiny_llama
 
 # ``mobius build`` whose writes pause after every tensor, so a signal lands mid-save.
 SLOW_BUILD = """
-import sys, time
+import signal, sys, time
 import onnx_ir
+
+# Ctrl-C at a terminal: a run started in the background of a script (as a CI job may be)
+# inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 original = onnx_ir.save
 
