@@ -118,7 +118,8 @@ def test_pipeline_record(tmp_path: Path) -> None:
     ]
     for file in files:
         assert file["sha256"] == sha256(source / file["name"]), file["name"]
-    assert record["options"]["plugin"] == {"skip_component": None}  # the pipeline's own option
+    # the pipeline's own options
+    assert record["options"]["plugin"] == {"skip_component": None, "ip_adapter": None}
     assert set(record["graphs"]) == {
         "text_encoder/model", "unet/model", "vae/encoder/model", "vae/decoder/model",
     }  # fmt: skip

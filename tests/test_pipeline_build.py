@@ -163,9 +163,9 @@ def test_runner_refusals(pipeline, tmp_path):
     assert main(["build", "--model", str(pipeline), str(out), "--quiet", "--no-weights"]) == 0
     index = json.loads((out / "model_index.json").read_text())
     # a pipeline class mobius does not run is refused, named
-    unknown = {**index, "_class_name": "KandinskyV22CombinedPipeline"}
+    unknown = {**index, "_class_name": "VQDiffusionPipeline"}
     (out / "model_index.json").write_text(json.dumps(unknown))
-    with pytest.raises(ConfigError, match="KandinskyV22CombinedPipeline"):
+    with pytest.raises(ConfigError, match="VQDiffusionPipeline"):
         open_pipeline(out)
     (out / "model_index.json").write_text(json.dumps({**index, "_class_name": "FluxPipeline"}))
     config = {"_class_name": "LMSDiscreteScheduler"}

@@ -32,6 +32,22 @@ CASES = {
         dict(use_exponential_sigmas=True, sigma_min=0.05, sigma_max=20.0),
         4,
     ),
+    # Stable Video Diffusion's (stabilityai/stable-video-diffusion-img2vid-xt): Karras sigmas
+    # between its bounds, v-prediction with continuous timesteps log(sigma) / 4
+    "euler-svd": (
+        "EulerDiscreteScheduler",
+        dict(
+            SD,
+            timestep_spacing="leading",
+            steps_offset=1,
+            use_karras_sigmas=True,
+            sigma_min=0.002,
+            sigma_max=700.0,
+            prediction_type="v_prediction",
+            timestep_type="continuous",
+        ),
+        4,
+    ),
     "ddim-sd": (
         "DDIMScheduler",
         dict(SD, clip_sample=False, set_alpha_to_one=False, steps_offset=1),
@@ -125,8 +141,10 @@ def test_unported_scheduler_is_refused():
 
 
 def test_unported_option_is_refused():
-    with pytest.raises(ConfigError, match="timestep_type='continuous'"):
-        load_scheduler({"_class_name": "EulerDiscreteScheduler", "timestep_type": "continuous"})
+    with pytest.raises(ConfigError, match="interpolation_type='log_linear'"):
+        load_scheduler(
+            {"_class_name": "EulerDiscreteScheduler", "interpolation_type": "log_linear"}
+        )
 
 
 def test_foreign_keys_are_ignored_as_diffusers_does():

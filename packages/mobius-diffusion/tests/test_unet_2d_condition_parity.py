@@ -54,7 +54,45 @@ CASES = {
     "mid-scale": dict(SD15, mid_block_scale_factor=2.0, layers_per_block=1),
     # Latent consistency models: the guidance-scale embedding through time_embedding.cond_proj.
     "lcm": dict(SD15, time_cond_proj_dim=6),
+    # Kandinsky 2.2 (unet/config.json as the hub holds it, scaled down): the image embedding as
+    # the context's 32 tokens and added to the time embedding; the simple blocks (keys and values
+    # of the context and the pixels; resnets that down/upsample); attention_head_dim a head width
+    "kandinsky22": dict(
+        in_channels=4,
+        out_channels=8,
+        down_block_types=[
+            "ResnetDownsampleBlock2D",
+            "SimpleCrossAttnDownBlock2D",
+            "SimpleCrossAttnDownBlock2D",
+        ],
+        up_block_types=[
+            "SimpleCrossAttnUpBlock2D",
+            "SimpleCrossAttnUpBlock2D",
+            "ResnetUpsampleBlock2D",
+        ],
+        mid_block_type="UNetMidBlock2DSimpleCrossAttn",
+        block_out_channels=[8, 16, 16],
+        layers_per_block=2,
+        encoder_hid_dim=10,
+        encoder_hid_dim_type="image_proj",
+        addition_embed_type="image",
+        cross_attention_dim=12,
+        attention_head_dim=4,
+        resnet_time_scale_shift="scale_shift",
+        norm_num_groups=4,
+    ),
 }
+# The simple blocks' GroupNorm of the context (diffusers' 32 groups), a mid-block scale
+CASES["kandinsky-cross-norm"] = dict(
+    CASES["kandinsky22"],
+    block_out_channels=[8, 16],
+    down_block_types=["SimpleCrossAttnDownBlock2D", "ResnetDownsampleBlock2D"],
+    up_block_types=["ResnetUpsampleBlock2D", "SimpleCrossAttnUpBlock2D"],
+    layers_per_block=1,
+    cross_attention_dim=32,
+    cross_attention_norm="group_norm",
+    mid_block_scale_factor=2.0,
+)
 LATENT = {"sd2": (9, 11), "options": (12, 10)}
 
 
@@ -69,6 +107,9 @@ def unet_inputs(case: str, timestep: np.ndarray) -> dict[str, np.ndarray]:
         "timestep": timestep,
         "encoder_hidden_states": rng.standard_normal((2, 7, 12)).astype(np.float32),
     }
+    if case.startswith("kandinsky"):  # the image embedding in place of the text
+        del inputs["encoder_hidden_states"]
+        inputs["image_embeds"] = rng.standard_normal((2, 10)).astype(np.float32)
     if case == "sdxl":
         inputs["text_embeds"] = rng.standard_normal((2, 10)).astype(np.float32)
         inputs["time_ids"] = np.array([[64, 48, 0, 8, 64, 64], [32, 32, 4, 0, 32, 32]], np.float32)
@@ -133,10 +174,17 @@ def test_unet_one_timestep_for_the_batch(tmp_path):
         dict(time_cond_proj_dim="8"),
         dict(only_cross_attention=[True, False, False]),
         dict(resnet_time_scale_shift="spatial"),
-        dict(mid_block_type="UNetMidBlock2DSimpleCrossAttn"),
-        dict(
-            down_block_types=["SimpleCrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"]
-        ),
+        dict(mid_block_type="UNetMidBlock2D"),
+        dict(down_block_types=["AttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"]),
+        dict(encoder_hid_dim=10),  # diffusers' text_proj
+        dict(encoder_hid_dim=10, encoder_hid_dim_type="text_image_proj"),
+        dict(encoder_hid_dim_type="image_proj"),  # no encoder_hid_dim
+        dict(addition_embed_type="image", encoder_hid_dim=10),  # no image_proj
+        dict(cross_attention_norm="layer_norm"),
+        dict(cross_attention_norm="group_norm"),  # 12 text channels: not 32 groups
+        dict(resnet_skip_time_act=True),
+        dict(resnet_out_scale_factor=2.0),
+        dict(mid_block_only_cross_attention=True),
         dict(act_fn="mish"),
     ],
 )

@@ -18,11 +18,11 @@ from text_encoder_parity_cases import CASES, save_random_model
 from transformers import AutoConfig
 
 from mobius.cli import main
-from mobius.testing import PARITY_ATOL, build_with_cli, perturb_parameters
+from mobius.testing import PARITY_ATOL, assert_smoke_passes, build_with_cli, perturb_parameters
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_text_encoder_parity(case, tmp_path):
+def test_text_encoder_parity(case, tmp_path, monkeypatch):
     """Right padding (Sana's and Lumina 2's tokenizers) and left padding (CogView4's)."""
     import onnxruntime as ort
 
@@ -37,6 +37,8 @@ def test_text_encoder_parity(case, tmp_path):
         diffs = compare_text_encoder(model, session, [7, 4], seed=1, side=side)
         assert set(diffs) == expected
         assert max(diffs.values()) <= PARITY_ATOL, (side, diffs)
+    if case == "mistral3_text":  # torch-free --validate: a VLM keeps vocab_size in text_config
+        assert_smoke_passes(out, tmp_path / "hf", monkeypatch, tmp_path / "copy")
 
 
 def test_a_bare_model_folder_builds_as_a_text_encoder(tmp_path):
@@ -82,7 +84,9 @@ def test_hidden_states_is_refused_for_a_causal_lm_build(tmp_path, capsys):
         ["build", "--model", str(tmp_path / "hf"), str(tmp_path / "out"), "--hidden-states", "-2"]
     )
     err = capsys.readouterr().err.strip()
-    assert code != 0 and "--hidden-states applies to text-encoder models" in err, err
+    assert (
+        code != 0 and "--hidden-states applies to text-encoder and image-text-encoder models" in err
+    ), err
 
 
 def test_validate_compares_every_output_with_transformers(bare_llama, tmp_path, capsys):
@@ -159,3 +163,35 @@ def test_checkpoint_layouts_map_to_the_graph_names():
         "visual.merger.c",
     }
     assert {"lm_head.weight", "visual.*"} <= set(vl.ignored)
+
+
+def test_mistral3_layouts_map_to_the_graph_names_and_ministral3_is_refused():
+    """Mistral 3 saved (``language_model.model.``) and in memory (``model.language_model.``)
+    reach ``model.*``; the vision tower, projector and head are ignored by name. A Ministral 3
+    language model (position-scaled queries) is refused, not built as a Mistral."""
+    from transformers import AutoConfig
+
+    from mobius.errors import ConfigError
+    from mobius_text.models.text_encoders import Mistral3TextEncoder, Mistral3TextEncoderConfig
+
+    fields = dict(vocab_size=8, hidden_size=8, intermediate_size=8, num_hidden_layers=1)
+    fields.update(num_attention_heads=2, num_key_value_heads=1, head_dim=4)
+    hf_config = AutoConfig.for_model("mistral3", text_config=dict(fields, model_type="mistral"))
+    config = Mistral3TextEncoderConfig.from_hf(hf_config)
+    assert (config.model_type, config.num_hidden_layers) == ("mistral", 1)
+    encoder = Mistral3TextEncoder(config)
+    saved = ["language_model.model.layers.0.a", "language_model.lm_head.weight"]
+    in_memory = ["model.language_model.norm.weight", "lm_head.weight"]
+    parts = ["vision_tower.x", "model.vision_tower.y", "model.multi_modal_projector.z"]
+    assert set(encoder.sanitize(dict.fromkeys([*saved, *in_memory, *parts]))) == {
+        "model.layers.0.a",
+        "model.norm.weight",
+        "lm_head.weight",
+        "vision_tower.x",
+        "vision_tower.y",
+        "multi_modal_projector.z",
+    }
+    assert {"lm_head.weight", "vision_tower.*", "multi_modal_projector.*"} <= set(encoder.ignored)
+    ministral = AutoConfig.for_model("mistral3", text_config=dict(fields, model_type="ministral3"))
+    with pytest.raises(ConfigError, match="this text_config is a 'ministral3'"):
+        Mistral3TextEncoderConfig.from_hf(ministral)

@@ -32,6 +32,17 @@ QWEN2_5_VL_VISION = dict(
     fullatt_block_indexes=[0],
 )
 
+MISTRAL3_VISION = dict(
+    model_type="pixtral",
+    hidden_size=16,
+    intermediate_size=24,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    head_dim=8,
+    patch_size=4,
+    image_size=16,
+)
+
 
 def case(model_type, overrides, model_class, hidden_states, states, saved=None, options=()):
     """A case: ``--hidden-states hidden_states`` must give the outputs ``hidden_states.{i}``
@@ -42,6 +53,22 @@ def case(model_type, overrides, model_class, hidden_states, states, saved=None, 
         states=states,
     )
     return model_type, overrides, dict(spec, saved=saved or model_class)
+
+
+def mistral3_case(*options):
+    """A Mistral 3 (Pixtral vision tower, projector, an untied head) saved whole and built as
+    ``Mistral3TextModel``; a window of 3 tokens exercised."""
+    text = dict(TINY, model_type="mistral", sliding_window=3, tie_word_embeddings=False)
+    overrides = dict(text_config=text, vision_config=MISTRAL3_VISION, image_token_index=1)
+    return case(
+        "mistral3",
+        dict(overrides, tie_word_embeddings=False),
+        "Mistral3TextModel",
+        "0,1,-1",
+        (0, 1, 2),
+        saved="Mistral3ForConditionalGeneration",
+        options=["--model-type", "Mistral3TextModel", *options],
+    )
 
 
 CASES = {
@@ -71,6 +98,9 @@ CASES = {
         saved="Qwen2_5_VLForConditionalGeneration",
         options=["--model-type", "Qwen2_5_VLTextModel"],
     ),
+    # Flux.2's text encoder: the whole Mistral 3 checkpoint, its language model built alone.
+    "mistral3_text": mistral3_case(),
+    "mistral3_text_ep_cpu": mistral3_case("--ep", "cpu"),
     "qwen2": case("qwen2", {}, "Qwen2Model", "-1", (2,)),
     "qwen3": case("qwen3", {}, "Qwen3Model", "-2", (1,)),
     "qwen3_ep_cpu": case("qwen3", {}, "Qwen3Model", "-2", (1,), options=["--ep", "cpu"]),

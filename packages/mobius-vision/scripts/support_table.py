@@ -101,6 +101,19 @@ KITS += (
     ),
 )
 
+KITS += (
+    (
+        "image-text-encoder",
+        "test_qwen2_5_vl_text_encoder_parity.py",
+        "test_qwen2_5_vl_image_text_encoder_parity",
+        "test_qwen2_5_vl_text_encoder_parity:CASES",
+        "Image-text encoders (a diffusion pipeline's text encoder that reads images)",
+        "fp32, max abs difference ≤ 1e-4 on last_hidden_state and the selected hidden_states "
+        "at the real tokens of two prompts with images of two sizes, padded on the right and "
+        "on the left, --ep default and cpu",
+    ),
+)
+
 #: The dense-prediction contracts (issue 25): each kit's cases name a model_type, and an
 #: architecture class as ``model_class`` where mobius registers the head under it (BEiT's
 #: segmentation head beside its classifier).

@@ -1,11 +1,11 @@
 """Pipeline components that are decoder LLMs used as text encoders, and the states each pipeline reads.
 
-Sana, Lumina 2, CogView4, Z-Image, HunyuanVideo, HiDream and Qwen-Image condition on
-a decoder's token states. mobius-text builds such a component with its
+Sana, Lumina 2, CogView4, Z-Image, HunyuanVideo, HiDream, Qwen-Image and Flux.2
+condition on a decoder's token states. mobius-text builds such a component with its
 ``text-encoder`` task (registration keys ``Gemma2Model``, ``LlamaModel``,
-``Qwen3Model``, ``GlmModel``, ``Qwen2_5_VLTextModel``): the last state is always an
-output (``last_hidden_state``), and ``--hidden-states`` adds the layers a pipeline
-reads instead (``hidden_states.{i}``). :func:`text_encoder_key` maps the class a
+``Qwen3Model``, ``GlmModel``, ``Qwen2_5_VLTextModel``, ``Mistral3TextModel``): the
+last state is always an output (``last_hidden_state``), and ``--hidden-states`` adds
+the layers a pipeline reads instead (``hidden_states.{i}``). :func:`text_encoder_key` maps the class a
 ``model_index.json`` names to that key; :func:`component_plugin` gives each
 component's build its ``--hidden-states``, from :data:`PIPELINE_HIDDEN_STATES` by
 the pipeline's ``_class_name`` unless the user chose one.
@@ -26,6 +26,15 @@ TEXT_ENCODER_CLASSES = {
     "Gemma2PreTrainedModel": "Gemma2Model",  # the class Sana's pipeline annotates
     "LlamaForCausalLM": "LlamaModel",  # HiDream's text_encoder_4
     "Qwen2_5_VLForConditionalGeneration": "Qwen2_5_VLTextModel",  # Qwen-Image
+    "Qwen3ForCausalLM": "Qwen3Model",  # Flux.2 Klein
+    "Mistral3ForConditionalGeneration": "Mistral3TextModel",  # Flux.2
+}
+
+#: Pipelines whose decoder text encoder reads the prompt with its images: the class -> key
+#: it builds as there instead (Qwen-Image Edit's Qwen2.5-VL reads the input image through
+#: its vision tower: mobius-vision's image-text encoder).
+PIPELINE_TEXT_ENCODER_CLASSES = {
+    "QwenImageEditPipeline": {"Qwen2_5_VLForConditionalGeneration": "Qwen2_5_VLModel"},
 }
 
 _LAST = None  # the last state only: last_hidden_state, no extra output
@@ -45,13 +54,17 @@ PIPELINE_HIDDEN_STATES: dict[str, str | None] = {
     "ZImageInpaintPipeline": "-2",
     "HunyuanVideoPipeline": "-3",  # num_hidden_layers_to_skip=2
     "HiDreamImagePipeline": "all",  # every layer's output, hidden_states[1:]
+    "Flux2KleinPipeline": "9,18,27",  # stacked per token
+    "Flux2Pipeline": "10,20,30",  # stacked per token
 }
 
 
-def text_encoder_key(class_name: str) -> str:
+def text_encoder_key(class_name: str, pipeline_class: str | None = None) -> str:
     """The registry key a pipeline component class builds as: mapped if a decoder saved as
-    another class (:data:`TEXT_ENCODER_CLASSES`), else the class name itself."""
-    return TEXT_ENCODER_CLASSES.get(class_name, class_name)
+    another class (:data:`PIPELINE_TEXT_ENCODER_CLASSES` for ``pipeline_class``, then
+    :data:`TEXT_ENCODER_CLASSES`), else the class name itself."""
+    by_pipeline = PIPELINE_TEXT_ENCODER_CLASSES.get(pipeline_class, {})
+    return by_pipeline.get(class_name) or TEXT_ENCODER_CLASSES.get(class_name, class_name)
 
 
 def component_plugin(plugin: dict, task: str, pipeline_class, component: str) -> dict:

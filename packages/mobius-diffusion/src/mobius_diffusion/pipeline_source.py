@@ -21,13 +21,15 @@ of one) holds ``model_index.json``, which maps each component name to its
 A component whose value is ``null`` (or ``[null, null]``) is absent and skipped;
 any other component mobius neither builds nor copies is an error naming it, never
 skipped silently: ``--skip-component NAME`` (build option ``skip_component``)
-leaves it out on purpose (a safety checker). The package is saved atomically like
+leaves it out on purpose (a safety checker). A component whose weights another one
+already holds is left out by rule, and a warning says so (:data:`FOLDED_COMPONENTS`). The package is saved atomically like
 any other (:class:`mobius.ModelPackage`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,8 +40,16 @@ from mobius_diffusion.decoder_text_encoders import (
     component_plugin,
     text_encoder_key,
 )
+from mobius_diffusion.ip_adapter_pipeline import (
+    IP_ADAPTER_COMPONENT,
+    build_image_projection,
+    check_ip_adapter_plan,
+    ip_adapter_plugin,
+)
 from mobius_diffusion.source import LEGACY_CLASSES, component_class
 from mobius_diffusion.unet_residuals import residuals_plugin
+
+logger = logging.getLogger("mobius")
 
 INDEX = "model_index.json"
 
@@ -56,6 +66,14 @@ COPIED_SUFFIXES = (
     "Processor",
     "Scheduler",
 )
+
+#: Components whose weights another component holds, left out of the build by rule (a
+#: warning names each): name -> (the component holding them, the class it must be). The
+#: AnimateDiff pipelines save the ``motion_adapter`` their ``unet`` was made from; when the
+#: unet is a ``UNetMotionModel`` it holds the motion modules, and diffusers runs the unet's
+#: copy and reads nothing of the adapter (it merges the adapter only into a 2-D UNet at
+#: load, which mobius refuses).
+FOLDED_COMPONENTS = {"motion_adapter": ("unet", "UNetMotionModel")}
 
 #: transformers 5's tokenizer base classes, which a pipeline saved with a generic tokenizer names.
 TOKENIZER_BACKENDS = (
@@ -74,6 +92,7 @@ HUB_PIPELINE_PATTERNS = (
     "*/*.json",  # config.json, scheduler_config.json, tokenizer files, weight indexes
     "*/*.txt",  # merges.txt, vocab.txt
     "*/*.model",  # spiece.model
+    "*/*.jinja",  # chat_template.jinja (Flux.2 Klein's prompt goes through it)
     "*/*.safetensors",
 )
 
@@ -130,7 +149,9 @@ def pipeline_components(index: dict) -> dict[str, tuple[str | None, str]]:
     return components
 
 
-def component_key(registry, component_dir: Path, class_name: str) -> str | None:
+def component_key(
+    registry, component_dir: Path, class_name: str, pipeline_class: str | None = None
+) -> str | None:
     """The registry key a model component builds as, or None when it is not a model mobius builds.
 
     Its class name first (diffusers classes, ``T5EncoderModel``; a legacy
@@ -141,7 +162,7 @@ def component_key(registry, component_dir: Path, class_name: str) -> str | None:
     config = component_dir / "config.json"
     if class_name in LEGACY_CLASSES and config.is_file():
         class_name = component_class(class_name, read_json(config))
-    class_name = text_encoder_key(class_name)  # a decoder saved as its causal LM or VLM
+    class_name = text_encoder_key(class_name, pipeline_class)  # a decoder saved as its LM or VLM
     if class_name in registry:
         return class_name
     if config.is_file():
@@ -153,6 +174,29 @@ def component_key(registry, component_dir: Path, class_name: str) -> str | None:
 
 def _copied(class_name: str) -> bool:
     return class_name.endswith(COPIED_SUFFIXES) or class_name in TOKENIZER_BACKENDS
+
+
+def _folded(name: str, components: dict[str, tuple[str | None, str]]) -> bool:
+    """Whether component ``name`` is left out because another holds its weights (said in a
+    warning); ConfigError when the holder is not of the class that holds them."""
+    if name not in FOLDED_COMPONENTS:
+        return False
+    holder, holder_class = FOLDED_COMPONENTS[name]
+    found = components.get(holder, (None, None))[1]
+    if found != holder_class:
+        raise ConfigError(
+            f"pipeline component {name!r} is merged into a {found} {holder!r} when diffusers "
+            f"loads the pipeline; mobius builds it only as part of a {holder_class} {holder!r} "
+            "(save the pipeline after loading it in diffusers)"
+        )
+    logger.warning(
+        "pipeline component %r left out: its weights are those of %r (a %s), which the "
+        "pipeline runs",
+        name,
+        holder,
+        holder_class,
+    )
+    return True
 
 
 @dataclass
@@ -199,14 +243,14 @@ class PipelineSource(Source):
             )
         plan: dict[str, str | None] = {}  # component -> registry key, or None: copied
         for name, (library, class_name) in sorted(components.items()):
-            if name in skip:
+            if name in skip or _folded(name, components):
                 continue
             component_dir = model_dir / name
             if not component_dir.is_dir():
                 raise ModelSourceError(
                     f"pipeline component {name!r} ({class_name}) has no directory {component_dir}"
                 )
-            key = component_key(registry, component_dir, class_name)
+            key = component_key(registry, component_dir, class_name, index.get("_class_name"))
             if key is None and not _copied(class_name):
                 raise ConfigError(
                     f"pipeline component {name!r} is a {library or '?'}.{class_name}, which mobius "
@@ -217,6 +261,7 @@ class PipelineSource(Source):
         if not any(key is not None for key in plan.values()):
             raise ConfigError(f"pipeline {model_dir} has no component that mobius builds")
         check_hidden_states(plugin, (registry.get(k).task for k in plan.values() if k), model_dir)
+        ip_adapter = check_ip_adapter_plan(plugin, {n for n, k in plan.items() if k})
 
         package = ModelPackage(models={}, config=index, task="pipeline")
         package.extra_files[INDEX] = model_dir / INDEX
@@ -231,6 +276,7 @@ class PipelineSource(Source):
                 plugin, registry.get(key).task, index.get("_class_name"), name
             )
             part_plugin = residuals_plugin(part_plugin, name, {n for n, k in plan.items() if k})
+            part_plugin = ip_adapter_plugin(part_plugin, name)
             part_options = dataclasses.replace(options, model_type=key, plugin=part_plugin)
             try:
                 part = open_source(component_dir, part_options, registry).build(
@@ -244,6 +290,15 @@ class PipelineSource(Source):
                 package.extra_files[f"{name}/{file}"] = path
             for file, text in part.text_files.items():
                 package.text_files[f"{name}/{file}"] = text
+        if ip_adapter is not None:  # the adapter's image projection, a component of its own
+            try:
+                part = build_image_projection(ip_adapter, options, registry)
+            except MobiusError as exc:
+                raise type(exc)(f"--ip-adapter {ip_adapter.name}: {exc}") from exc
+            for graph, model in part.models.items():
+                package.models[f"{IP_ADAPTER_COMPONENT}/{graph}"] = model
+            for file, text in part.text_files.items():
+                package.text_files[f"{IP_ADAPTER_COMPONENT}/{file}"] = text
         return package
 
 

@@ -35,15 +35,20 @@ PIPELINE_HELP = (
 )
 
 RUNNER_HELP = (
-    "A diffusion pipeline package (model_index.json: Stable Diffusion 1.x/2.x, SDXL,\n"
-    "SD3, Flux, PixArt-alpha/sigma, DiT) turns PROMPT into an image written to --output,\n"
-    "from the noise of --seed over --steps scheduler steps; a DiT package takes an\n"
-    'ImageNet class: PROMPT names it, or --class-label N with PROMPT "". A Wan package\n'
-    "(text to video) makes --frames frames, written as an animated .webp or .gif, or as\n"
-    "PNG frames when --output is a directory. A ControlNet or T2I-Adapter package\n"
-    "follows --control-image. An image-to-image package redraws --image (--strength: how\n"
-    "far); an inpainting one repaints it where --mask-image is white (mobius-diffusion;\n"
-    "pip install mobius-diffusion[run])."
+    "A diffusion pipeline package (model_index.json: Stable Diffusion 1.x/2.x, SDXL, SD3,\n"
+    "Flux.1/2, PixArt, Sana, Qwen-Image, HiDream, Z-Image, Kandinsky, Stable Cascade...;\n"
+    "mobius-diffusion's SUPPORT.md lists them) turns PROMPT into an image written to\n"
+    "--output, from the noise of --seed over --steps scheduler steps; a DiT package takes an\n"
+    'ImageNet class: PROMPT names it, or --class-label N with PROMPT ""; a DDPM package\n'
+    'draws an unconditional image, with PROMPT "". A video package (Wan, LTX-Video,\n'
+    "HunyuanVideo, CogVideoX, Mochi, AnimateDiff) makes --frames frames, written as an\n"
+    "animated .webp or .gif, or as PNG frames when --output is a directory; an image-to-video\n"
+    "one (SVD, Wan I2V) starts from --image. A ControlNet or T2I-Adapter package follows\n"
+    "--control-image; an IP-Adapter one --ip-adapter-image. An image-to-image package redraws\n"
+    "--image (--strength: how far); an inpainting one repaints it where --mask-image is white;\n"
+    "an edit package (Flux Kontext, Qwen-Image Edit) edits --image as PROMPT says.\n"
+    "--vae-tiling decodes large images in tiles (mobius-diffusion; pip install\n"
+    "mobius-diffusion[run])."
 )
 
 
@@ -109,7 +114,48 @@ def register_slice(registry) -> None:
             package=PACKAGE,
         )
     )
+    registry.register_option(
+        CliOption(
+            "build",
+            "ip_adapter",
+            ("--ip-adapter",),
+            dict(
+                default=None,
+                metavar="FILE",
+                help="an IP-Adapter .safetensors file (plain or Full; ip-adapter_sd15, "
+                "ip-adapter_sdxl...): a UNet2DConditionModel gets its image cross-attention "
+                "(inputs ip_adapter_image_embeds, ip_adapter_scale; its ip_adapter.* tensors); "
+                "a whole SD/SDXL pipeline also builds its image projection into ip_adapter/ "
+                "(its image_proj.* tensors). Example: mobius build --model sd15/ out/ "
+                "--ip-adapter ip-adapter_sd15.safetensors",
+            ),
+            tasks=("pipeline", "denoising"),
+            group=GROUP,
+            package=PACKAGE,
+        )
+    )
     for dest, flags, kwargs in (
+        (
+            "ip_adapter_image",
+            ("--ip-adapter-image",),
+            dict(
+                default=None,
+                metavar="FILE",
+                help="packages built with --ip-adapter: the image prompt, which the image "
+                "follows beside the text",
+            ),
+        ),
+        (
+            "ip_adapter_scale",
+            ("--ip-adapter-scale",),
+            dict(
+                type=float,
+                default=None,
+                metavar="S",
+                help="packages built with --ip-adapter: how strongly the image prompt steers, "
+                "0 to 1 and more (default 1.0)",
+            ),
+        ),
         (
             "steps",
             ("--steps",),
@@ -189,7 +235,21 @@ def register_slice(registry) -> None:
                 type=int,
                 default=None,
                 metavar="N",
-                help="video packages (Wan): the number of frames, 4k+1 (default 81)",
+                help="video packages: the number of frames (Wan, CogVideoX, HunyuanVideo: 4k+1, "
+                "default 81, 49, 129; LTX-Video: 8k+1, default 161; AnimateDiff and SVD: any, "
+                "default 16, 14)",
+            ),
+        ),
+        (
+            "vae_tiling",
+            ("--vae-tiling",),
+            dict(
+                action="store_true",
+                default=False,
+                help="decode the latents in overlapping tiles, blended at the seams, as "
+                "diffusers' vae.enable_tiling(): memory follows the tile, not the image or "
+                "video frame (AutoencoderKL, CogVideoX, Wan and Qwen-Image VAEs); the seams "
+                "differ slightly from a whole decode",
             ),
         ),
         (

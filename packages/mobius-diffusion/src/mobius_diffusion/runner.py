@@ -33,6 +33,17 @@ def run_image_cli(package_dir: str | os.PathLike, prompt: str, options: dict) ->
     video = makes_video(package_dir, options)  # --frames/--fps on an image package: refused
     pipe = open_pipeline(package_dir, threads=options.get("threads"))
     pipe.progress = True
+    if options.get("vae_tiling"):
+        from mobius_diffusion.tiling import tile_plan
+
+        if not (pipe.package_dir / "vae" / "config.json").is_file():  # Kandinsky's movq...
+            raise ConfigError(
+                f"--vae-tiling: a {pipe.index.get('_class_name')} decodes with no vae component; "
+                "tiled decodes are for pipelines whose vae is an AutoencoderKL, "
+                "AutoencoderKLCogVideoX, AutoencoderKLWan or AutoencoderKLQwenImage"
+            )
+        tile_plan(pipe.config("vae"))  # a VAE without a tiled decode: refused before denoising
+        pipe.vae_tiling = True
     call = {"num_inference_steps": options.get("steps", 20), "seed": options.get("seed")}
     if options.get("guidance_scale") is not None:
         call["guidance_scale"] = options["guidance_scale"]
@@ -46,12 +57,16 @@ def run_image_cli(package_dir: str | os.PathLike, prompt: str, options: dict) ->
         call["negative_prompt"] = options["negative_prompt"]
     _image_inputs(pipe, options, call)
     _control_inputs(pipe, options, call)
+    _ip_adapter_inputs(pipe, options, call)
     if video:  # a video package (Wan): frames to an animated WebP or a folder of PNGs
         if options.get("frames") is not None:
             call["num_frames"] = options["frames"]
         output = options.get("output_file") or "video.webp"
         fps = options.get("fps")
-        write_video(pipe(**call)[0], output, DEFAULT_FPS if fps is None else fps)
+        if fps is not None and "fps" in inspect.signature(pipe.__call__).parameters:
+            call["fps"] = fps  # a runner conditioned on it (SVD) makes what it is played at
+        default = getattr(pipe, "default_fps", DEFAULT_FPS)
+        write_video(pipe(**call)[0], output, default if fps is None else fps)
         print(f"wrote {output}")
         return 0
     image = to_pil(pipe(**call))[0]
@@ -118,6 +133,28 @@ def _image_inputs(pipe, options: dict, call: dict) -> None:
     sized = "height" in inspect.signature(pipe.__call__).parameters  # inpainting resizes
     if takes and not sized and ("height" in call or "width" in call):
         raise ConfigError(f"a {kind} keeps the size of its --image; --height/--width do not apply")
+
+
+def _ip_adapter_inputs(pipe, options: dict, call: dict) -> None:
+    """``--ip-adapter-image`` and ``--ip-adapter-scale`` into ``call`` for a package built
+    with ``--ip-adapter``; refused for other packages, and asked for where it is one."""
+    from mobius_diffusion.pipelines.ip_adapter import IPAdapterMixin
+
+    image, scale = options.get("ip_adapter_image"), options.get("ip_adapter_scale")
+    if not isinstance(pipe, IPAdapterMixin):
+        if image is not None or scale is not None:
+            raise ConfigError(
+                f"--ip-adapter-image and --ip-adapter-scale are for packages built with "
+                f"--ip-adapter; {pipe.package_dir} is not one"
+            )
+        return
+    if image is None:
+        raise ConfigError(
+            "an IP-Adapter package draws from an image prompt: give --ip-adapter-image FILE"
+        )
+    call["ip_adapter_image"] = image
+    if scale is not None:
+        call["ip_adapter_scale"] = scale
 
 
 def _control_inputs(pipe, options: dict, call: dict) -> None:

@@ -16,10 +16,13 @@ Dynamic axes are named: ``batch``, ``height``/``width`` (pixels),
     ``latent_parameters`` [batch, 2 * latent_channels, latent_height, latent_width]
     (the mean and log-variance of the latent distribution, concatenated on the
     channels, before any scaling factor), or ``latent`` [batch, latent_channels,
-    latent_height, latent_width] for an autoencoder with no distribution (the DC-AE:
-    the latent itself, before any scaling factor); ``decoder/model.onnx``: ``latent_sample``
+    latent_height, latent_width] for an autoencoder with no distribution (the DC-AE,
+    TAESD: the latent itself, before any scaling factor); ``decoder/model.onnx``: ``latent_sample``
     [batch, latent_channels, latent_height, latent_width] -> ``sample``. A video VAE
-    adds a ``frames`` axis after the channels.
+    adds a ``frames`` axis after the channels. Flux.2's adds ``bn/model.onnx``: no
+    inputs -> ``running_mean``, ``running_var`` (its patchified latents' statistics).
+    LTX-Video's decoder may add ``timestep`` [batch] and ``noise.{i}``; its VAE adds
+    ``latents/model.onnx``: no inputs -> ``mean``, ``std`` (its ``latents_mean``/``_std``).
 
 ``denoising`` (:class:`DenoisingTask`), the UNet or transformer of a pipeline:
     ``model.onnx``: ``sample`` (UNet) or ``hidden_states`` (transformers), ``timestep``
@@ -28,9 +31,11 @@ Dynamic axes are named: ``batch``, ``height``/``width`` (pixels),
     -> ``out_sample`` (UNet) or ``out_hidden_states`` (transformers).
 
 ``controlnet`` (:class:`ControlNetTask`):
-    ``model.onnx``: the UNet's inputs plus ``controlnet_cond`` (and
-    ``conditioning_scale``) -> ``down_block_res_samples.{i}`` and
-    ``mid_block_res_sample``, the residuals the UNet adds.
+    ``model.onnx``: the denoiser's inputs plus ``controlnet_cond`` (and
+    ``conditioning_scale``) -> the residuals the denoiser adds: a UNet's
+    ``down_block_res_samples.{i}`` and ``mid_block_res_sample``; a transformer's
+    ``controlnet_block_samples.{i}`` (one per ControlNet block, image tokens) and
+    Flux's ``controlnet_single_block_samples.{i}``.
 
 ``adapter`` (:class:`AdapterTask`): a T2I-Adapter (``condition`` image ->
     ``features.{i}``, one per UNet resolution) or an IP-Adapter image projection
@@ -41,6 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import onnx_ir as ir
 
@@ -112,24 +118,48 @@ class VAETask(DiffusionComponentTask):
     name = "vae"
     contract = {
         "encoder/model": (frozenset({"sample"}), frozenset({"latent_parameters", "latent"})),
-        "decoder/model": (frozenset({"latent_sample"}), frozenset({"sample"})),
+        # LTX-Video 0.9.1+'s decoder takes a decode timestep (and noise.{i}, if it injects noise)
+        "decoder/model": (frozenset({"latent_sample", "timestep"}), frozenset({"sample"})),
+        # LTX-Video's latent statistics, which its pipelines read (no inputs)
+        "latents/model": (frozenset(), frozenset({"mean", "std"})),
+        # Flux.2's latent batch-norm statistics, which its pipelines read (no inputs)
+        "bn/model": (frozenset(), frozenset({"running_mean", "running_var"})),
     }
 
 
 #: The build option (``--unet-residuals``) giving a UNet a ControlNet's or a T2I-Adapter's inputs.
 UNET_RESIDUALS_OPTION = "unet_residuals"
 UNET_RESIDUALS = ("controlnet", "adapter")
+#: The build option (``--ip-adapter FILE``) giving a UNet an IP-Adapter's image attention.
+IP_ADAPTER_OPTION = "ip_adapter"
 
 
 class DenoisingTask(DiffusionComponentTask):
-    """The denoiser's one graph; its conditioning inputs are the family's."""
+    """The denoiser's graph; its conditioning inputs are the family's. A prior (``PriorTransformer``)
+    adds ``post_process/model``: its final ``latents`` -> ``image_embeds``."""
 
     name = "denoising"
-    contract = {"model": (None, frozenset({"out_sample", "out_hidden_states"}))}
+    contract = {
+        "model": (None, frozenset({"out_sample", "out_hidden_states"})),
+        "post_process/model": (frozenset({"latents"}), frozenset({"image_embeds"})),
+    }
 
     def configure(self, config, options, source):
-        """Apply ``--unet-residuals`` (a UNet's config field ``residuals``)."""
+        """Apply ``--unet-residuals`` and ``--ip-adapter`` (a UNet's config fields
+        ``residuals`` and ``ip_adapter``)."""
         config = super().configure(config, options, source)
+        ip_adapter = options.plugin.get(IP_ADAPTER_OPTION)
+        if ip_adapter is not None:
+            from mobius_diffusion.models._ip_adapter_attention import check_ip_adapter
+
+            if source.entry.key != "UNet2DConditionModel":
+                raise ConfigError(
+                    f"--ip-adapter applies to UNet2DConditionModel; {source.entry.key} is not one"
+                )
+            if not Path(ip_adapter).is_file():
+                raise ConfigError(f"--ip-adapter {ip_adapter}: no such file")
+            check_ip_adapter(config)
+            config = replace(config, ip_adapter=str(ip_adapter))
         residuals = options.plugin.get(UNET_RESIDUALS_OPTION)
         if residuals is None:
             return config
@@ -145,12 +175,13 @@ class DenoisingTask(DiffusionComponentTask):
 
 
 class ControlNetTask(DiffusionComponentTask):
-    """The ControlNet's one graph: residuals for the UNet's down blocks and mid block."""
+    """The ControlNet's one graph: residuals for the UNet's down blocks and mid block, or for a
+    transformer's blocks."""
 
     name = "controlnet"
-    contract = {
-        "model": (None, frozenset({"mid_block_res_sample"}))
-    }  # + down_block_res_samples.{i}
+    # + down_block_res_samples.{i} (UNet), controlnet_block_samples.{i} (transformers),
+    # controlnet_single_block_samples.{i} (Flux)
+    contract = {"model": (None, frozenset({"mid_block_res_sample"}))}
 
 
 class AdapterTask(DiffusionComponentTask):

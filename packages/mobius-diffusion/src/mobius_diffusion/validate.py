@@ -23,7 +23,9 @@ import numpy as np
 import mobius.validate
 from mobius.errors import MobiusError
 from mobius.validate import ValidationReport, smoke_report
+from mobius_diffusion.pipelines.ip_adapter import IP_ADAPTER_COMPONENT
 from mobius_diffusion.samples import axis_sizes, component_config, feeds_as_torch, sample_feeds
+from mobius_diffusion.tasks import IP_ADAPTER_OPTION
 from mobius_diffusion.testing._references import DIFFUSERS_CALLS
 
 #: What the report's note says of the diffs.
@@ -86,7 +88,10 @@ def validate_pipeline(package_dir: Path, source: Path, record: dict, reference: 
             raise MobiusError(f"--validate: no validator for {component}'s {entry.get('task')!r}")
         part = dict(record, task=entry["task"], models=[entry])
         validate = load(info.validate)
-        result = validate(package_dir / component, source / component, part, reference)
+        part_source = source / component
+        if component == IP_ADAPTER_COMPONENT:  # built from the --ip-adapter file
+            part_source = Path(_ip_adapter_file(record))
+        result = validate(package_dir / component, part_source, part, reference)
         report.diffs.update({f"{component}/{k}": v for k, v in result.diffs.items()})
         checked.append(f"{component}: {result.checked}")
         references.append(f"{component}: {result.reference}" if result.reference else None)
@@ -98,6 +103,12 @@ def validate_pipeline(package_dir: Path, source: Path, record: dict, reference: 
     report.reference = "; ".join(references) if all(references) else None
     report.note = "; ".join(f"{', '.join(names)}: {note}" for note, names in notes.items())
     return report
+
+
+def _ip_adapter_file(record: dict) -> str | None:
+    """The ``--ip-adapter`` file of the build the record describes, or None."""
+    plugin = (record.get("options") or {}).get("plugin") or {}
+    return plugin.get(IP_ADAPTER_OPTION)
 
 
 def _components(record: dict):
@@ -158,12 +169,13 @@ def _checked(class_name: str, config, sessions: dict) -> str:
 
 def _load_diffusers(class_name: str, source: Path, record: dict):
     """The component as diffusers reads it, float32, eval; and the report's name for it."""
-    import diffusers
     import torch
+
+    from mobius_diffusion.testing._references import diffusers_class
 
     if Path(source).is_file():  # a lone IP-Adapter file: diffusers' own converter reads it
         return _diffusers_image_projection(source), "diffusers' IP-Adapter image projection"
-    model_class = getattr(diffusers, class_name)  # a registered key, not any name from a file
+    model_class = diffusers_class(class_name)  # a registered key, not any name from a file
     pickle = bool((record.get("options") or {}).get("allow_pickle"))
     try:
         model = model_class.from_pretrained(
@@ -174,6 +186,14 @@ def _load_diffusers(class_name: str, source: Path, record: dict):
             f"--validate: diffusers' {class_name} cannot load {source}: "
             f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
         ) from None
+    adapter = _ip_adapter_file(record)
+    if adapter is not None and class_name == "UNet2DConditionModel":  # built with --ip-adapter
+        from safetensors.torch import load_file
+
+        from mobius_diffusion.testing._references import load_ip_adapter_attention
+
+        load_ip_adapter_attention(model, load_file(str(adapter)))
+        return model.eval(), f"diffusers {class_name} with the IP-Adapter of {Path(adapter).name}"
     return model.eval(), f"diffusers {class_name}"
 
 

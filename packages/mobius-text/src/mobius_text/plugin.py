@@ -44,14 +44,15 @@ def register_slice(registry) -> None:
                 default=None,
                 metavar="I,J|all",
                 help="decoders built as text encoders (config.json architectures LlamaModel, "
-                "Gemma2Model, Qwen2Model, Qwen3Model or GlmModel; a causal LM or a Qwen2.5-VL "
-                "folder with --model-type LlamaModel... or Qwen2_5_VLTextModel): also output "
+                "Gemma2Model, Qwen2Model, Qwen3Model or GlmModel; a causal LM, a Qwen2.5-VL or a "
+                "Mistral 3 folder with --model-type LlamaModel..., Qwen2_5_VLTextModel or "
+                "Mistral3TextModel): also output "
                 "transformers' hidden_states[I] as hidden_states.I (0: the embeddings, the "
                 "layer count: the last state; a negative I counts from the end, the output "
                 "named by the index it resolves to), or all of them. Example: mobius build "
                 "--model lumina2/text_encoder te/ --hidden-states -2",
             ),
-            tasks=("text-encoder",),
+            tasks=("text-encoder", "image-text-encoder"),  # the latter: mobius-vision's
             package=PACKAGE,
         )
     )

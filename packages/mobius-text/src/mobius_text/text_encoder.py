@@ -105,7 +105,10 @@ def validate_text_encoder(package_dir: Path, source: Path, record: dict, referen
     if not reference:
         from mobius.genai import source_json
 
-        vocab = source_json(package_dir, "config.json").get("vocab_size")
+        config = source_json(package_dir, "config.json")
+        vocab = config.get("vocab_size")
+        if vocab is None and isinstance(config.get("text_config"), dict):
+            vocab = config["text_config"].get("vocab_size")  # a VLM's (Qwen2.5-VL, Mistral 3)
         if not isinstance(vocab, int) or isinstance(vocab, bool) or vocab < 5:
             raise ConfigError(f"--validate: {package_dir}/config.json has no usable vocab_size")
         ids, mask = padded_batch(lengths, vocab)

@@ -347,6 +347,10 @@ def register_slice(registry) -> None:
             validate="mobius_vision.validate:validate_text_prompted_segmentation",
         )
     )
+    # A VL decoder's token states over a prompt with images (Qwen-Image Edit's text encoder).
+    registry.register_task(
+        TaskInfo("image-text-encoder", f"{_TASKS}.image_text_encoder:ImageTextEncoderTask", PACKAGE)
+    )
     # Promptable masks (Segment Anything): image_encoder/ and prompt_decoder/ graphs.
     registry.register_task(
         TaskInfo(

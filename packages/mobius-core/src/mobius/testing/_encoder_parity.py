@@ -22,7 +22,7 @@ HEAD_CLASSES = {
 }
 SEQUENCE_LEVEL = {"sequence-classification"}
 # Graph outputs that are one of transformers' ``hidden_states`` (by index), over the real tokens.
-HIDDEN_STATE_OUTPUTS = {"penultimate_hidden_state": -2}
+HIDDEN_STATE_OUTPUTS = {"penultimate_hidden_state": -2, "last_layer_hidden_state": -1}
 
 
 def make_random_encoder(
@@ -115,7 +115,8 @@ def compare_encoder(
     Graph outputs beyond ``last_hidden_state``, ``logits`` and ``sentence_embedding``
     (CLIP's ``pooler_output``, ``text_embeds``) are compared whole with the PyTorch
     output field of the same name; ``penultimate_hidden_state`` with
-    ``hidden_states[-2]`` over the real tokens. ``special_tokens`` holds the ``end_token_id`` and
+    ``hidden_states[-2]`` and ``last_layer_hidden_state`` with ``hidden_states[-1]``, over
+    the real tokens. ``special_tokens`` holds the ``end_token_id`` and
     ``pad_token_id`` of :func:`right_padded_batch`.
     """
     import torch

@@ -47,25 +47,29 @@ class Attention(nn.Module):
 
 
 class _GELUProjection(nn.Module):
-    """``GELU`` / ``GEGLU`` of diffusers: a projection (``proj``), then the activation."""
+    """``GELU`` / ``GEGLU`` / ``SwiGLU`` / ``LinearActivation(silu)`` of diffusers: ``proj``, then
+    the activation (the gated ones: ``proj`` twice as wide, its first half times act(second))."""
 
     def __init__(self, dim: int, inner: int, kind: str, bias: bool) -> None:
         super().__init__()
         self.kind = kind
-        self.proj = Linear(dim, inner * 2 if kind == "geglu" else inner, bias=bias)
+        self.proj = Linear(dim, inner * 2 if kind in ("geglu", "swiglu") else inner, bias=bias)
 
     def forward(self, op, x):
         x = self.proj(op, x)
-        if self.kind == "geglu":
+        if self.kind == "linear-silu":
+            return op.Mul(x, op.Sigmoid(x))
+        if self.kind in ("geglu", "swiglu"):
             hidden, gate = op.Split(x, num_outputs=2, axis=-1, _outputs=2)
-            return op.Mul(hidden, op.Gelu(gate))
+            act = op.Gelu(gate) if self.kind == "geglu" else op.Mul(gate, op.Sigmoid(gate))
+            return op.Mul(hidden, act)
         return op.Gelu(x, approximate="tanh" if self.kind == "gelu-approximate" else "none")
 
 
 class FeedForward(nn.Module):
     """``net.0`` (projection and activation), ``net.2`` (output projection); ``net.1`` is dropout."""
 
-    ACTIVATIONS = ("gelu", "gelu-approximate", "geglu")
+    ACTIVATIONS = ("gelu", "gelu-approximate", "geglu", "swiglu", "linear-silu")
 
     def __init__(
         self,

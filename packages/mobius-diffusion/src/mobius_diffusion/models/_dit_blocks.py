@@ -124,11 +124,17 @@ class AdaLayerNormContinuous(_AdaNorm):
 class TextProjection(nn.Module):
     """diffusers' ``PixArtAlphaTextProjection``: ``linear_1``, activation, ``linear_2``."""
 
-    def __init__(self, in_features: int, hidden: int, act_fn: str = "gelu_tanh") -> None:
+    def __init__(
+        self,
+        in_features: int,
+        hidden: int,
+        act_fn: str = "gelu_tanh",
+        out_features: int | None = None,
+    ) -> None:
         super().__init__()
         self.linear_1 = Linear(in_features, hidden, bias=True)
         self.act = get_activation(act_fn)
-        self.linear_2 = Linear(hidden, hidden, bias=True)
+        self.linear_2 = Linear(hidden, out_features or hidden, bias=True)
 
     def forward(self, op, x):
         return self.linear_2(op, self.act(op, self.linear_1(op, x)))
@@ -253,14 +259,22 @@ class QKNormAttention(Attention):
     """Self-attention with optional per-head RMSNorm of queries and keys (``norm_q``, ``norm_k``).
 
     ``pre_only`` drops ``to_out`` (Flux's single-stream blocks project afterwards).
+    ``bias=False``: no projection has a bias (Flux.2).
     ``rotary`` in :meth:`forward` is ``(cos, sin)`` ``[batch, tokens, head_dim/2]``,
     applied to adjacent channel pairs after the norms.
     """
 
     def __init__(
-        self, dim: int, heads: int, dim_head: int, qk_norm: bool, eps: float = 1e-6, pre_only=False
+        self,
+        dim: int,
+        heads: int,
+        dim_head: int,
+        qk_norm: bool,
+        eps: float = 1e-6,
+        pre_only=False,
+        bias: bool = True,
     ):
-        super().__init__(dim, heads, dim_head, bias=True)
+        super().__init__(dim, heads, dim_head, bias=bias, out_bias=bias)
         self.norm_q = RMSNorm(dim_head, eps) if qk_norm else None
         self.norm_k = RMSNorm(dim_head, eps) if qk_norm else None
         if pre_only:
@@ -299,15 +313,17 @@ class JointAttention(QKNormAttention):
     ``context_pre_only`` (the last SD3 block has no ``to_add_out``).
     """
 
-    def __init__(self, dim, heads, dim_head, qk_norm: bool, context_pre_only=False, eps=1e-6):
-        super().__init__(dim, heads, dim_head, qk_norm, eps)
+    def __init__(
+        self, dim, heads, dim_head, qk_norm: bool, context_pre_only=False, eps=1e-6, bias=True
+    ):
+        super().__init__(dim, heads, dim_head, qk_norm, eps, bias=bias)
         inner = heads * dim_head
-        self.add_q_proj = Linear(dim, inner, bias=True)
-        self.add_k_proj = Linear(dim, inner, bias=True)
-        self.add_v_proj = Linear(dim, inner, bias=True)
+        self.add_q_proj = Linear(dim, inner, bias=bias)
+        self.add_k_proj = Linear(dim, inner, bias=bias)
+        self.add_v_proj = Linear(dim, inner, bias=bias)
         self.norm_added_q = RMSNorm(dim_head, eps) if qk_norm else None
         self.norm_added_k = RMSNorm(dim_head, eps) if qk_norm else None
-        self.to_add_out = None if context_pre_only else Linear(inner, dim, bias=True)
+        self.to_add_out = None if context_pre_only else Linear(inner, dim, bias=bias)
 
     def forward(self, op, hidden, context, rotary=None, bias=None):
         """``bias`` (optional): added to the joint scores, ``[batch, 1, tokens, tokens]``."""

@@ -25,7 +25,10 @@ def timestep_embedding(
     exponent = (
         -math.log(max_period) * np.arange(half, dtype=np.float32) / (half - downscale_freq_shift)
     )
-    freqs = op.Constant(value=ir.tensor(np.exp(exponent).astype(np.float32)))
+    # float32 exponents as diffusers', exp in float64 rounded once: numpy's float32 exp is an
+    # ulp off torch's for many (a guidance of 6000 in the sinusoid turns that into 1e-4)
+    freqs = np.exp(exponent.astype(np.float64)).astype(np.float32)
+    freqs = op.Constant(value=ir.tensor(freqs))
     args = op.Mul(op.Unsqueeze(op.Cast(timesteps, to=ir.DataType.FLOAT), [1]), freqs)
     if scale != 1:
         args = op.Mul(args, op.Constant(value_float=float(scale)))

@@ -71,8 +71,14 @@ class ResnetBlock2D(nn.Module):
             Conv2d(in_channels, out_channels, 1) if in_channels != out_channels else None
         )
 
+    def resample(self, op, x):
+        """Identity; the up/down-sampling resnets of some UNets resize here (both paths)."""
+        return x
+
     def forward(self, op, x, temb=None):
-        h = self.conv1(op, self.act(op, self.norm1(op, x)))
+        h = self.act(op, self.norm1(op, x))
+        x, h = self.resample(op, x), self.resample(op, h)
+        h = self.conv1(op, h)
         if self.time_emb_proj is not None and temb is not None:
             temb = op.Unsqueeze(self.time_emb_proj(op, self.act(op, temb)), [2, 3])  # [b, c, 1, 1]
         else:

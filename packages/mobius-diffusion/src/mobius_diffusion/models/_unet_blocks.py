@@ -16,18 +16,29 @@ from onnxscript import nn
 
 from mobius.components import Conv2d, GroupNorm, LayerNorm, Linear
 from mobius_diffusion.models._attention import Attention, FeedForward
+from mobius_diffusion.models._ip_adapter_attention import IPAdapterAttention
 from mobius_diffusion.models._resnet import DownBlock2D, UNetMidBlock2D, UpBlock2D
 
 
 class BasicTransformerBlock(nn.Module):
     """``norm1``/``attn1`` (self), ``norm2``/``attn2`` (cross), ``norm3``/``ff``; each added to its input."""
 
-    def __init__(self, dim: int, heads: int, head_dim: int, cross_attention_dim: int) -> None:
+    def __init__(
+        self,
+        dim: int,
+        heads: int,
+        head_dim: int,
+        cross_attention_dim: int,
+        ip_adapter: bool = False,
+    ) -> None:
         super().__init__()
         self.norm1 = LayerNorm(dim, 1e-5)
         self.attn1 = Attention(dim, heads, head_dim)
         self.norm2 = LayerNorm(dim, 1e-5)
-        self.attn2 = Attention(dim, heads, head_dim, cross_attention_dim=cross_attention_dim)
+        if ip_adapter:  # its context is then an IPContext (text, image tokens, scale)
+            self.attn2 = IPAdapterAttention(dim, heads, head_dim, cross_attention_dim)
+        else:
+            self.attn2 = Attention(dim, heads, head_dim, cross_attention_dim=cross_attention_dim)
         self.norm3 = LayerNorm(dim, 1e-5)
         self.ff = FeedForward(dim, activation_fn="geglu")
 
@@ -48,6 +59,7 @@ class Transformer2DModel(nn.Module):
         cross_attention_dim: int,
         groups: int,
         use_linear_projection: bool,
+        ip_adapter: bool = False,
     ) -> None:
         super().__init__()
         self.linear = use_linear_projection
@@ -60,7 +72,9 @@ class Transformer2DModel(nn.Module):
         self.proj_in = project(channels, channels)
         self.transformer_blocks = nn.ModuleList(
             [
-                BasicTransformerBlock(channels, heads, channels // heads, cross_attention_dim)
+                BasicTransformerBlock(
+                    channels, heads, channels // heads, cross_attention_dim, ip_adapter
+                )
                 for _ in range(depth)
             ]
         )
@@ -91,6 +105,8 @@ class CrossAttention:
     cross_attention_dim: int
     use_linear_projection: bool
     groups: int
+    #: IP-Adapter attention in every cross-attention (``--ip-adapter``).
+    ip_adapter: bool = False
 
     def transformers(self, channels: int, depths: list[int]) -> nn.ModuleList:
         """One ``Transformer2DModel`` of ``depth`` blocks per entry of ``depths``."""
@@ -103,6 +119,7 @@ class CrossAttention:
                     self.cross_attention_dim,
                     self.groups,
                     self.use_linear_projection,
+                    self.ip_adapter,
                 )
                 for depth in depths
             ]

@@ -54,22 +54,22 @@ def _ints(op, values):
     return op.Constant(value_ints=list(values))
 
 
-def pixel_unshuffle(op, x):
-    """``F.pixel_unshuffle(x, 2)``: ``[b, c, H, W]`` -> ``[b, 4c, H/2, W/2]``.
+def pixel_unshuffle(op, x, factor: int = FACTOR):
+    """``F.pixel_unshuffle(x, f)`` (f = 2): ``[b, c, H, W]`` -> ``[b, f*f*c, H/f, W/f]``.
 
-    Output channel ``4c + 2i + j`` holds the pixels at offset ``(i, j)`` of each 2x2 block.
+    Output channel ``f*f*c + f*i + j`` holds the pixels at offset ``(i, j)`` of each block.
     """
-    half = [op.Div(op.Shape(x, start=i, end=i + 1), _ints(op, [FACTOR])) for i in (2, 3)]
+    half = [op.Div(op.Shape(x, start=i, end=i + 1), _ints(op, [factor])) for i in (2, 3)]
     blocks = op.Reshape(
-        x, op.Concat(_ints(op, [0, 0]), half[0], _ints(op, [FACTOR]), half[1], [FACTOR], axis=0)
-    )  # [b, c, H/2, 2, W/2, 2]
+        x, op.Concat(_ints(op, [0, 0]), half[0], _ints(op, [factor]), half[1], [factor], axis=0)
+    )  # [b, c, H/f, f, W/f, f]
     blocks = op.Transpose(blocks, perm=[0, 1, 3, 5, 2, 4])
     return op.Reshape(blocks, op.Concat(_ints(op, [0, -1]), *half, axis=0))
 
 
-def pixel_shuffle(op, x):
-    """``F.pixel_shuffle(x, 2)``: ONNX's DepthToSpace in column-row-depth order."""
-    return op.DepthToSpace(x, blocksize=FACTOR, mode="CRD")
+def pixel_shuffle(op, x, factor: int = FACTOR):
+    """``F.pixel_shuffle(x, f)`` (f = 2): ONNX's DepthToSpace in column-row-depth order."""
+    return op.DepthToSpace(x, blocksize=factor, mode="CRD")
 
 
 def channel_average(op, x, group: int):

@@ -17,8 +17,8 @@ alignment); a temporal upsample passes the first frame through and runs its
 ``time_conv`` over the later frames as if the first were zeros (diffusers starts
 that conv's cache there). Graphs (:class:`mobius.tasks.VAETask`): ``encoder/model``
 ``sample`` -> ``latent_parameters`` (``latent_dist.parameters``), ``decoder/model``
-``latent_sample`` -> ``sample`` clamped to [-1, 1] as diffusers does; tiling and
-slicing are off, as by default.
+``latent_sample`` -> ``sample`` clamped to [-1, 1] as diffusers does; the graph decodes
+its input whole (the runners tile spatially with ``--vae-tiling``: :mod:`mobius_diffusion.tiling`).
 
 Wan 2.2's VAE (``is_residual``) adds to each down block the average of its input
 over the block's downsampling (``AvgDown3D``: a zero frame in front of an even

@@ -58,6 +58,11 @@ class ControlNetConfig(UNet2DConditionConfig):
             mid_block_type="UNetMidBlock2DCrossAttn",
         )
         base = UNet2DConditionConfig.from_hf(ComponentConfig(fields))
+        if base.encoder_hid_dim_type is not None or base.addition_embed_type == "image":
+            raise ConfigError(
+                "ControlNet image conditioning (encoder_hid_dim_type, addition_embed_type "
+                "'image') is not built by mobius"
+            )
         base.mid_block_type = mid
         return cls(
             **vars(base),

@@ -13,8 +13,8 @@ cross-attention). The layout is recognised from the tensors, as diffusers'
 Graph: :class:`mobius.tasks.AdapterTask`, ``image_embeds`` [batch, image_embed_dim]
 (Full: [batch, image_tokens, image_embed_dim]) -> ``image_prompt_embeds`` [batch,
 tokens, cross_attention_dim]. The ``ip_adapter.*`` tensors belong to a UNet with
-IP-Adapter attention, which mobius does not build: they are left out, and the
-build says so.
+IP-Adapter attention (a UNet build with ``--ip-adapter FILE`` reads them; a whole
+SD/SDXL pipeline build with it builds both halves): this graph leaves them out.
 """
 
 from __future__ import annotations
@@ -137,8 +137,9 @@ class IPAdapterImageProjection(Model):
         layout = _layout(shapes)
         if layout is not None and any(name.startswith("ip_adapter.") for name in shapes):
             logger.warning(
-                "IP-Adapter: building the image projection; the ip_adapter.* tensors (the UNet's "
-                "image cross-attention) are not part of it and are left out"
+                "IP-Adapter: building the image projection (image_proj.*); the ip_adapter.* "
+                "tensors are the UNet's image cross-attention, which a UNet or whole-pipeline "
+                "build reads with --ip-adapter FILE"
             )
         return None if layout is None else {"model_type": "IPAdapterImageProjection", **layout}
 

@@ -9,6 +9,12 @@ the pooled text embedding concatenated with the sinusoidal embeddings of the six
 ``time_ids`` (original size, crop origin, target size). Note diffusers' naming:
 ``attention_head_dim`` is the number of heads of each block's transformers.
 
+Kandinsky 2.2 (``encoder_hid_dim_type="image_proj"``, ``addition_embed_type="image"``) takes
+``image_embeds`` [batch, encoder_hid_dim] in place of ``encoder_hidden_states``: projected
+to 32 context tokens and added to the time embedding (:mod:`._image_conditioning`); its
+blocks are the simple ones of :mod:`._simple_cross_attn` (``attention_head_dim`` there is
+each head's width).
+
 Graph (:class:`mobius.tasks.DenoisingTask`): ``sample`` [batch, in_channels,
 latent_height, latent_width], ``timestep`` float32 [batch] (float32 whatever the
 build dtype, as a scheduler's timesteps are float or integer: cast integers to
@@ -31,6 +37,13 @@ diffusers: before the downsampler in a cross-attention block, after it in a plai
 one), then one added to the mid-block's output (the SDXL adapter's last feature). A
 residual without its feature is fed as zeros ``[batch, channels, 1, 1]``: each
 residual's spatial size is free, so it broadcasts, and adding zero is exact.
+
+IP-Adapter attention, only when the build asks (``ip_adapter``, the adapter file of
+the build option ``--ip-adapter``): every cross-attention also attends to
+``ip_adapter_image_embeds`` [batch, image_tokens, cross_attention_dim] (the adapter's
+image projection, a graph of its own), times ``ip_adapter_scale`` (a scalar), as
+diffusers' ``IPAdapterAttnProcessor2_0`` (:mod:`._ip_adapter_attention`); the
+``to_k_ip``/``to_v_ip`` weights come from the adapter file.
 """
 
 from __future__ import annotations
@@ -45,7 +58,21 @@ from mobius.components import Conv2d, GroupNorm
 from mobius.errors import ConfigError
 from mobius.model import Model
 from mobius_diffusion.models._embeddings import TimestepEmbedding, Timesteps
+from mobius_diffusion.models._image_conditioning import (
+    ImageProjection,
+    ImageTimeEmbedding,
+    check_image_conditioning,
+)
+from mobius_diffusion.models._ip_adapter_attention import IPContext, ip_adapter_weights
 from mobius_diffusion.models._resnet import DownBlock2D, UNetMidBlock2D, UpBlock2D, activation
+from mobius_diffusion.models._simple_cross_attn import (
+    ResnetDownsampleBlock2D,
+    ResnetUpsampleBlock2D,
+    SimpleCrossAttention,
+    SimpleCrossAttnDownBlock2D,
+    SimpleCrossAttnUpBlock2D,
+    UNetMidBlock2DSimpleCrossAttn,
+)
 from mobius_diffusion.models._unet_blocks import (
     CrossAttention,
     CrossAttnDownBlock2D,
@@ -54,15 +81,19 @@ from mobius_diffusion.models._unet_blocks import (
 )
 from mobius_diffusion.tasks import GraphSpec
 
-_DOWN = ("CrossAttnDownBlock2D", "DownBlock2D")
-_UP = ("CrossAttnUpBlock2D", "UpBlock2D")
+_DOWN = (
+    "CrossAttnDownBlock2D",
+    "DownBlock2D",
+    "SimpleCrossAttnDownBlock2D",
+    "ResnetDownsampleBlock2D",
+)
+_UP = ("CrossAttnUpBlock2D", "UpBlock2D", "SimpleCrossAttnUpBlock2D", "ResnetUpsampleBlock2D")
+_MID = ("UNetMidBlock2DCrossAttn", "UNetMidBlock2DSimpleCrossAttn", None)
 
 #: diffusers options that must keep their default: mobius builds nothing else.
 _DEFAULTS = {
     "class_embed_type": None,
     "num_class_embeds": None,
-    "encoder_hid_dim": None,
-    "encoder_hid_dim_type": None,
     "time_embedding_type": "positional",
     "timestep_post_act": None,
     "attention_type": "default",
@@ -70,10 +101,11 @@ _DEFAULTS = {
     "only_cross_attention": False,
     "num_attention_heads": None,
     "class_embeddings_concat": False,
+    "resnet_skip_time_act": False,
+    "resnet_out_scale_factor": 1.0,
+    "mid_block_only_cross_attention": None,
 }
-# Left as read: ``upcast_attention`` (diffusers' default SDPA processor ignores it too),
-# and options the SD/SDXL blocks never receive (``resnet_skip_time_act``,
-# ``resnet_out_scale_factor``, ``cross_attention_norm``, ``mid_block_only_cross_attention``).
+# Left as read: ``upcast_attention`` (diffusers' default SDPA processor ignores it too).
 
 
 def _per_block(value, n: int, name: str) -> list:
@@ -121,8 +153,15 @@ class UNet2DConditionConfig:
     addition_time_embed_dim: int | None = None
     projection_class_embeddings_input_dim: int | None = None
     time_cond_proj_dim: int | None = None
+    #: Kandinsky 2.2: ``"image_proj"`` (the image embedding as the cross-attention's tokens).
+    encoder_hid_dim_type: str | None = None
+    encoder_hid_dim: int | None = None
+    #: The simple blocks' GroupNorm of the text (``"group_norm"``), or None.
+    cross_attention_norm: str | None = None
     #: Which residual inputs the graph takes: None, "controlnet" or "adapter" (a build option).
     residuals: str | None = None
+    #: The IP-Adapter file whose attention every cross-attention gets, or None (a build option).
+    ip_adapter: str | None = None
 
     @classmethod
     def from_hf(cls, config: Any) -> UNet2DConditionConfig:
@@ -134,12 +173,13 @@ class UNet2DConditionConfig:
             raise ConfigError(
                 "UNet down_block_types, up_block_types and block_out_channels differ in length"
             )
-        if c.mid_block_type not in ("UNetMidBlock2DCrossAttn", None):
+        if c.mid_block_type not in _MID:
             raise ConfigError(f"UNet mid_block_type {c.mid_block_type!r} is not built by mobius")
-        if c.addition_embed_type not in (None, "text_time"):
+        if c.addition_embed_type not in (None, "text_time", "image"):
             raise ConfigError(
                 f"UNet addition_embed_type {c.addition_embed_type!r} is not built by mobius"
             )
+        check_image_conditioning(config, c)
         if c.time_cond_proj_dim is not None and (
             isinstance(c.time_cond_proj_dim, bool)
             or not isinstance(c.time_cond_proj_dim, int)
@@ -162,6 +202,8 @@ class UNet2DConditionConfig:
             value = getattr(config, key, default)
             if key == "only_cross_attention":  # a bool or one per block
                 value = any(_flat(value))
+            if key == "mid_block_only_cross_attention":  # None: only_cross_attention's, False
+                value = value or None
             if value != default:
                 raise ConfigError(f"UNet {key}={value!r} is not built by mobius")
         n = len(config.down_block_types)
@@ -208,6 +250,9 @@ class UNet2DConditionConfig:
                 config, "projection_class_embeddings_input_dim", None
             ),
             time_cond_proj_dim=getattr(config, "time_cond_proj_dim", None),
+            encoder_hid_dim_type=getattr(config, "encoder_hid_dim_type", None),
+            encoder_hid_dim=getattr(config, "encoder_hid_dim", None),
+            cross_attention_norm=getattr(config, "cross_attention_norm", None),
         )
 
     @property
@@ -219,6 +264,16 @@ class UNet2DConditionConfig:
         """SDXL: the pooled text embedding's width (the add embedding's input less the time ids')."""
         return self.projection_class_embeddings_input_dim - 6 * self.addition_time_embed_dim
 
+    def simple_attention(self, i: int, reverse: bool = False) -> SimpleCrossAttention:
+        """The simple blocks' attention: ``attention_head_dim`` is, there, each head's width."""
+        j = len(self.heads) - 1 - i if reverse else i
+        return SimpleCrossAttention(
+            self.heads[j],
+            self.cross_attention_dim[j],
+            self.norm_num_groups,
+            self.cross_attention_norm == "group_norm",
+        )
+
     def attention(self, i: int, reverse: bool = False) -> CrossAttention:
         j = len(self.heads) - 1 - i if reverse else i
         return CrossAttention(
@@ -226,6 +281,7 @@ class UNet2DConditionConfig:
             self.cross_attention_dim[j],
             self.use_linear_projection,
             self.norm_num_groups,
+            self.ip_adapter is not None,
         )
 
 
@@ -250,12 +306,28 @@ class UNetEncoder(Model):
             c.in_channels, widths[0], c.conv_in_kernel, padding=(c.conv_in_kernel - 1) // 2
         )
         self.init_time_embedding(c)
+        self.encoder_hid_proj = (
+            ImageProjection(c.encoder_hid_dim, c.cross_attention_dim[0])
+            if c.encoder_hid_dim_type == "image_proj"
+            else None
+        )
         self.down_blocks = nn.ModuleList([self.make_down_block(c, i) for i in range(len(widths))])
         self.mid_block = self.make_mid_block(c)
 
     def make_mid_block(self, c: UNet2DConditionConfig) -> UNetMidBlock2D | None:
         if c.mid_block_type is None:
             return None
+        if c.mid_block_type == "UNetMidBlock2DSimpleCrossAttn":
+            return UNetMidBlock2DSimpleCrossAttn(
+                c.simple_attention(len(c.block_out_channels) - 1),
+                c.block_out_channels[-1],
+                c.time_embed_dim,
+                c.norm_num_groups,
+                c.norm_eps,
+                c.act_fn,
+                c.mid_block_scale_factor,
+                c.resnet_time_scale_shift,
+            )
         return UNetMidBlock2DCrossAttn(
             c.attention(len(c.block_out_channels) - 1),
             _per_layer(c.transformer_layers[-1], 1)[:1],
@@ -286,6 +358,8 @@ class UNetEncoder(Model):
             self.add_embedding = TimestepEmbedding(
                 c.projection_class_embeddings_input_dim, c.time_embed_dim
             )
+        elif c.addition_embed_type == "image":
+            self.add_embedding = ImageTimeEmbedding(c.encoder_hid_dim, c.time_embed_dim)
 
     def make_down_block(self, c: UNet2DConditionConfig, i: int) -> DownBlock2D:
         widths = c.block_out_channels
@@ -301,23 +375,40 @@ class UNetEncoder(Model):
             c.downsample_padding,
             c.resnet_time_scale_shift,
         )
-        if c.down_block_types[i] == "DownBlock2D":
+        kind = c.down_block_types[i]
+        if kind == "DownBlock2D":
             return DownBlock2D(*args)
+        if kind in ("ResnetDownsampleBlock2D", "SimpleCrossAttnDownBlock2D"):
+            args = args[:8] + args[9:]  # no downsample_padding: the downsampler is a resnet
+            if kind == "ResnetDownsampleBlock2D":
+                return ResnetDownsampleBlock2D(*args)
+            return SimpleCrossAttnDownBlock2D(c.simple_attention(i), *args)
         depths = _per_layer(c.transformer_layers[i], c.layers_per_block[i])
         return CrossAttnDownBlock2D(c.attention(i), depths, *args)
 
-    def embed_time(self, op, sample, timestep, text_embeds=None, time_ids=None, timestep_cond=None):
+    def embed_time(
+        self,
+        op,
+        sample,
+        timestep,
+        text_embeds=None,
+        time_ids=None,
+        timestep_cond=None,
+        image_embeds=None,
+    ):
         """The time embedding ``[batch, time_embed_dim]``; ``timestep`` broadcast to the batch.
 
         ``timestep_cond`` (LCM) is projected by ``time_embedding.cond_proj`` and added to
-        the timestep's sinusoid.
+        the timestep's sinusoid; Kandinsky 2.2 adds ``add_embedding`` of ``image_embeds``.
         """
         batch = op.Shape(sample, start=0, end=1)
         t = op.Expand(op.Reshape(timestep, op.Constant(value_ints=[-1])), batch)
         if timestep_cond is not None:
             timestep_cond = op.CastLike(timestep_cond, sample)
         emb = self.time_embedding(op, self.time_proj(op, t, sample), timestep_cond)
-        if self.add_embedding is not None:
+        if self.config.addition_embed_type == "image":
+            emb = op.Add(emb, self.add_embedding(op, image_embeds))
+        elif self.add_embedding is not None:
             times = self.add_time_proj(
                 op, op.Reshape(time_ids, op.Constant(value_ints=[-1])), sample
             )
@@ -352,18 +443,28 @@ class UNetEncoder(Model):
 
     def graph_inputs(self) -> dict[str, tuple[ir.DataType | None, list]]:
         """``sample``, ``timestep``, ``encoder_hidden_states`` (SDXL's ``text_embeds``, ``time_ids``;
-        LCM's ``timestep_cond``)."""
+        LCM's ``timestep_cond``); Kandinsky 2.2's ``image_embeds`` in place of the text."""
         c = self.config
         inputs = {
             "sample": (None, ["batch", c.in_channels, "latent_height", "latent_width"]),
             "timestep": (ir.DataType.FLOAT, ["batch"]),
-            "encoder_hidden_states": (None, ["batch", "sequence", c.cross_attention_dim[0]]),
         }
+        if c.encoder_hid_dim_type == "image_proj":
+            inputs["image_embeds"] = (None, ["batch", c.encoder_hid_dim])
+        else:
+            inputs["encoder_hidden_states"] = (
+                None,
+                ["batch", "sequence", c.cross_attention_dim[0]],
+            )
         if c.addition_embed_type == "text_time":
             inputs["text_embeds"] = (None, ["batch", c.text_embeds_dim])
             inputs["time_ids"] = (None, ["batch", 6])
         if c.time_cond_proj_dim:
             inputs["timestep_cond"] = (None, ["batch", c.time_cond_proj_dim])
+        if c.ip_adapter is not None:
+            width = c.cross_attention_dim[0]
+            inputs["ip_adapter_image_embeds"] = (None, ["batch", "image_tokens", width])
+            inputs["ip_adapter_scale"] = (None, [])
         return inputs
 
     def residual_inputs(self) -> dict[str, tuple[ir.DataType | None, list]]:
@@ -429,8 +530,13 @@ class UNet2DConditionModel(UNetEncoder):
             i < len(widths) - 1,
             c.resnet_time_scale_shift,
         )
-        if c.up_block_types[i] == "UpBlock2D":
+        kind = c.up_block_types[i]
+        if kind == "UpBlock2D":
             return UpBlock2D(*args)
+        if kind == "ResnetUpsampleBlock2D":
+            return ResnetUpsampleBlock2D(*args)
+        if kind == "SimpleCrossAttnUpBlock2D":
+            return SimpleCrossAttnUpBlock2D(c.simple_attention(i, reverse=True), *args)
         reverse = c.reverse_transformer_layers or list(reversed(c.transformer_layers))
         return CrossAttnUpBlock2D(
             c.attention(i, reverse=True), _per_layer(reverse[i], layers), *args
@@ -441,13 +547,24 @@ class UNet2DConditionModel(UNetEncoder):
         op,
         sample,
         timestep,
-        encoder_hidden_states,
+        encoder_hidden_states=None,
         text_embeds=None,
         time_ids=None,
         timestep_cond=None,
+        image_embeds=None,
+        ip_adapter_image_embeds=None,
+        ip_adapter_scale=None,
         **residuals,
     ):
-        emb = self.embed_time(op, sample, timestep, text_embeds, time_ids, timestep_cond)
+        emb = self.embed_time(
+            op, sample, timestep, text_embeds, time_ids, timestep_cond, image_embeds
+        )
+        if self.encoder_hid_proj is not None:  # Kandinsky 2.2: the image is the context
+            encoder_hidden_states = self.encoder_hid_proj(op, image_embeds)
+        if ip_adapter_image_embeds is not None:  # what every IP-Adapter attention reads
+            encoder_hidden_states = IPContext(
+                encoder_hidden_states, ip_adapter_image_embeds, ip_adapter_scale
+            )
         if self.config.center_input_sample:
             sample = op.Sub(op.Mul(sample, op.CastLike(2.0, sample)), op.CastLike(1.0, sample))
         features = _numbered(residuals, "down_intrablock_additional_residuals")
@@ -465,6 +582,12 @@ class UNet2DConditionModel(UNetEncoder):
             skips, mine = skips[:-n], skips[-n:]
             x = block(op, x, emb, context, mine, upsample_like=skips[-1] if skips else None)
         return self.conv_out(op, self.act(op, self.conv_norm_out(op, x)))
+
+    def sanitize(self, weights: dict) -> dict:
+        """With ``--ip-adapter``, the adapter file's ``to_k_ip``/``to_v_ip`` tensors added."""
+        if self.config.ip_adapter is None:
+            return weights
+        return {**weights, **ip_adapter_weights(self, self.config.ip_adapter)}
 
     def graph_specs(self) -> dict[str, GraphSpec]:
         c = self.config

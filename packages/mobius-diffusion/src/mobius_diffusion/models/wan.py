@@ -194,6 +194,10 @@ class WanAttention(QKNormAttention):
     def head_norm(self, op, norm, x):
         return norm(op, x)  # across heads: the whole projection at once
 
+    def forward(self, op, hidden, rotary=None, bias=None):
+        """``bias`` (optional, SkyReels-V2's block-causal mask): added to the scores."""
+        return self.to_out[0](op, self.attend(op, *self.qkv(op, hidden, rotary), bias))
+
 
 class WanCrossAttention(WanAttention):
     """The text's keys and values; with ``added_kv_proj_dim`` (I2V) the image's too, results added.
@@ -234,8 +238,11 @@ class WanTransformerBlock(nn.Module):
         self.norm3 = layer_norm(dim, c.eps, elementwise_affine=False)
         self.scale_shift_table = nn.Parameter([1, 6, dim])
 
-    def forward(self, op, hidden, context, image, modulation, rotary):
-        """``modulation`` [batch, steps, 6, dim] (``time_proj``'s): one step for every token, or per token."""
+    def forward(self, op, hidden, context, image, modulation, rotary, bias=None):
+        """``modulation`` [batch, steps, 6, dim] (``time_proj``'s): one step for every token, or per token.
+
+        ``bias`` (optional) is added to the self-attention's scores.
+        """
         chunks = op.Split(
             op.Add(self.scale_shift_table, modulation), axis=2, num_outputs=6, _outputs=6
         )
@@ -243,7 +250,7 @@ class WanTransformerBlock(nn.Module):
             op.Squeeze(chunk, _ints(op, [2])) for chunk in chunks
         )  # each [batch, steps, dim]
         normed = op.Add(op.Mul(self.norm1(op, hidden), op.Add(scale, 1.0)), shift)
-        hidden = op.Add(hidden, op.Mul(self.attn1(op, normed, rotary), gate))
+        hidden = op.Add(hidden, op.Mul(self.attn1(op, normed, rotary, bias), gate))
         normed = hidden if self.norm2 is None else self.norm2(op, hidden)
         hidden = op.Add(hidden, self.attn2(op, normed, context, image))
         normed = op.Add(op.Mul(self.norm3(op, hidden), op.Add(c_scale, 1.0)), c_shift)
@@ -338,23 +345,23 @@ class WanTransformer3DModel(Model):
         sizes = op.Mul(grid, _ints(op, c.patch_size))
         return op.Reshape(x, op.Concat(_ints(op, [0, c.out_channels]), sizes, axis=0))
 
-    def forward(self, op, hidden_states, encoder_hidden_states, timestep, image=None):
-        c = self.config
-        hidden, grid = self.patches(op, hidden_states)
+    def rotary(self, op, tokens, grid):
+        """``(cos, sin)`` [batch, tokens, head_dim/2] of the patch ``grid``, in ``tokens``' dtype."""
         cos, sin = self.rope(op, grid)
-        rows = op.Concat(op.Shape(hidden, start=0, end=1), op.Shape(cos), axis=0)
-        rotary = (
-            op.Expand(op.CastLike(cos, hidden), rows),
-            op.Expand(op.CastLike(sin, hidden), rows),
-        )
-        if not c.expand_timesteps:  # one step for all tokens: [batch, 1] broadcasts over them
+        rows = op.Concat(op.Shape(tokens, start=0, end=1), op.Shape(cos), axis=0)
+        return op.Expand(op.CastLike(cos, tokens), rows), op.Expand(op.CastLike(sin, tokens), rows)
+
+    def conditions(self, op, timestep, text, image, grid):
+        """``temb`` [batch, steps, dim], the blocks' modulation [batch, steps, 6, dim], the text
+        (and image) states; ``steps`` is 1, or every video token (``expand_timesteps``)."""
+        if not self.config.expand_timesteps:  # one step for all tokens: broadcasts over them
             timestep = op.Unsqueeze(timestep, _ints(op, [1]))
-        temb, modulation, context, image = self.condition_embedder(
-            op, timestep, encoder_hidden_states, image
-        )
-        modulation = op.Reshape(modulation, _ints(op, [0, 0, 6, c.inner_dim]))
-        for block in self.blocks:
-            hidden = block(op, hidden, context, image, modulation, rotary)
+        temb, modulation, context, image = self.condition_embedder(op, timestep, text, image)
+        modulation = op.Reshape(modulation, _ints(op, [0, 0, 6, self.config.inner_dim]))
+        return temb, modulation, context, image
+
+    def output(self, op, hidden, temb, grid):
+        """``norm_out`` modulated by ``scale_shift_table + temb``, ``proj_out``, the patches folded back."""
         final = op.Add(self.scale_shift_table, op.Unsqueeze(temb, _ints(op, [2])))
         shift, scale = (
             op.Squeeze(chunk, _ints(op, [2]))
@@ -363,7 +370,20 @@ class WanTransformer3DModel(Model):
         hidden = op.Add(op.Mul(self.norm_out(op, hidden), op.Add(scale, 1.0)), shift)
         return self.unpatchify(op, self.proj_out(op, hidden), grid)
 
-    def graph_specs(self) -> dict[str, GraphSpec]:
+    def forward(
+        self, op, hidden_states, encoder_hidden_states, timestep, encoder_hidden_states_image=None
+    ):
+        hidden, grid = self.patches(op, hidden_states)
+        rotary = self.rotary(op, hidden, grid)
+        temb, modulation, context, image = self.conditions(
+            op, timestep, encoder_hidden_states, encoder_hidden_states_image, grid
+        )
+        for block in self.blocks:
+            hidden = block(op, hidden, context, image, modulation, rotary)
+        return self.output(op, hidden, temb, grid)
+
+    def graph_inputs(self) -> dict:
+        """The graph's inputs (names of :meth:`forward`'s arguments): ``(dtype, shape)``."""
         c = self.config
         video = ["batch", c.in_channels, "frames", "latent_height", "latent_width"]
         inputs = {
@@ -374,25 +394,17 @@ class WanTransformer3DModel(Model):
         if c.image_dim:
             rows = "image_batch" if c.pos_embed_seq_len else "batch"  # first-last: two per row
             inputs["encoder_hidden_states_image"] = (None, [rows, "image_tokens", c.image_dim])
+        return inputs
 
-        def forward(
-            op, hidden_states, encoder_hidden_states, timestep, encoder_hidden_states_image=None
-        ):
-            out = self(
-                op, hidden_states, encoder_hidden_states, timestep, encoder_hidden_states_image
-            )
-            return {"out_hidden_states": out}
+    def graph_specs(self) -> dict[str, GraphSpec]:
+        c = self.config
 
-        outputs = {
-            "out_hidden_states": [
-                "batch",
-                c.out_channels,
-                "frames",
-                "latent_height",
-                "latent_width",
-            ]
-        }
-        return {"model": GraphSpec(inputs, outputs, forward)}
+        def forward(op, **inputs):
+            return {"out_hidden_states": self(op, **inputs)}
+
+        video = ["batch", c.out_channels, "frames", "latent_height", "latent_width"]
+        outputs = {"out_hidden_states": video}
+        return {"model": GraphSpec(self.graph_inputs(), outputs, forward)}
 
 
 MODEL_TYPES = {"WanTransformer3DModel": WanTransformer3DModel}

@@ -16,6 +16,7 @@ import numpy as np
 
 from mobius.errors import ConfigError, MobiusError
 from mobius_diffusion.schedulers import load_scheduler
+from mobius_diffusion.tiling import decode_tiled, tile_plan
 
 _NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
 
@@ -28,6 +29,9 @@ class PipelineRunner:
     """
 
     progress = False
+    #: Decode large latents in overlapping tiles (``mobius generate --vae-tiling``), as
+    #: diffusers' ``vae.enable_tiling()`` does: see :mod:`mobius_diffusion.tiling`.
+    vae_tiling = False
 
     def __init__(
         self,
@@ -130,9 +134,22 @@ class PipelineRunner:
         """How many pixels a latent stands for on each side: 2 per VAE level after the first."""
         return 2 ** (len(self.config("vae")["block_out_channels"]) - 1)
 
+    def decode_latents(self, latents: np.ndarray) -> np.ndarray:
+        """``vae/decoder/model``'s ``sample`` for ``latents``: in tiles when :attr:`vae_tiling`
+        is on and they are larger than one tile, as diffusers' tiled decode."""
+
+        def decode(tile: np.ndarray) -> np.ndarray:
+            return self.run("vae/decoder/model", {"latent_sample": tile}, "sample")
+
+        if self.vae_tiling:
+            plan = tile_plan(self.config("vae"))
+            if plan.applies(latents):
+                return decode_tiled(decode, latents, plan)
+        return decode(latents)
+
     def decode(self, latents: np.ndarray) -> np.ndarray:
         """VAE-decoded images ``[batch, H, W, 3]`` in [0, 1] (diffusers' ``output_type="np"``)."""
-        image = self.run("vae/decoder/model", {"latent_sample": latents}, "sample")
+        image = self.decode_latents(latents)
         image = np.clip(image / 2 + 0.5, 0, 1)
         return image.transpose(0, 2, 3, 1)
 

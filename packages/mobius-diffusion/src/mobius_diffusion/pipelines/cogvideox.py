@@ -175,7 +175,7 @@ class CogVideoXRunner(PipelineRunner):
     def decode_video(self, latents: np.ndarray) -> np.ndarray:
         """``[batch, frames, C, h, w]`` latents to frames ``[batch, F, H, W, 3]`` in [0, 1]."""
         latents = self.unscale_latents(latents.transpose(0, 2, 1, 3, 4)).astype(np.float32)
-        video = self.run("vae/decoder/model", {"latent_sample": latents}, "sample")
+        video = self.decode_latents(latents)
         return np.clip(video / 2 + 0.5, 0, 1).transpose(0, 2, 3, 4, 1)
 
     def __call__(

@@ -173,8 +173,6 @@ class SanaRunner(PipelineRunner):
             if learned_sigma:
                 noise = noise[:, :channels]
             latents = scheduler.step(noise, t, latents)
-        images = self.run(
-            "vae/decoder/model", {"latent_sample": self.unscale_latents(latents)}, "sample"
-        )
+        images = self.decode_latents(self.unscale_latents(latents))
         images = resize_and_crop(images, *asked)  # a binned image back to the size asked for
         return np.clip(images / 2 + 0.5, 0, 1).transpose(0, 2, 3, 1)

@@ -3,7 +3,8 @@
 Each runner follows its diffusers pipeline: the image, prepared as ``VaeImageProcessor``
 prepares it (:mod:`~mobius_diffusion.pipelines.image_input`), is encoded by
 ``vae/encoder/model`` (``latent_parameters``: mean and log-variance) and sampled
-``mean + exp(logvar / 2) * noise`` as ``retrieve_latents`` does; ``strength`` keeps the
+``mean + exp(logvar / 2) * noise`` as ``retrieve_latents`` does (an encoder with no
+distribution, TAESD's, gives its ``latent`` and draws nothing); ``strength`` keeps the
 last ``int(steps * strength)`` timesteps and the scheduler's ``add_noise`` lifts the image
 latents to the first of them. One ``numpy.random.default_rng(seed)`` draws, in diffusers'
 order, each VAE sample and then the initial noise (``standard_normal(dtype=float32)``).
@@ -72,8 +73,12 @@ class StableDiffusionImg2ImgRunner(StableDiffusionRunner):
 
     def encode_image(self, pixels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Scaled latents of ``pixels`` [batch, 3, H, W] in [-1, 1]: a sample of the VAE's
-        posterior (one draw from ``rng``), as diffusers' ``retrieve_latents``."""
-        if "latent_parameters" not in self.outputs("vae/encoder/model"):
+        posterior (one draw from ``rng``), as diffusers' ``retrieve_latents``; an encoder
+        with no distribution (AutoencoderTiny's ``latent``) draws nothing."""
+        outputs = self.outputs("vae/encoder/model")
+        if "latent" in outputs:
+            return self.scale_latents(self.run("vae/encoder/model", {"sample": pixels}, "latent"))
+        if "latent_parameters" not in outputs:
             raise ConfigError("this VAE's encoder gives no latent_parameters (mean, log-variance)")
         parameters = self.run("vae/encoder/model", {"sample": pixels}, "latent_parameters")
         mean, logvar = np.split(parameters, 2, axis=1)

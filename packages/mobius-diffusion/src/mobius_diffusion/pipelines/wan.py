@@ -129,7 +129,7 @@ class WanRunner(PipelineRunner):
         """Frames ``[batch, frames, H, W, 3]`` in [0, 1] of de-normalised latents (``output_type="np"``)."""
         mean, std = self.latent_statistics(latents.shape[1])
         latents = (latents / (np.float32(1) / std) + mean).astype(np.float32)  # diffusers' order
-        video = self.run("vae/decoder/model", {"latent_sample": latents}, "sample")
+        video = self.decode_latents(latents)
         return np.clip(video / 2 + 0.5, 0, 1).transpose(0, 2, 3, 4, 1)
 
     def __call__(

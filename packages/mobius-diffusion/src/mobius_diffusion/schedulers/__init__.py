@@ -35,6 +35,7 @@ from mobius.errors import ConfigError
 from mobius_diffusion.schedulers.base import Scheduler, torch_linspace
 from mobius_diffusion.schedulers.cogvideox import CogVideoXDDIMScheduler, CogVideoXDPMScheduler
 from mobius_diffusion.schedulers.ddim import DDIMScheduler, LCMScheduler
+from mobius_diffusion.schedulers.ddpm import DDPMScheduler, UnCLIPScheduler
 from mobius_diffusion.schedulers.dpm_solver import DPMSolverMultistepScheduler
 from mobius_diffusion.schedulers.edm import EDMDPMSolverMultistepScheduler, EDMEulerScheduler
 from mobius_diffusion.schedulers.euler import (
@@ -45,12 +46,15 @@ from mobius_diffusion.schedulers.euler import (
 from mobius_diffusion.schedulers.flow_match import FlowMatchEulerDiscreteScheduler
 from mobius_diffusion.schedulers.pndm import PNDMScheduler
 from mobius_diffusion.schedulers.unipc import UniPCMultistepScheduler
+from mobius_diffusion.schedulers.wuerstchen import DDPMWuerstchenScheduler
 
 __all__ = [
     "SCHEDULERS",
     "CogVideoXDDIMScheduler",
     "CogVideoXDPMScheduler",
     "DDIMScheduler",
+    "DDPMScheduler",
+    "DDPMWuerstchenScheduler",
     "DPMSolverMultistepScheduler",
     "EDMDPMSolverMultistepScheduler",
     "EDMEulerScheduler",
@@ -61,6 +65,7 @@ __all__ = [
     "LCMScheduler",
     "PNDMScheduler",
     "Scheduler",
+    "UnCLIPScheduler",
     "UniPCMultistepScheduler",
     "load_scheduler",
     "torch_linspace",
@@ -74,6 +79,8 @@ SCHEDULERS: dict[str, type[Scheduler]] = {
         EulerAncestralDiscreteScheduler,
         HeunDiscreteScheduler,
         DDIMScheduler,
+        DDPMScheduler,
+        UnCLIPScheduler,
         PNDMScheduler,
         LCMScheduler,
         DPMSolverMultistepScheduler,
@@ -83,6 +90,7 @@ SCHEDULERS: dict[str, type[Scheduler]] = {
         EDMDPMSolverMultistepScheduler,
         CogVideoXDDIMScheduler,
         CogVideoXDPMScheduler,
+        DDPMWuerstchenScheduler,
     )
 }
 

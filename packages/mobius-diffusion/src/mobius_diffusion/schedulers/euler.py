@@ -100,13 +100,17 @@ class EulerDiscreteScheduler(_SigmaFamily):
         interpolation_type=("linear",),
         use_beta_sigmas=(False, None),
         timestep_spacing=_SPACINGS,
-        timestep_type=("discrete",),
+        timestep_type=("discrete", "continuous"),
         rescale_betas_zero_snr=(False,),
         final_sigmas_type=("zero", "sigma_min"),
     )
 
     def set_timesteps(self, num_inference_steps: int) -> None:
-        """``num_inference_steps`` timesteps and their sigmas, interpolated in the training ones."""
+        """``num_inference_steps`` timesteps and their sigmas, interpolated in the training ones.
+
+        ``timestep_type`` ``"continuous"`` with ``v_prediction`` (Stable Video Diffusion's
+        EDM-style setting) makes the timesteps ``log(sigma) / 4``, EDM's ``c_noise``.
+        """
         c, n = self.config, self.config["num_train_timesteps"]
         self.num_inference_steps = num_inference_steps
         timesteps = spaced_timesteps(c, num_inference_steps)
@@ -118,6 +122,10 @@ class EulerDiscreteScheduler(_SigmaFamily):
             last = 0
         self.sigmas = np.concatenate([sigmas, [last]]).astype(F32)
         self.timesteps = timesteps.astype(F32)
+        if c["timestep_type"] == "continuous" and c["prediction_type"] == "v_prediction":
+            # torch's float32 log, correctly rounded (numpy's float32 log may be an ulp off)
+            log_sigmas = np.log(self.sigmas[:-1].astype(np.float64)).astype(F32)
+            self.timesteps = (F32(0.25) * log_sigmas).astype(F32)
         self._step_index = None
 
     def step(self, model_output: np.ndarray, timestep, sample: np.ndarray) -> np.ndarray:

@@ -28,11 +28,12 @@ Reference = Callable[[object, str, dict], dict]
 
 def make_random_diffusers_model(class_name: str, config: dict, seed: int = 0, scale: float = 0.05):
     """A float32 diffusers component of class ``class_name`` from ``config``, perturbed, eval."""
-    import diffusers
     import torch
 
+    from mobius_diffusion.testing._references import diffusers_class
+
     torch.manual_seed(seed)
-    model = getattr(diffusers, class_name).from_config(config)  # float32 by default
+    model = diffusers_class(class_name).from_config(config)  # float32 by default
     perturb_parameters(model, seed, scale)
     return model.eval()
 

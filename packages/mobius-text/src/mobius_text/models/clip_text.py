@@ -9,7 +9,9 @@ at the end-of-text token, chosen as transformers does: with the legacy
 CLIP's vocabulary), otherwise the first ``eos_token_id``. A
 ``CLIPTextModelWithProjection`` checkpoint gives ``text_embeds`` instead. Both
 also give ``penultimate_hidden_state``, transformers' ``hidden_states[-2]``: the
-state before the last layer, which SDXL's pipelines read from their text encoders.
+state before the last layer, which SDXL's pipelines read from their text encoders, and
+``last_layer_hidden_state``, ``hidden_states[-1]``: the last layer's output before the
+final norm, which Stable Cascade's prior reads.
 
 SigLIP's text tower reuses these layers (:class:`CLIPEncoder` takes any additive
 bias, or none); dual encoders and diffusion pipelines reuse
@@ -247,9 +249,12 @@ class CLIPTextModel(Model):
 
         ``pooler_output`` or ``text_embeds`` as transformers names them, and
         ``penultimate_hidden_state``: transformers' ``hidden_states[-2]``, the input of
-        the last layer (no final norm), which SDXL's pipelines condition on.
+        the last layer (no final norm), which SDXL's pipelines condition on; and
+        ``last_layer_hidden_state``, ``hidden_states[-1]`` (its output, no final norm:
+        Stable Cascade's prior conditions on it).
         """
-        penultimate = {"penultimate_hidden_state": ["batch", "sequence", self.config.hidden_size]}
+        states = ["batch", "sequence", self.config.hidden_size]
+        penultimate = {"penultimate_hidden_state": states, "last_layer_hidden_state": states}
         if self.text_projection is not None:
             return {"text_embeds": ["batch", self.config.projection_dim], **penultimate}
         return {"pooler_output": ["batch", self.pooled_size], **penultimate}
@@ -261,7 +266,11 @@ class CLIPTextModel(Model):
     def forward(self, op, input_ids, attention_mask, token_type_ids=None):
         with module_scope(op, self.text_model):  # the tower's own parameter names
             hidden, pooled, states = self.text_model.encode(op, input_ids, attention_mask)
-        outputs = {"last_hidden_state": hidden, "penultimate_hidden_state": states[-2]}
+        outputs = {
+            "last_hidden_state": hidden,
+            "penultimate_hidden_state": states[-2],
+            "last_layer_hidden_state": states[-1],
+        }
         if self.text_projection is not None:
             return {**outputs, "text_embeds": self.text_projection(op, pooled)}
         return {**outputs, "pooler_output": pooled}

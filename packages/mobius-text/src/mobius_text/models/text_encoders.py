@@ -4,7 +4,8 @@ Diffusion pipelines condition on a decoder's token states instead of its logits:
 Sana reads ``Gemma2Model``'s last hidden state, Lumina 2 and CogView4 the input
 of the last layer (``hidden_states[-2]`` of ``Gemma2Model`` / ``GlmModel``), Z-Image
 ``Qwen3Model``'s ``hidden_states[-2]``, HiDream every layer's output of Llama 3,
-Qwen-Image the last state of Qwen2.5-VL's language model.
+Qwen-Image the last state of Qwen2.5-VL's language model, Flux.2 layers 10, 20
+and 30 of Mistral 3's.
 Their ``text_encoder`` folders name the bare class in ``config.json``'s
 ``architectures``, which is the registration key here (the ``model_type`` stays
 the causal LM's). A ``*ForCausalLM`` checkpoint builds the same way with
@@ -27,10 +28,12 @@ import numpy as np
 import onnx_ir as ir
 
 from mobius.components import module_scope
+from mobius.errors import ConfigError
 from mobius.model import Model
 from mobius_text.models.gemma2 import Gemma2Config, Gemma2Model
 from mobius_text.models.glm import GlmConfig, GlmModel
 from mobius_text.models.llama import LlamaConfig, LlamaModel
+from mobius_text.models.mistral import MistralConfig
 from mobius_text.models.qwen import Qwen2Model, Qwen3Model, QwenConfig
 
 
@@ -106,15 +109,19 @@ class DecoderTextEncoder(Model):
         outputs.update({f"hidden_states.{i}": states[i] for i in self.config.hidden_states})
         return outputs
 
-    def token_states(self, op, input_ids, attention_mask) -> list:
+    def token_states(
+        self, op, input_ids, attention_mask, inputs_embeds=None, position_ids=None
+    ) -> list:
         """transformers' ``hidden_states``: the embeddings, then each layer's output, the
-        last one through the final norm."""
+        last one through the final norm. ``inputs_embeds`` (images merged in) and
+        ``position_ids`` (M-RoPE's) replace the token embeddings and ``0..seq-1``."""
         backbone, config = self.model, self.config
-        x = backbone.embed_tokens(op, input_ids)  # [batch, seq, hidden]
-        # transformers counts positions from 0 on every row when no cache is given.
+        x = backbone.embed_tokens(op, input_ids) if inputs_embeds is None else inputs_embeds
         shape = op.Shape(input_ids)  # [batch, seq]
         seq_len = op.Squeeze(op.Slice(shape, [1], [2]), [0])
-        position_ids = op.Expand(op.Unsqueeze(op.Range(0, seq_len, 1), [0]), shape)
+        if position_ids is None:
+            # transformers counts positions from 0 on every row when no cache is given.
+            position_ids = op.Expand(op.Unsqueeze(op.Range(0, seq_len, 1), [0]), shape)
         rope = backbone.position_embeddings(op, position_ids)
         biases = {
             kind: backbone.layer_bias(op, kind, attention_mask, seq_len, x.dtype)
@@ -194,6 +201,54 @@ class Qwen2_5_VLTextEncoder(Qwen2TextEncoder):
         return renamed
 
 
+@dataclass
+class Mistral3TextEncoderConfig(TextEncoderFields, MistralConfig):
+    """The language model's fields: a Mistral 3 checkpoint's ``text_config`` (a Mistral)."""
+
+    @classmethod
+    def hf_fields(cls, hf_config):
+        text = getattr(hf_config, "text_config", None) or hf_config
+        if text.model_type != "mistral":
+            # Ministral 3 scales its queries by position: not LlamaModel's computation.
+            raise ConfigError(
+                f"Mistral3TextModel builds a Mistral language model; this text_config "
+                f"is a {text.model_type!r}"
+            )
+        return super().hf_fields(text)
+
+
+class Mistral3TextEncoder(DecoderTextEncoder):
+    """Mistral 3's language model on text alone (Flux.2's ``text_encoder``).
+
+    Built from the whole ``Mistral3ForConditionalGeneration`` folder with
+    ``--model-type Mistral3TextModel``: the text config is read, the decoder taken
+    under ``language_model.model.`` (as transformers saves the class) or
+    ``model.language_model.`` (its names in memory), and the Pixtral vision tower,
+    the multimodal projector and ``lm_head`` ignored by name.
+    """
+
+    config_class = Mistral3TextEncoderConfig
+    ignored = (*DecoderTextEncoder.ignored, "vision_tower.*", "multi_modal_projector.*")
+
+    def sanitize(self, weights: dict) -> dict:
+        """Either layout to the graph's ``model.*``; the parts left out lose their ``model.``."""
+        prefixes = {
+            "language_model.model.": "model.",
+            "model.language_model.": "model.",
+            "language_model.lm_head.": "lm_head.",
+            "model.vision_tower.": "vision_tower.",
+            "model.multi_modal_projector.": "multi_modal_projector.",
+        }
+        renamed = {}
+        for name, tensor in weights.items():
+            for old, new in prefixes.items():
+                if name.startswith(old):
+                    name = new + name.removeprefix(old)
+                    break
+            renamed[name] = tensor
+        return renamed
+
+
 class Gemma2TextEncoder(DecoderTextEncoder):
     """``Gemma2Model`` (Sana, Lumina 2): scaled embeddings, soft-capped, windowed attention."""
 
@@ -213,6 +268,7 @@ MODEL_TYPES = {
     "Qwen2Model": Qwen2TextEncoder,
     "Qwen3Model": Qwen3TextEncoder,
     "Qwen2_5_VLTextModel": Qwen2_5_VLTextEncoder,
+    "Mistral3TextModel": Mistral3TextEncoder,
     "Gemma2Model": Gemma2TextEncoder,
     "GlmModel": GlmTextEncoder,
 }

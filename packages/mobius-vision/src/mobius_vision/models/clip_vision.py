@@ -5,7 +5,9 @@ Checkpoints name the tower ``vision_model.*`` (``CLIPVisionModelWithProjection``
 ``CLIPVisionModel`` files), or leave the prefix out (``CLIPVisionModel`` as transformers 5
 saves it); both are read. ``visual_projection`` gives ``image_embeds`` where the checkpoint
 has one. Vision–language models take :class:`CLIPVisionTransformer` as their tower and pick
-one of its :meth:`~CLIPVisionTransformer.hidden_states`.
+one of its :meth:`~CLIPVisionTransformer.hidden_states`. The model also gives
+``penultimate_hidden_state``, transformers' ``hidden_states[-2]`` (the state before the
+last layer), which Wan's image-to-video pipelines condition on.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 from onnxscript import nn
 
-from mobius.components import LayerNorm, Linear
+from mobius.components import LayerNorm, Linear, module_scope
 from mobius_text.models import clip_text
 from mobius_text.models.clip_text import CLIPMLP  # noqa: F401  (the towers built on CLIP import it here)
 from mobius_vision.config import VisionConfig
@@ -146,15 +148,21 @@ class CLIPVisionModel(VisionTowerModel):
         c = self.config
         return {
             "last_hidden_state": ["batch", c.num_positions, c.hidden_size],
+            "penultimate_hidden_state": ["batch", c.num_positions, c.hidden_size],
             "pooler_output": ["batch", c.hidden_size],
             "image_embeds": ["batch", c.projection_dim],
         }
 
     def forward(self, op, pixel_values):
-        hidden, pooled = self.vision_model(op, pixel_values)
+        tower = self.vision_model
+        with module_scope(op, tower):  # the tower's own parameter names
+            states = tower.hidden_states(op, pixel_values)
+            cls = op.Gather(states[-1], op.Constant(value_int=0), axis=1)  # [batch, hidden]
+            pooled = tower.post_layernorm(op, cls)
+        outputs = {"last_hidden_state": states[-1], "penultimate_hidden_state": states[-2]}
         if self.visual_projection is not None:
-            return {"last_hidden_state": hidden, "image_embeds": self.visual_projection(op, pooled)}
-        return {"last_hidden_state": hidden, "pooler_output": pooled}
+            return {**outputs, "image_embeds": self.visual_projection(op, pooled)}
+        return {**outputs, "pooler_output": pooled}
 
     #: A buffer older checkpoints saved; the graph numbers the positions itself.
     ignored = ("vision_model.embeddings.position_ids",)

@@ -78,9 +78,15 @@ def compare_vision(torch_model, session, pixels: np.ndarray) -> dict[str, float]
 
     names = [o.name for o in session.get_outputs()]
     got = dict(zip(names, session.run(None, {"pixel_values": pixels}), strict=True))
+    hidden_states = "penultimate_hidden_state" in got  # transformers' hidden_states[-2]
     with torch.no_grad():
-        out = torch_model(pixel_values=torch.from_numpy(pixels))
+        out = torch_model(pixel_values=torch.from_numpy(pixels), output_hidden_states=hidden_states)
     diffs = {}
+    if hidden_states:
+        reference = out.hidden_states[-2].float().numpy()
+        diffs["penultimate_hidden_state"] = float(
+            np.abs(got["penultimate_hidden_state"] - reference).max()
+        )
     for field_name, output in {**_COMPARED, "logits": "logits"}.items():
         reference = getattr(out, field_name, None)
         if reference is not None and output in got:
