@@ -29,9 +29,10 @@ OPTIONS = dict(num_inference_steps=2, num_frames=FRAMES, height=HEIGHT, width=WI
 HUB_SCHEDULER = dict(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=3.0)
 
 
-def make_wan_pipeline(directory: Path):
+def make_wan_pipeline(directory: Path, boundary_ratio: float | None = None):
     """A tiny ``WanPipeline`` (UMT5 16 wide, a 2-layer transformer, a VAE of 4 latent
-    channels that halves time twice and space twice) saved into ``directory``."""
+    channels that halves time twice and space twice) saved into ``directory``; with a
+    ``boundary_ratio``, Wan 2.2 A14B's layout: a second expert, ``transformer_2``."""
     import torch
     from diffusers import (
         AutoencoderKLWan,
@@ -56,7 +57,7 @@ def make_wan_pipeline(directory: Path):
             feed_forward_proj="gated-gelu",
         )
     )
-    transformer = WanTransformer3DModel(
+    sizes = dict(
         patch_size=(1, 2, 2),
         num_attention_heads=2,
         attention_head_dim=12,
@@ -68,6 +69,10 @@ def make_wan_pipeline(directory: Path):
         num_layers=2,
         rope_max_seq_len=32,
     )
+    transformer = WanTransformer3DModel(**sizes)
+    experts = {}
+    if boundary_ratio is not None:
+        experts = dict(transformer_2=WanTransformer3DModel(**sizes), boundary_ratio=boundary_ratio)
     vae = AutoencoderKLWan(
         base_dim=8,
         z_dim=4,
@@ -77,13 +82,15 @@ def make_wan_pipeline(directory: Path):
         latents_mean=[0.1, -0.2, 0.3, 0.05],
         latents_std=[1.5, 0.8, 2.0, 1.2],
     )
-    _perturbed(text_encoder, transformer, vae)
+    second = [experts["transformer_2"]] if experts else []
+    _perturbed(text_encoder, transformer, vae, *second)
     pipe = WanPipeline(
         tokenizer=tokenizer,
         text_encoder=text_encoder,
         vae=vae,
         scheduler=UniPCMultistepScheduler(**HUB_SCHEDULER),
         transformer=transformer,
+        **experts,
     )
     pipe.save_pretrained(directory)
     return pipe
@@ -125,6 +132,34 @@ def test_wan_builds_whole_and_matches_diffusers(wan):
     diff = float(np.abs(got - expected).max())
     print("wan max abs diff", diff)
     assert diff <= 1e-3
+
+
+def test_wan22_two_experts_match_diffusers(tmp_path):
+    """Wan 2.2 A14B's layout: 2 steps at t 999 and 750 about a boundary at 875, so each expert
+    runs one, with its own guidance scale; measured ~1.6e-6."""
+    import torch
+
+    from mobius_diffusion.pipeline import open_pipeline
+
+    pipe = make_wan_pipeline(tmp_path / "hf", boundary_ratio=0.875)
+    out = build_with_cli(tmp_path / "hf", tmp_path / "onnx")
+    record = json.loads((out / "mobius.json").read_text())
+    graphs = {g: m["model_type"] for m in record["models"] for g in m["graphs"]}
+    assert graphs["transformer_2/model"] == graphs["transformer/model"] == "WanTransformer3DModel"
+    latents = np.random.default_rng(1).standard_normal((1, 4, 2, 4, 8)).astype(np.float32)
+    options = dict(OPTIONS, max_sequence_length=MAX_SEQUENCE_LENGTH, guidance_scale_2=2.0)
+    with torch.no_grad():
+        expected = pipe(
+            PROMPT, latents=torch.from_numpy(latents), output_type="np", **options
+        ).frames
+    runner = open_pipeline(out)
+    got = runner(PROMPT, latents=latents, **options)
+    diff = float(np.abs(got - expected).max())
+    print("wan 2.2 max abs diff", diff)
+    assert diff <= 1e-3
+    # the second expert's scale is read: another one changes the video
+    other = runner(PROMPT, latents=latents, **{**options, "guidance_scale_2": 6.0})
+    assert float(np.abs(other - got).max()) > 1e-3
 
 
 def test_generate_cli_writes_the_video(wan, tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""Wan 2.1 text to video: UMT5 states zeroed past each prompt, the 3-D transformer, the causal video VAE."""
+"""Wan 2.1/2.2 text to video: UMT5 states zeroed past each prompt, the 3-D transformer(s), the causal video VAE."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import re
 import numpy as np
 
 from mobius.errors import ConfigError
-from mobius_diffusion.pipelines.base import PipelineRunner, guide
+from mobius_diffusion.pipelines.base import PipelineRunner, guide, is_listed
 
 
 def clean_prompt(text: str) -> str:
@@ -30,8 +30,10 @@ class WanRunner(PipelineRunner):
     scheduler (the hub's UniPC with flow sigmas), de-normalised with the VAE's
     ``latents_mean``/``latents_std`` and decoded by ``vae/decoder/model``.
 
-    Unlike diffusers, a frame count or size it would round is refused, not rounded.
-    Wan 2.2's two experts (``boundary_ratio``) and per-token timesteps
+    Wan 2.2 A14B has two experts: ``transformer`` for the timesteps at or above
+    ``boundary_ratio * num_train_timesteps``, ``transformer_2`` below, guided by
+    ``guidance_scale_2`` (by default ``guidance_scale``). Unlike diffusers, a frame count
+    or size it would round is refused, not rounded. Wan 2.2 TI2V's per-token timesteps
     (``expand_timesteps``) are not run yet: such packages are refused.
     """
 
@@ -43,11 +45,35 @@ class WanRunner(PipelineRunner):
 
     def __init__(self, package_dir, **options) -> None:
         super().__init__(package_dir, **options)
-        for field in ("boundary_ratio", "expand_timesteps"):
-            if self.index.get(field):
-                raise ConfigError(
-                    f"{self.package_dir}: a Wan pipeline with {field} (Wan 2.2) is not run by mobius yet"
-                )
+        if self.index.get("expand_timesteps"):
+            raise ConfigError(
+                f"{self.package_dir}: a Wan pipeline with expand_timesteps (Wan 2.2 TI2V) is not "
+                "run by mobius yet"
+            )
+        if not is_listed(self.index, "transformer"):
+            raise ConfigError(f"{self.package_dir}: a Wan package with no transformer")
+        ratio = self.index.get("boundary_ratio")
+        if ratio is not None and (
+            isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio < 1
+        ):
+            raise ConfigError(f"model_index.json boundary_ratio is {ratio!r}, not in (0, 1)")
+        if is_listed(self.index, "transformer_2") != (ratio is not None):
+            raise ConfigError(
+                f"{self.package_dir}: a Wan pipeline has a transformer_2 exactly when it has a "
+                "boundary_ratio (Wan 2.2's second expert)"
+            )
+        self.boundary_ratio = ratio
+
+    def experts(self) -> tuple[str, ...]:
+        """The denoisers: ``transformer``, and Wan 2.2's ``transformer_2``."""
+        return ("transformer", "transformer_2")[: 1 + (self.boundary_ratio is not None)]
+
+    def expert(self, t: float) -> str:
+        """The expert that denoises at timestep ``t``: Wan 2.2 switches below its boundary."""
+        if self.boundary_ratio is None:
+            return "transformer"
+        boundary = self.boundary_ratio * self.scheduler_config.get("num_train_timesteps", 1000)
+        return "transformer" if t >= boundary else "transformer_2"
 
     def vae_factors(self) -> tuple[int, int]:
         """``(temporal, spatial)``: frames and pixels per latent, from ``temperal_downsample``
@@ -139,6 +165,7 @@ class WanRunner(PipelineRunner):
         negative_prompt: str | list[str] | None = None,
         num_inference_steps: int = 50,
         guidance_scale: float | None = None,
+        guidance_scale_2: float | None = None,
         num_frames: int | None = None,
         height: int | None = None,
         width: int | None = None,
@@ -160,6 +187,11 @@ class WanRunner(PipelineRunner):
         states, guidance_scale, guided = self.guided_states(
             lambda texts: self.encode(texts, length), prompts, negative_prompt, guidance_scale
         )
+        if guidance_scale_2 is not None and self.boundary_ratio is None:
+            raise ConfigError("guidance_scale_2 guides Wan 2.2's second expert; this has one")
+        scales = {"transformer": guidance_scale, "transformer_2": guidance_scale_2}
+        if guidance_scale_2 is None:
+            scales["transformer_2"] = guidance_scale
 
         scheduler = self.new_scheduler(seed)
         scheduler.set_timesteps(num_inference_steps)
@@ -178,8 +210,9 @@ class WanRunner(PipelineRunner):
                 "timestep": timestep,
                 "encoder_hidden_states": states,
             }
-            noise = self.run("transformer/model", feeds, "out_hidden_states")
+            expert = self.expert(t)
+            noise = self.run(f"{expert}/model", feeds, "out_hidden_states")
             if guided:
-                noise = guide(*np.split(noise, 2), guidance_scale)
+                noise = guide(*np.split(noise, 2), scales[expert])
             latents = scheduler.step(noise, t, latents)
         return self.decode_video(latents)

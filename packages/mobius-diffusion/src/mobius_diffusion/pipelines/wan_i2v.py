@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from mobius.errors import ConfigError
-from mobius_diffusion.pipelines.base import PipelineRunner, guide, is_listed
+from mobius_diffusion.pipelines.base import guide, is_listed
 from mobius_diffusion.pipelines.image_input import load_image, preprocess_image
 from mobius_diffusion.pipelines.wan import WanRunner
 
@@ -34,27 +34,7 @@ class WanImageToVideoRunner(WanRunner):
     image_inputs = ("image",)
 
     def __init__(self, package_dir, **options) -> None:
-        PipelineRunner.__init__(self, package_dir, **options)
-        if self.index.get("expand_timesteps"):
-            raise ConfigError(
-                f"{self.package_dir}: a Wan image-to-video pipeline with expand_timesteps "
-                "(Wan 2.2 TI2V) is not run by mobius yet"
-            )
-        ratio = self.index.get("boundary_ratio")
-        if ratio is not None and (
-            isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio < 1
-        ):
-            raise ConfigError(f"model_index.json boundary_ratio is {ratio!r}, not in (0, 1)")
-        if not is_listed(self.index, "transformer"):
-            raise ConfigError(
-                f"{self.package_dir}: a Wan image-to-video package with no transformer"
-            )
-        if is_listed(self.index, "transformer_2") != (ratio is not None):
-            raise ConfigError(
-                f"{self.package_dir}: a Wan image-to-video pipeline has a transformer_2 exactly "
-                "when it has a boundary_ratio (Wan 2.2's second expert)"
-            )
-        self.boundary_ratio = ratio
+        super().__init__(package_dir, **options)  # the experts, as Wan's text to video
         transformer = self.config("transformer")
         if transformer.get("pos_embed_seq_len") is not None:
             raise ConfigError(
@@ -118,7 +98,7 @@ class WanImageToVideoRunner(WanRunner):
         batch, _, *grid = self.latent_shape(len(prompts), num_frames, height, width)
         condition = self.condition(preprocess_image(image, height, width), num_frames)
         z_dim = condition.shape[1] - self.vae_factors()[0]
-        for expert in ("transformer", "transformer_2")[: 1 + (self.boundary_ratio is not None)]:
+        for expert in self.experts():
             if self.config_int(expert, "in_channels") != z_dim + condition.shape[1]:
                 raise ConfigError(
                     f"{expert}/config.json in_channels is not the latents', the mask's and the "
@@ -142,11 +122,8 @@ class WanImageToVideoRunner(WanRunner):
         scheduler.set_timesteps(num_inference_steps)
         latents = self.given_or_initial_latents(latents, (batch, z_dim, *grid), seed)
         condition = np.repeat(condition, batch, axis=0)
-        boundary = None
-        if self.boundary_ratio is not None:
-            boundary = self.boundary_ratio * self.scheduler_config.get("num_train_timesteps", 1000)
         for t in self.steps(scheduler.timesteps):
-            expert = "transformer" if boundary is None or t >= boundary else "transformer_2"
+            expert = self.expert(t)
             model_input = np.concatenate([latents, condition], axis=1)
             if guided:
                 model_input = np.concatenate([model_input] * 2)
