@@ -77,11 +77,12 @@ def llama_shapes(p: dict[str, int]) -> dict[str, tuple[int, ...]]:
 
 
 def _write_tensor(f, name: str, shape: tuple[int, ...], rng: np.random.Generator) -> None:
-    """Append one bf16 tensor's data to ``f``, a slab of rows at a time."""
+    """Append one bf16 tensor's data to ``f``, a slab of rows at a time (norm weights: ones)."""
     if name.endswith("norm.weight"):
         np.ones(shape, ml_dtypes.bfloat16).tofile(f)
         return
-    rows, cols = shape
+    cols = shape[-1]
+    rows = int(np.prod(shape[:-1], dtype=np.int64))
     step = max(1, SLAB_BYTES // (4 * cols))
     for start in range(0, rows, step):
         slab = rng.standard_normal((min(step, rows - start), cols), dtype=np.float32)
@@ -89,14 +90,13 @@ def _write_tensor(f, name: str, shape: tuple[int, ...], rng: np.random.Generator
         slab.astype(ml_dtypes.bfloat16).tofile(f)
 
 
-def write_checkpoint(directory: Path, preset: str) -> Path:
-    """Write (or reuse) the random bf16 checkpoint of ``preset`` in ``directory``."""
+def write_sharded(directory: Path, shapes: dict, stem: str, config: dict) -> Path:
+    """Write (or reuse) random bf16 ``shapes`` as ``{stem}-0000N-of-0000M.safetensors`` shards
+    with ``{stem}.safetensors.index.json`` and ``config.json`` in ``directory``."""
     if (directory / ".complete").is_file():
         return directory
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
-    p = PRESETS[preset]
-    shapes = llama_shapes(p)
     shards: list[list[str]] = [[]]
     size = 0
     for name, shape in shapes.items():
@@ -110,7 +110,7 @@ def write_checkpoint(directory: Path, preset: str) -> Path:
     rng = np.random.default_rng(0)
     weight_map = {}
     for n, names in enumerate(shards, 1):
-        file_name = f"model-{n:05d}-of-{len(shards):05d}.safetensors"
+        file_name = f"{stem}-{n:05d}-of-{len(shards):05d}.safetensors"
         header, offset = {}, 0
         for name in names:
             nbytes = 2 * int(np.prod(shapes[name]))
@@ -130,7 +130,15 @@ def write_checkpoint(directory: Path, preset: str) -> Path:
                 _write_tensor(f, name, shapes[name], rng)
     total = sum(2 * int(np.prod(s)) for s in shapes.values())
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    (directory / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    (directory / f"{stem}.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    (directory / "config.json").write_text(json.dumps(config, indent=2))
+    (directory / ".complete").write_text("")
+    return directory
+
+
+def write_checkpoint(directory: Path, preset: str) -> Path:
+    """Write (or reuse) the random bf16 checkpoint of ``preset`` in ``directory``."""
+    p = PRESETS[preset]
     config = {
         "model_type": "llama",
         "architectures": ["LlamaForCausalLM"],
@@ -145,9 +153,7 @@ def write_checkpoint(directory: Path, preset: str) -> Path:
         "tie_word_embeddings": False,
         "torch_dtype": "bfloat16",
     }
-    (directory / "config.json").write_text(json.dumps(config, indent=2))
-    (directory / ".complete").write_text("")
-    return directory
+    return write_sharded(directory, llama_shapes(p), "model", config)
 
 
 def _sample_file_rss(pid: int, peak: dict[str, int], done: threading.Event) -> None:
@@ -203,7 +209,6 @@ def main() -> None:
     shapes = llama_shapes(PRESETS[args.preset])
     largest = max(2 * int(np.prod(s)) for s in shapes.values()) / GB
     total = sum(2 * int(np.prod(s)) for s in shapes.values()) / GB
-    limit = largest + 1.0
 
     rows = []
     for build in args.builds:
@@ -216,6 +221,12 @@ def main() -> None:
         rows.append((build, result))
 
     print(f"\nmobius build, {args.preset} Llama, random bf16 checkpoint of {total:.2f} GB")
+    print_table(rows, largest)
+
+
+def print_table(rows: list[tuple[str, dict]], largest: float) -> None:
+    """One line per build: wall, peak RSS, anon/mmap peaks, output size, against largest + 1 GB."""
+    limit = largest + 1.0
     head = (
         f"{'build':<11} {'wall s':>7} {'peak RSS GB':>11} {'anon GB':>8} {'mmap GB':>8} "
         f"{'out GB':>7} {'largest GB':>10} {'limit GB':>8}  result"

@@ -30,9 +30,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
-from lowmem_7b import GB, SHARD_BYTES, SLAB_BYTES, run_build
+from lowmem_7b import GB, print_table, run_build, write_sharded
 
 #: FLUX.1-dev's transformer/config.json.
 FLUX_DEV = {
@@ -74,60 +73,9 @@ def flux_shapes() -> dict[str, tuple[int, ...]]:
     return {name: tuple(shape) for name, shape in json.loads(done.stdout).items()}
 
 
-def _write_tensor(f, shape: tuple[int, ...], rng: np.random.Generator) -> None:
-    """Append one random bf16 tensor's data to ``f``, a slab of rows at a time."""
-    cols = shape[-1]
-    rows = int(np.prod(shape[:-1], dtype=np.int64)) if len(shape) > 1 else 1
-    step = max(1, SLAB_BYTES // (4 * cols))
-    for start in range(0, rows, step):
-        slab = rng.standard_normal((min(step, rows - start), cols), dtype=np.float32)
-        slab *= 0.02
-        slab.astype(ml_dtypes.bfloat16).tofile(f)
-
-
 def write_checkpoint(directory: Path) -> Path:
     """Write (or reuse) the random bf16 FLUX.1-dev transformer in ``directory``."""
-    if (directory / ".complete").is_file():
-        return directory
-    shutil.rmtree(directory, ignore_errors=True)
-    directory.mkdir(parents=True)
-    shapes = flux_shapes()
-    shards: list[list[str]] = [[]]
-    size = 0
-    for name, shape in shapes.items():
-        nbytes = 2 * int(np.prod(shape))
-        if shards[-1] and size + nbytes > SHARD_BYTES:
-            shards.append([])
-            size = 0
-        shards[-1].append(name)
-        size += nbytes
-    rng = np.random.default_rng(0)
-    weight_map = {}
-    for n, names in enumerate(shards, 1):
-        file_name = f"{STEM}-{n:05d}-of-{len(shards):05d}.safetensors"
-        header, offset = {}, 0
-        for name in names:
-            nbytes = 2 * int(np.prod(shapes[name]))
-            header[name] = {
-                "dtype": "BF16",
-                "shape": list(shapes[name]),
-                "data_offsets": [offset, offset + nbytes],
-            }
-            offset += nbytes
-            weight_map[name] = file_name
-        blob = json.dumps(header).encode()
-        blob += b" " * (-len(blob) % 8)  # the data section starts 8-byte aligned
-        print(f"writing {file_name} ({offset / GB:.2f} GB)", flush=True)
-        with open(directory / file_name, "wb") as f:
-            f.write(len(blob).to_bytes(8, "little") + blob)
-            for name in names:
-                _write_tensor(f, shapes[name], rng)
-    total = sum(2 * int(np.prod(s)) for s in shapes.values())
-    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    (directory / f"{STEM}.safetensors.index.json").write_text(json.dumps(index, indent=2))
-    (directory / "config.json").write_text(json.dumps(FLUX_DEV, indent=2))
-    (directory / ".complete").write_text("")
-    return directory
+    return write_sharded(directory, flux_shapes(), STEM, FLUX_DEV)
 
 
 def main() -> None:
@@ -142,7 +90,6 @@ def main() -> None:
     shapes = flux_shapes()
     params = sum(int(np.prod(s)) for s in shapes.values())
     largest = max(2 * int(np.prod(s)) for s in shapes.values()) / GB
-    limit = largest + 1.0
     rows = []
     for build in args.builds:
         output = args.workdir / f"out-flux-{build.replace(' ', '-')}"
@@ -157,19 +104,7 @@ def main() -> None:
         f"\nmobius build, FLUX.1-dev transformer shapes ({params / 1e9:.1f}B parameters), random "
         f"bf16 checkpoint of {2 * params / GB:.2f} GB"
     )
-    head = (
-        f"{'build':<11} {'wall s':>7} {'peak RSS GB':>11} {'anon GB':>8} {'mmap GB':>8} "
-        f"{'out GB':>7} {'largest GB':>10} {'limit GB':>8}  result"
-    )
-    print(head)
-    print("-" * len(head))
-    for build, r in rows:
-        verdict = "pass" if r["peak"] <= limit else "FAIL"
-        print(
-            f"{build:<11} {r['wall']:>7.1f} {r['peak']:>11.2f} {r['anon']:>8.2f} {r['file']:>8.2f} "
-            f"{r['out']:>7.2f} {largest:>10.3f} {limit:>8.2f}  {verdict}"
-        )
-    print("(anon/mmap: peak RssAnon/RssFile sampled every 0.1 s; limit = largest tensor + 1 GB)")
+    print_table(rows, largest)
 
 
 if __name__ == "__main__":

@@ -158,3 +158,23 @@ def test_flux2_builds_whole_and_matches_diffusers(flux2, tmp_path):
     assert main([*args, "--height", str(HEIGHT), "--width", str(WIDTH)]) == 0
     expected = runner(PROMPT, num_inference_steps=2, seed=3, height=HEIGHT, width=WIDTH)
     assert np.array_equal(np.asarray(Image.open(image)), np.asarray(to_pil(expected)[0]))
+
+
+def test_a_malformed_chat_template_is_refused_in_one_line(flux2, tmp_path):
+    """The processor's chat template is a stranger's file: one that is not UTF-8 text, or a
+    ``chat_template.json`` without a string, is a ConfigError naming it, not a traceback."""
+    import shutil
+
+    from mobius.errors import ConfigError
+    from mobius_diffusion.pipeline import open_pipeline
+
+    package = shutil.copytree(flux2[1], tmp_path / "package")
+    folder = package / "tokenizer"
+    for name in ("chat_template.jinja", "chat_template.json"):
+        (folder / name).unlink(missing_ok=True)
+    (folder / "chat_template.json").write_text('{"chat_template": ["not", "text"]}')
+    with pytest.raises(ConfigError, match="chat_template.json has no chat_template string"):
+        open_pipeline(package).chat_template()
+    (folder / "chat_template.jinja").write_bytes(b"\xff\xfe{{ bad }}")
+    with pytest.raises(ConfigError, match="chat_template.jinja is not UTF-8 text"):
+        open_pipeline(package).chat_template()

@@ -233,11 +233,17 @@ class Flux2Runner(Flux2KleinRunner):
         ``tokenizer/``, as the processor loads it), else its tokenizer's."""
         folder = self.package_dir / "tokenizer"
         if (folder / "chat_template.jinja").is_file():
-            return (folder / "chat_template.jinja").read_text(encoding="utf-8")
+            try:
+                return (folder / "chat_template.jinja").read_text(encoding="utf-8")
+            except UnicodeDecodeError as error:
+                raise ConfigError(
+                    f"tokenizer/chat_template.jinja is not UTF-8 text: {error}"
+                ) from None
         if (folder / "chat_template.json").is_file():
             template = read_json(folder / "chat_template.json").get("chat_template")
-            if isinstance(template, str):
-                return template
+            if not isinstance(template, str):
+                raise ConfigError("tokenizer/chat_template.json has no chat_template string")
+            return template
         template = self.tokenizer("tokenizer").chat_template
         if not isinstance(template, str):
             raise ConfigError("tokenizer/ has no chat template: the Flux.2 prompt needs one")
