@@ -1,18 +1,25 @@
-"""Video VAE decode memory: peak RSS of Wan 2.1's VAE decoder, whole and with ``--vae-tiling``.
+"""Video VAE decode memory: peak RSS of Wan 2.1's VAE decoder, whole, frame by frame, tiled.
 
 Makes Wan 2.1's ``AutoencoderKLWan`` (its hub config: base 96, z 16, 127M parameters)
 with random weights, builds it with ``mobius build``, and decodes one latent video of
-``--frames`` frames at ``--height`` x ``--width`` twice, each in a fresh child process
-that imports only numpy, ONNX Runtime and ``mobius_diffusion.tiling``: once whole, once
-in diffusers' tiles (256 pixels every 192). It prints wall seconds and the child's peak
-RSS (``ru_maxrss``) for each. The decoder graph decodes every frame of a tile at once,
-so its memory grows with frames times tile area: compare sizes to see the slope. GB
-here are 10^9 bytes.
+``--frames`` frames at ``--height`` x ``--width`` once per ``--modes`` entry, each in a
+fresh child process that imports only numpy, ONNX Runtime and ``mobius_diffusion.tiling``:
+
+- ``whole``: ``decoder/model``, every frame at once;
+- ``tiled``: ``decoder/model`` in diffusers' tiles (256 pixels every 192);
+- ``step``: ``decoder_step/model``, one latent frame at a time with the conv caches,
+  as diffusers and the runners decode (:func:`mobius_diffusion.tiling.decode_stepwise`);
+- ``step-tiled``: frame by frame within each tile (``--vae-tiling``, diffusers' tiled decode).
+
+It prints wall seconds and the child's peak RSS (``ru_maxrss``) for each. The whole
+graph's memory grows with frames times tile area; frame by frame it holds one latent
+frame's activations and the caches, plus the decoded video. GB here are 10^9 bytes.
 
 Rerun (the model is cached in ``--workdir``)::
 
-    uv run python benchmarks/vae_decode_memory.py --height 240 --width 416 --frames 5
     uv run python benchmarks/vae_decode_memory.py --height 480 --width 832 --frames 9
+    uv run python benchmarks/vae_decode_memory.py --height 480 --width 832 --frames 81 \
+        --modes step step-tiled
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import time
 from pathlib import Path
 
 GB = 1e9
+MODES = ("whole", "tiled", "step", "step-tiled")
 
 #: Wan-AI/Wan2.1-T2V-1.3B-Diffusers' vae/config.json (its fields that differ from defaults).
 WAN21_VAE = {"base_dim": 96, "z_dim": 16, "dim_mult": [1, 2, 4, 4], "num_res_blocks": 2}
@@ -44,13 +52,22 @@ DECODE = r"""
 import json, sys, time
 import numpy as np
 import onnxruntime as ort
-from mobius_diffusion.tiling import decode_tiled, tile_plan
-model, tiled, frames, height, width = sys.argv[1], sys.argv[2] == "tiled", *map(int, sys.argv[3:6])
-session = ort.InferenceSession(model + "/decoder/model.onnx", providers=["CPUExecutionProvider"])
+from mobius_diffusion.tiling import decode_stepwise, decode_tiled, tile_plan
+model, mode, frames, height, width = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
+tiled = mode.endswith("tiled")
+graph = "/decoder_step/model.onnx" if mode.startswith("step") else "/decoder/model.onnx"
+options = ort.SessionOptions()
+options.enable_cpu_mem_arena = not mode.startswith("step")  # as the runners open each graph
+session = ort.InferenceSession(model + graph, options, providers=["CPUExecutionProvider"])
 latent_frames = (frames - 1) // 4 + 1
 latents = np.random.default_rng(0).standard_normal(
     (1, 16, latent_frames, height // 8, width // 8)).astype(np.float32)
 decode = lambda z: session.run(["sample"], {"latent_sample": z})[0]
+if mode.startswith("step"):
+    names = [o.name for o in session.get_outputs()]
+    past = {i.name: i.shape for i in session.get_inputs() if i.name != "latent_sample"}
+    step = lambda feeds: dict(zip(names, session.run(names, feeds)))
+    decode = lambda z: decode_stepwise(step, past, z)
 start = time.perf_counter()
 plan = tile_plan(json.load(open(model + "/config.json")))
 video = decode_tiled(decode, latents, plan) if tiled and plan.applies(latents) else decode(latents)
@@ -64,10 +81,13 @@ def main() -> None:
     parser.add_argument("--height", type=int, default=240)
     parser.add_argument("--width", type=int, default=416)
     parser.add_argument("--frames", type=int, default=5, help="4k+1 video frames")
+    parser.add_argument(
+        "--modes", nargs="+", choices=MODES, default=list(MODES), help="decodes to measure"
+    )
     args = parser.parse_args()
 
     source, built = args.workdir / "hf", args.workdir / "onnx"
-    if not (built / "decoder" / "model.onnx").is_file():
+    if not (built / "decoder_step" / "model.onnx").is_file():
         subprocess.run([sys.executable, "-c", MAKE, json.dumps(WAN21_VAE), str(source)], check=True)
         subprocess.run(
             [
@@ -79,11 +99,12 @@ def main() -> None:
                 str(source),
                 str(built),
                 "--quiet",
+                "--overwrite",
             ],
             check=True,
         )
     rows = []
-    for mode in ("whole", "tiled"):
+    for mode in args.modes:
         start = time.perf_counter()
         sizes = (str(args.frames), str(args.height), str(args.width))
         result, peak = run_peak(DECODE, str(built), mode, *sizes)
@@ -92,9 +113,9 @@ def main() -> None:
         f"\nWan 2.1 VAE decode, {args.frames} frames of {args.height} x {args.width} "
         f"(load average {os.getloadavg()[0]:.1f})"
     )
-    print(f"{'decode':<7} {'wall s':>7} {'peak RSS GB':>11}  output")
+    print(f"{'decode':<10} {'wall s':>7} {'peak RSS GB':>11}  output")
     for mode, seconds, peak, shape in rows:
-        print(f"{mode:<7} {seconds:>7.1f} {peak:>11.2f}  {shape}")
+        print(f"{mode:<10} {seconds:>7.1f} {peak:>11.2f}  {shape}", flush=True)
 
 
 def run_peak(code: str, *args: str) -> tuple[dict, float]:

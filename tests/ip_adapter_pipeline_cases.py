@@ -42,9 +42,14 @@ def _image_encoder():
     return CLIPVisionModelWithProjection(config)
 
 
-def adapter_tensors(unet, full: bool = False, seed: int = 7) -> dict[str, np.ndarray]:
+FACE = 20  # a FaceID adapter's face embedding width (insightface's: 512)
+
+
+def adapter_tensors(unet, full: bool = False, seed: int = 7, kind: str | None = None) -> dict:
     """An IP-Adapter for ``unet``, a key/value pair per cross-attention: plain (4 image
-    tokens of CLIP's image_embeds) or ``full`` (a token per CLIP hidden state)."""
+    tokens of CLIP's image_embeds), ``full`` (a token per CLIP hidden state), or ``kind``
+    "plus", "faceid", "faceid-plus" (:mod:`mobius_diffusion.testing._ip_adapter`; the FaceID
+    ones with a LoRA of every attention, as their checkpoints hold)."""
     rng = np.random.default_rng(seed)
     cross = unet.config.cross_attention_dim
     norm = "image_proj.proj.3" if full else "image_proj.norm"
@@ -57,18 +62,39 @@ def adapter_tensors(unet, full: bool = False, seed: int = 7) -> dict[str, np.nda
     else:
         shapes["image_proj.proj.weight"] = (4 * cross, IMAGE_EMBED)
         shapes["image_proj.proj.bias"] = (4 * cross,)
+    projection = {}
+    if kind is not None:
+        from mobius_diffusion.testing._ip_adapter import random_image_proj
+
+        width = FACE if kind == "faceid" else VISION_WIDTH
+        projection = random_image_proj(kind, width, cross, seed + 1, id_embed=FACE)
+        shapes = {}
     widths = [m.to_q.out_features for n, m in unet.named_modules() if n.endswith("attn2")]
     for k, width in enumerate(widths):  # diffusers' processor order; odd ids, as the original
         for name in ("to_k_ip", "to_v_ip"):
             shapes[f"ip_adapter.{2 * k + 1}.{name}.weight"] = (width, cross)
+    if kind in ("faceid", "faceid-plus"):  # FaceID's LoRA of every attention, rank 2
+        for key_id, processor in enumerate(unet.attn_processors):
+            attn = unet.get_submodule(processor.removesuffix(".processor"))
+            for proj, layer in zip(
+                ("to_q", "to_k", "to_v", "to_out"), _projections(attn), strict=True
+            ):
+                shapes[f"ip_adapter.{key_id}.{proj}_lora.down.weight"] = (2, layer.in_features)
+                shapes[f"ip_adapter.{key_id}.{proj}_lora.up.weight"] = (layer.out_features, 2)
     tensors = {n: 0.3 * rng.standard_normal(s) for n, s in shapes.items()}
-    tensors[f"{norm}.weight"] += 1.0
-    return {n: t.astype(np.float32) for n, t in tensors.items()}
+    if kind is None:
+        tensors[f"{norm}.weight"] += 1.0
+    return {n: t.astype(np.float32) for n, t in tensors.items()} | projection
 
 
-def make_sd_ip_adapter_pipeline(directory: Path):
+def _projections(attn) -> tuple:
+    return attn.to_q, attn.to_k, attn.to_v, attn.to_out[0]
+
+
+def make_sd_ip_adapter_pipeline(directory: Path, kind: str | None = None):
     """``(pipeline, adapter file)``: a ``StableDiffusionPipeline`` saved into ``directory``
-    with its image encoder, then given the adapter file written beside it."""
+    with its image encoder, then given the adapter file written beside it (plain, or the
+    ``kind`` of :func:`adapter_tensors`)."""
     import torch
     from diffusers import EulerDiscreteScheduler, StableDiffusionPipeline, UNet2DConditionModel
     from safetensors.numpy import save_file
@@ -106,7 +132,7 @@ def make_sd_ip_adapter_pipeline(directory: Path):
     )
     pipe.save_pretrained(directory, safe_serialization=True)
     adapter = directory.parent / ADAPTER
-    save_file(adapter_tensors(unet), adapter)
+    save_file(adapter_tensors(unet, kind=kind), adapter)
     pipe.load_ip_adapter(str(directory.parent), subfolder="", weight_name=ADAPTER)
     return pipe, adapter
 
@@ -119,9 +145,10 @@ def _feature_extractor():
     )
 
 
-def make_sdxl_ip_adapter_pipeline(directory: Path):
+def make_sdxl_ip_adapter_pipeline(directory: Path, kind: str | None = None):
     """``(pipeline, adapter file)``: the tiny SDXL pipeline of :func:`make_sdxl_pipeline` saved
-    with an image encoder, and an IP-Adapter Full (CLIP's hidden states to tokens) beside it."""
+    with an image encoder, and an IP-Adapter Full (CLIP's hidden states to tokens; or the
+    ``kind`` of :func:`adapter_tensors`) beside it."""
     import torch
     from safetensors.numpy import save_file
 
@@ -132,6 +159,6 @@ def make_sdxl_ip_adapter_pipeline(directory: Path):
     pipe.register_modules(image_encoder=image_encoder, feature_extractor=_feature_extractor())
     pipe.save_pretrained(directory, safe_serialization=True)
     adapter = directory.parent / ADAPTER
-    save_file(adapter_tensors(pipe.unet, full=True), adapter)
+    save_file(adapter_tensors(pipe.unet, full=kind is None, kind=kind), adapter)
     pipe.load_ip_adapter(str(directory.parent), subfolder="", weight_name=ADAPTER)
     return pipe, adapter

@@ -24,17 +24,40 @@ def support_file(packages_dir: Path, package: str) -> Path:
     return packages_dir / package / "SUPPORT.md"
 
 
-def read_support(path: Path) -> dict[str, tuple[str, str]]:
-    """``model_type -> (reference class, status)`` from a SUPPORT.md table; ``{}`` if absent."""
+# A SUPPORT.md section that names its task: ``## Causal LMs (causal-lm)``.
+SECTION = re.compile(r"^##\s.*\((?P<task>[a-z0-9-]+)\)\s*$")
+
+
+def read_support(path: Path) -> dict[str, list[tuple[str | None, str, str]]]:
+    """``name -> [(task, reference class, status)...]`` from a SUPPORT.md's tables: a row under
+    its model_type and under its reference class (a type registered by class name,
+    ``BertLMHeadModel``, has its model_type's row); the task where the section names one.
+    ``{}`` if absent."""
     if not path.is_file():
         return {}
-    rows = {}
+    rows: dict[str, list[tuple[str | None, str, str]]] = {}
+    task = None
     for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("## "):
+            section = SECTION.match(line)
+            task = section["task"] if section else None
         match = ROW.match(line)
-        # A type may sit in two task tables ("built as ...: see ..." and its own row).
-        if match and not rows.get(match["key"], ("", ""))[1].startswith("verified"):
-            rows[match["key"]] = (match["hf_class"], match["status"])
+        if match:
+            row = (task, match["hf_class"], match["status"].split("|")[0].strip())
+            rows.setdefault(match["key"], []).append(row)
+            if match["hf_class"] != match["key"]:
+                rows.setdefault(match["hf_class"], []).append(row)
     return rows
+
+
+def status_of(support: dict, key: str, task: str) -> tuple[str, str]:
+    """``(reference class, status)`` of a registered ``key`` of ``task``: its row in that task's
+    table, else its own verified row ("built as ...: see ..." rows point elsewhere), else its
+    first row."""
+    rows = support.get(key, [])
+    ranked = [r for r in rows if r[0] == task] or [r for r in rows if r[2].startswith("verified")]
+    found = (ranked or rows or [(None, "", NO_RESULT)])[0]
+    return found[1], found[2]
 
 
 def render_models(registry, packages_dir: Path) -> tuple[str, list[str]]:
@@ -65,7 +88,7 @@ def render_models(registry, packages_dir: Path) -> tuple[str, list[str]]:
             ]
             continue
         support = read_support(support_file(packages_dir, package))
-        verified = sum(support.get(e.key, ("", ""))[1].startswith("verified") for e in entries)
+        verified = sum(status_of(support, e.key, e.task)[1].startswith("verified") for e in entries)
         lines += [
             f"{len(entries)} model types, {verified} verified by synthetic parity "
             f"(recorded in `packages/{package}/SUPPORT.md`).",
@@ -74,7 +97,7 @@ def render_models(registry, packages_dir: Path) -> tuple[str, list[str]]:
             "|---|---|---|---|",
         ]
         for entry in entries:
-            hf_class, status = support.get(entry.key, ("", NO_RESULT))
+            hf_class, status = status_of(support, entry.key, entry.task)
             hf_cell = f"`{hf_class}`" if hf_class else ""
             lines.append(f"| `{entry.key}` | {entry.task} | {hf_cell} | {status} |")
         lines.append("")

@@ -179,6 +179,17 @@ PIPELINES = (
     ("StableDiffusionPipeline + IP-Adapter", "image prompt",
      "/test_pipeline_ip_adapter.py::test_ip_adapter_builds_whole_and_matches_diffusers",
      "/test_pipeline_ip_adapter.py::test_ip_adapter_builds_whole_and_matches_diffusers"),
+    ("StableDiffusionPipeline / StableDiffusionXLPipeline + IP-Adapter Plus",
+     "image prompt (resampler)",
+     "/test_pipeline_ip_adapter_plus.py::test_plus_matches_diffusers",
+     "/test_pipeline_ip_adapter_plus.py::test_plus_matches_diffusers"),
+    ("StableDiffusionPipeline + IP-Adapter FaceID", "face embedding prompt",
+     "/test_pipeline_ip_adapter_plus.py::test_faceid_matches_diffusers",
+     "/test_pipeline_ip_adapter_plus.py::test_faceid_matches_diffusers"),
+    ("StableDiffusionPipeline + IP-Adapter FaceID Plus (v1, v2)",
+     "face embedding and image prompt",
+     "/test_pipeline_ip_adapter_plus.py::test_faceid_plus_matches_diffusers",
+     "/test_pipeline_ip_adapter_plus.py::test_faceid_plus_matches_diffusers"),
     ("StableDiffusionImg2ImgPipeline", "image to image",
      "/test_pipeline_img2img.py::test_package_layout",
      "/test_pipeline_img2img.py::test_img2img_matches_diffusers"),
@@ -239,6 +250,12 @@ PIPELINES = (
     ("WanImageToVideoPipeline", "image to video",
      "/test_pipeline_wan_i2v.py::test_wan_i2v_builds_whole_and_matches_diffusers",
      "/test_pipeline_wan_i2v.py::test_wan_i2v_builds_whole_and_matches_diffusers"),
+    ("WanImageToVideoPipeline (Wan 2.1 FLF2V)", "first and last frame to video",
+     "/test_pipeline_wan_i2v.py::test_wan_i2v_builds_whole_and_matches_diffusers",
+     "/test_pipeline_wan_i2v.py::test_wan_i2v_builds_whole_and_matches_diffusers"),
+    ("WanPipeline (Wan 2.2 TI2V)", "text or image to video, per-token timesteps",
+     "/test_pipeline_wan_ti2v.py::test_wan22_ti2v_matches_diffusers",
+     "/test_pipeline_wan_ti2v.py::test_wan22_ti2v_matches_diffusers"),
     ("SkyReelsV2Pipeline", "text to video",
      "/test_pipeline_skyreels_v2.py::test_skyreels_v2_builds_whole_and_matches_diffusers",
      "/test_pipeline_skyreels_v2.py::test_skyreels_v2_builds_whole_and_matches_diffusers"),
@@ -339,7 +356,9 @@ def pipeline_markdown(passed: dict[str, dict[str, bool]]) -> str:
 #: Keys that are not diffusers classes themselves: the classes they stand for.
 REFERENCE_CLASSES = {
     # a single-file IP-Adapter checkpoint; diffusers converts it into one of these
-    "IPAdapterImageProjection": "ImageProjection or IPAdapterFullImageProjection",
+    "IPAdapterImageProjection": "ImageProjection, IPAdapterFullImageProjection, "
+    "IPAdapterPlusImageProjection, IPAdapterFaceIDImageProjection or "
+    "IPAdapterFaceIDPlusImageProjection",
 }
 
 

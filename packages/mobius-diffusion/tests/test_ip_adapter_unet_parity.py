@@ -4,7 +4,8 @@ The adapter file is written in the original layout (``image_proj.*`` and
 ``ip_adapter.{2k+1}.to_k_ip/to_v_ip.weight``, every tensor random); the reference is
 the perturbed diffusers UNet after ``_load_ip_adapter_weights`` of that file (its
 image projection made the identity: the graph takes the projected tokens) and
-``set_ip_adapter_scale``'s scale.
+``set_ip_adapter_scale``'s scale. The ``-faceid-lora`` case adds FaceID's LoRA of every
+attention, which the build merges and diffusers applies through peft.
 """
 
 from __future__ import annotations
@@ -53,8 +54,9 @@ def cross_attention_widths(config: dict) -> list[int]:
     return [m.to_q.out_features for n, m in unet.named_modules() if n.endswith("attn2")]
 
 
-def adapter_tensors(config: dict, seed: int = 3) -> dict[str, np.ndarray]:
-    """A plain IP-Adapter checkpoint for the UNet of ``config``: every tensor random."""
+def adapter_tensors(config: dict, seed: int = 3, lora: bool = False) -> dict[str, np.ndarray]:
+    """A plain IP-Adapter checkpoint for the UNet of ``config``: every tensor random; with
+    ``lora``, FaceID's LoRA (rank 2) of every attention, the self-attentions' at even ids."""
     rng = np.random.default_rng(seed)
     shapes = {
         "image_proj.proj.weight": (TOKENS * CROSS, IMAGE_EMBED),
@@ -65,6 +67,11 @@ def adapter_tensors(config: dict, seed: int = 3) -> dict[str, np.ndarray]:
     for k, width in enumerate(cross_attention_widths(config)):
         for name in ("to_k_ip", "to_v_ip"):
             shapes[f"ip_adapter.{2 * k + 1}.{name}.weight"] = (width, CROSS)
+        for key_id, inputs in ((2 * k, width), (2 * k + 1, CROSS)) if lora else ():
+            for proj in ("to_q", "to_k", "to_v", "to_out"):
+                fan_in = inputs if proj in ("to_k", "to_v") else width
+                shapes[f"ip_adapter.{key_id}.{proj}_lora.down.weight"] = (2, fan_in)
+                shapes[f"ip_adapter.{key_id}.{proj}_lora.up.weight"] = (width, 2)
     return {n: (0.3 * rng.standard_normal(s)).astype(np.float32) for n, s in shapes.items()}
 
 
@@ -98,9 +105,11 @@ def unet_inputs(case: str) -> dict[str, np.ndarray]:
     return inputs
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("case", [*sorted(CASES), "sdxl-faceid-lora"])
 def test_ip_adapter_unet_parity(case, tmp_path):
-    tensors = adapter_tensors(CASES[case])
+    lora = case.endswith("-faceid-lora")  # its LoRA merged, against diffusers' through peft
+    case = case.removesuffix("-faceid-lora")
+    tensors = adapter_tensors(CASES[case], lora=lora)
     adapter = tmp_path / "ip-adapter.safetensors"
     save_file(tensors, adapter)
     results = check_diffusion_parity(
@@ -140,8 +149,26 @@ def test_missing_adapter_tensors_fail_the_build(tmp_path, capsys):
     assert "to_v_ip.weight" in capsys.readouterr().err
 
 
-def test_faceid_lora_is_refused(tmp_path, capsys):
+@pytest.mark.parametrize(
+    ("lora", "message"),
+    [
+        (
+            {"ip_adapter.1.to_k_lora.down.weight": (2, CROSS)},
+            "to_k_lora.down.weight has no up half",
+        ),
+        (
+            {
+                "ip_adapter.0.to_q_lora.down.weight": (2, 8),
+                "ip_adapter.0.to_q_lora.up.weight": (4, 2),
+            },
+            "do not fit down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_q.weight [8, 8]",
+        ),
+    ],
+)
+def test_a_faceid_lora_that_does_not_fit_fails_the_build(tmp_path, capsys, lora, message):
+    """FaceID's LoRA is merged into the UNet (its parity: tests/test_pipeline_ip_adapter_plus.py);
+    half a pair, or a pair whose product is not the weight's shape, is refused by name."""
     tensors = adapter_tensors(SD15)
-    tensors["ip_adapter.1.to_k_lora.down.weight"] = np.zeros((4, 8), np.float32)
+    tensors |= {name: np.ones(shape, np.float32) for name, shape in lora.items()}
     assert _build(tmp_path, tensors) == 1
-    assert "IP-Adapter FaceID" in capsys.readouterr().err
+    assert message in capsys.readouterr().err

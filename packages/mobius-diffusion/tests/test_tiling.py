@@ -4,13 +4,15 @@ Each VAE is a tiny random one (every parameter perturbed) built with the CLI; it
 decoder graph is run tile by tile by :func:`decode_tiled` and compared with diffusers'
 tiled decode of the same latents, over a grid of several tiles each way with a partial
 last tile. The whole-image decode differs near the seams, so a tiled result equal to it
-would prove nothing: each test also checks that the two differ.
+would prove nothing: each test also checks that the two differ. Wan's tiles are decoded
+frame by frame with ``decoder_step/model``, as the runners and diffusers decode them.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_autoencoder_kl_wan_parity import step_decoder
 
 from mobius.errors import ConfigError
 from mobius.testing import build_with_cli
@@ -44,13 +46,14 @@ WAN = dict(base_dim=8, z_dim=4, dim_mult=[1, 2, 2], num_res_blocks=1, scale_fact
 CASES = {
     "kl": ("AutoencoderKL", KL, (1, 4, 20, 15)),
     "cogvideox": ("AutoencoderKLCogVideoX", COGVIDEOX, (1, 4, 2, 30, 25)),
-    "wan": ("AutoencoderKLWan", dict(WAN, temperal_downsample=[False, True]), (1, 4, 2, 36, 20)),
+    "wan": ("AutoencoderKLWan", dict(WAN, temperal_downsample=[False, True]), (1, 4, 3, 36, 20)),
 }
 
 
 @pytest.fixture(scope="module", params=sorted(CASES))
 def built_vae(request, tmp_path_factory):
-    """(case, diffusers VAE, decoder session) for one tiny random VAE built with the CLI."""
+    """(case, diffusers VAE, decode) for one tiny random VAE built with the CLI; ``decode``
+    runs its decoder graph as the runners do (Wan's frame by frame)."""
     import onnxruntime as ort
 
     class_name, config, _ = CASES[request.param]
@@ -58,17 +61,19 @@ def built_vae(request, tmp_path_factory):
     vae = make_random_diffusers_model(class_name, config)
     vae.save_pretrained(root / "hf", safe_serialization=True)
     out = build_with_cli(root / "hf", root / "onnx")
+    if class_name == "AutoencoderKLWan":
+        return request.param, vae, step_decoder(out)
     session = ort.InferenceSession(
         str(out / "decoder" / "model.onnx"), providers=["CPUExecutionProvider"]
     )
-    return request.param, vae, session
+    return request.param, vae, lambda tile: session.run(["sample"], {"latent_sample": tile})[0]
 
 
 def test_tiled_decode_matches_diffusers(built_vae):
     """Measured: at most ~2e-6 apart (kl, cogvideox, wan)."""
     import torch
 
-    case, vae, session = built_vae
+    case, vae, decode = built_vae
     class_name, config, shape = CASES[case]
     latents = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     plan = tile_plan({"_class_name": class_name, **config})
@@ -87,10 +92,6 @@ def test_tiled_decode_matches_diffusers(built_vae):
     else:
         vae.enable_tiling()
     assert plan.applies(latents)
-
-    def decode(tile):
-        return session.run(["sample"], {"latent_sample": tile})[0]
-
     got = decode_tiled(decode, latents, plan)
     with torch.no_grad():
         expected = vae.decode(torch.from_numpy(latents)).sample.numpy()

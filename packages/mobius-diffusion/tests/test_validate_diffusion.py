@@ -2,7 +2,8 @@
 
 One tiny random component per task (every parameter perturbed; the parity tests'
 cases): an AutoencoderKL (``vae``), an SD3 transformer (``denoising``), a ControlNet
-(``controlnet``), a T2I-Adapter directory and an IP-Adapter file (``adapter``), each
+(``controlnet``), a T2I-Adapter directory and IP-Adapter files (``adapter``: plain, and
+FaceID Plus with its two inputs and outputs), each
 built with ``--validate`` through the CLI against diffusers' own reading. A package
 whose weight was changed after the build fails; without torch a smoke inference of
 the same feeds passes.
@@ -29,6 +30,7 @@ from mobius.cli import main
 from mobius.errors import MobiusError
 from mobius.validate import validate_package
 from mobius_diffusion.testing import make_random_diffusers_model
+from mobius_diffusion.testing._ip_adapter import random_image_proj
 
 #: The bar of these float32 tiny components (the parity tests').
 ATOL = 1e-4
@@ -63,10 +65,13 @@ def built(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
     ip_file = root / "ip-adapter.safetensors"
     save_file(ip_adapter_tensors("ip-adapter"), ip_file)
     packages["ip-adapter"] = ip_file, _build(ip_file, root / "ip-out")
+    face_file = root / "ip-adapter-faceid-plus.safetensors"  # two inputs and two outputs
+    save_file(random_image_proj("faceid-plus", 24, 16), face_file)
+    packages["faceid-plus"] = face_file, _build(face_file, root / "face-out")
     return packages
 
 
-@pytest.mark.parametrize("task", [*COMPONENTS, "ip-adapter"])
+@pytest.mark.parametrize("task", [*COMPONENTS, "ip-adapter", "faceid-plus"])
 def test_component_validates_against_diffusers(built, task):
     validation = _validation(built[task][1])
     assert validation["passed"] is True, validation

@@ -55,6 +55,14 @@ NOT_TEXT_ONLY = {
     "modernvbert": "a vision–language encoder: the vision–language issue",
     "ultravbert": "a vision–language encoder: the vision–language issue",
 }
+# Speculative-decoding drafters: no token input and no cache of their own; each step reads
+# its target model's embeddings and last hidden state (``inputs_embeds``) and the target's
+# key/value states (``shared_kv_states``), so they need a drafter contract, not causal-lm's.
+DRAFTERS = {
+    t: "a drafter for assisted decoding: it reads its target model's hidden and key/value "
+    "states, with no token input or cache of its own (a drafter contract)"
+    for t in ("gemma4_assistant", "gemma4_unified_assistant")
+}
 SPEECH_SEQ2SEQ = (
     "audioflamingo3 glmasr granite_speech granite_speech_plus moss_transcribe_diarize "
     "musicflamingo nemo_speechlm omniasr qwen2_audio qwen3_asr seamless_m4t seamless_m4t_v2 "
@@ -67,6 +75,7 @@ OUT_OF_SCOPE = {
     **{t: "speech or OCR model: the audio and vision issues" for t in SEQ2SEQ_DECODER_HALVES},
     **NOT_TEXT_ONLY,
     **{t: "speech model: the audio issue" for t in SPEECH_SEQ2SEQ},
+    **DRAFTERS,
 }
 
 # (task, test function, cases package, heading, what verified means)
@@ -104,13 +113,28 @@ KITS = (
         "fp32, max abs difference ≤ 1e-4 on last_hidden_state and the hidden_states.{i} "
         "built, at the real tokens of a batch of two prompts padded right and left",
     ),
+    (
+        "text-classification",
+        "test_decoder_classifier_parity",
+        "decoder_classifier_cases",
+        "Decoders with a sequence-classification head",
+        "fp32, max abs difference ≤ 1e-4 on logits [batch, num_labels] (the rightmost token "
+        "that is not pad_token_id) and last_hidden_state, a batch of two prompts padded "
+        "right and left",
+    ),
 )
 PARITY_TESTS = (
     "test_parity.py",
     "test_encoder_parity.py",
     "test_seq2seq_parity.py",
     "test_text_encoder_builds.py",
+    "test_decoder_classification.py",
 )
+# The encoder heads with a column of their own: the transformers table of each, by model_type.
+HEAD_COLUMNS = {
+    "question-answering": "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES",
+    "multiple-choice": "MODEL_FOR_MULTIPLE_CHOICE_MAPPING_NAMES",
+}
 
 
 def transformers_types() -> dict[str, dict[str, str]]:
@@ -133,6 +157,7 @@ def transformers_types() -> dict[str, dict[str, str]]:
         "feature-extraction": dict(sorted(encoders.items())),
         "seq2seq": dict(sorted(seq2seq.items())),
         "text-encoder": {},  # bare-model classes, added from the registry
+        "text-classification": {},  # decoders' *ForSequenceClassification, from the registry
     }
 
 
@@ -143,8 +168,11 @@ def case_key(model_type: str, rest: list, registered) -> str:
     return model_class if model_class in registered else model_type
 
 
-def statuses(junit_xml: Path | None) -> dict[str, list[tuple[str, str, str]]]:
-    """Task -> rows ``(model_type, transformers class, status)``."""
+def statuses(
+    junit_xml: Path | None, passed: dict | None = None
+) -> dict[str, list[tuple[str, str, str]]]:
+    """Task -> rows ``(model_type, transformers class, status)``; ``passed``: the parity
+    results already read (:func:`parity_results`), else they are read or run here."""
     import importlib
 
     import mobius_text
@@ -153,12 +181,15 @@ def statuses(junit_xml: Path | None) -> dict[str, list[tuple[str, str, str]]]:
     registered = {
         key: getattr(cls, "task", "causal-lm") for key, cls in mobius_text.model_types().items()
     }
-    passed = parity_results([TESTS / name for name in PARITY_TESTS], junit_xml)
+    if passed is None:
+        passed = parity_results([TESTS / name for name in PARITY_TESTS], junit_xml)
     shipped = transformers_types()
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
     for key, task in registered.items():  # sub-model types no task table lists (CLIP's text tower)
-        if task in shipped and not any(key in types for types in shipped.values()):
+        # (a key that is a listed type's class, BertLMHeadModel, verifies that type's row)
+        listed = any(key in types or key in types.values() for types in shipped.values())
+        if task in shipped and not listed:
             shipped[task][key] = MODEL_MAPPING_NAMES.get(key) or key  # T5EncoderModel: a class
     shipped = {task: dict(sorted(types.items())) for task, types in shipped.items()}
     tables = {}
@@ -168,8 +199,11 @@ def statuses(junit_xml: Path | None) -> dict[str, list[tuple[str, str, str]]]:
             cases_by_type[case_key(model_type, rest, registered)].append(case)
         rows = []
         for model_type, hf_class in shipped[task].items():
-            cases = cases_by_type.get(model_type, [])
-            other = registered.get(model_type)
+            # the row's class where it is registered for this task on its own (BertLMHeadModel
+            # beside bert's encoder), else its model_type
+            key = hf_class if registered.get(hf_class) == task else model_type
+            cases = cases_by_type.get(key, [])
+            other = registered.get(key)
             if other == task:
                 ok = bool(cases) and all(passed[test].get(c, False) for c in cases)
                 status = f"verified ({len(cases)} cases)" if ok else "registered, parity FAILING"
@@ -183,6 +217,36 @@ def statuses(junit_xml: Path | None) -> dict[str, list[tuple[str, str, str]]]:
             rows.append((model_type, hf_class, status))
         tables[task] = rows
     return tables
+
+
+def head_columns(passed: dict) -> dict[str, dict[str, str]]:
+    """Encoder model_type -> {head of :data:`HEAD_COLUMNS`: its cell}: ``verified`` where a
+    passing parity case builds the head (``passed``: :func:`parity_results`), ``no class``
+    where transformers has none."""
+    import importlib
+    import inspect
+
+    from transformers.models.auto import modeling_auto as auto
+
+    from mobius.testing import check_encoder_parity
+
+    sys.path.insert(0, str(TESTS))
+    default = inspect.signature(check_encoder_parity).parameters["heads"].default
+    passed = passed["test_encoder_parity"]
+    built: dict[str, set[str]] = defaultdict(set)
+    cases = importlib.import_module("encoder_parity_cases").all_cases()
+    for case, (model_type, _, *options) in cases.items():
+        if passed.get(case, False):
+            built[model_type].update((options[0] if options else {}).get("heads", default))
+    cells: dict[str, dict[str, str]] = defaultdict(dict)
+    for head, table in HEAD_COLUMNS.items():
+        classes = getattr(auto, table)
+        for model_type, heads in built.items():
+            if head in heads:
+                cells[model_type][head] = "verified"
+            else:
+                cells[model_type][head] = "not yet" if model_type in classes else "no class"
+    return cells
 
 
 def parity_tests() -> dict[str, str]:
@@ -202,16 +266,20 @@ def parity_tests() -> dict[str, str]:
     return tests
 
 
-def write_verified(keys: list[str], transformers_version: str) -> None:
-    write_verified_file(VERIFIED, keys, transformers_version, tests=parity_tests())
+def write_verified(rows: list[tuple[str, str]], transformers_version: str) -> None:
+    """``verified.json`` from the verified rows ``(model_type, transformers class)``: the
+    model types, and the classes registered as keys of their own (``BertLMHeadModel``)."""
+    tests = parity_tests()
+    keys = {t for t, _ in rows} | {c for _, c in rows if c in tests}
+    write_verified_file(VERIFIED, sorted(keys), transformers_version, tests=tests)
 
 
-def verified_from_table() -> tuple[list[str], str]:
-    """The verified types and transformers version that SUPPORT.md records (no parity run)."""
+def verified_from_table() -> tuple[list[tuple[str, str]], str]:
+    """The verified rows and transformers version that SUPPORT.md records (no parity run)."""
     text = OUTPUT.read_text()
     version = re.search(r"against transformers ([^\s:]+):", text)
-    keys = re.findall(r"^\| `([^`]+)` \| `[^`]*` \| verified ", text, flags=re.MULTILINE)
-    return sorted(set(keys)), version[1] if version else "unknown"
+    rows = re.findall(r"^\| `([^`]+)` \| `([^`]*)` \| verified ", text, flags=re.MULTILINE)
+    return sorted(set(rows)), version[1] if version else "unknown"
 
 
 def main() -> None:
@@ -229,11 +297,13 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.verified_from_table:
-        keys, version = verified_from_table()
-        write_verified(keys, version)
-        print(f"wrote {VERIFIED}: {len(keys)} verified types from {OUTPUT.name}")
+        verified_rows, version = verified_from_table()
+        write_verified(verified_rows, version)
+        count = len({t for t, _ in verified_rows})
+        print(f"wrote {VERIFIED}: {count} verified types from {OUTPUT.name}")
         return
-    tables = statuses(args.no_run)
+    passed = parity_results([TESTS / name for name in PARITY_TESTS], args.no_run)
+    tables = statuses(args.no_run, passed)
     import transformers
 
     rows = [row for task_rows in tables.values() for row in task_rows]
@@ -245,18 +315,24 @@ def main() -> None:
         "every model_type transformers ships natively for each task mobius-text builds, and",
         f"its status; {len(verified_types)} types are verified by synthetic parity.",
     ]
+    heads = head_columns(passed)
     for task, _, _, heading, meaning in KITS:
         task_rows = tables[task]
         verified = sum(status.startswith("verified") for _, _, status in task_rows)
+        columns = list(HEAD_COLUMNS) if task == "feature-extraction" else []
         lines += [
             "",
             f"## {heading} ({task})",
             "",
             f"{verified} of {len(task_rows)} types verified ({meaning}).",
             "",
-            "| model_type | transformers class | status |",
-            "|---|---|---|",
-            *(f"| `{t}` | `{c}` | {s} |" for t, c, s in task_rows),
+            "| model_type | transformers class | status |" + "".join(f" {h} |" for h in columns),
+            "|---|---|---|" + "---|" * len(columns),
+            *(
+                f"| `{t}` | `{c}` | {s} |"
+                + "".join(f" {heads.get(t, {}).get(h, '')} |" for h in columns)
+                for t, c, s in task_rows
+            ),
         ]
     OUTPUT.write_text("\n".join(lines) + "\n")
     readme = README.read_text()
@@ -266,7 +342,9 @@ def main() -> None:
         names = [f"`{t}`" for t, _, status in tables[task] if status.startswith("verified")]
         summary.append(f"{heading} ({len(names)}): {', '.join(names)}.\n")
     README.write_text(readme[:start] + "\n".join(summary) + readme[end:])
-    write_verified(verified_types, transformers.__version__)
+    write_verified(
+        [(t, c) for t, c, s in rows if s.startswith("verified")], transformers.__version__
+    )
     print(f"wrote {OUTPUT}, {VERIFIED.name} and the README list: {len(verified_types)} verified")
     if any("FAILING" in s for _, _, s in rows):
         sys.exit(1)

@@ -21,14 +21,17 @@ CASES = all_cases()
 def test_causal_lm_parity(case, tmp_path):
     model_type, overrides, *options = CASES[case]
     hf_config = AutoConfig.for_model(model_type, **{**TINY, **overrides})
-    for result in check_causal_lm_parity(hf_config, tmp_path, **(options[0] if options else {})):
+    options = dict(options[0]) if options else {}
+    options.pop("model_class", None)  # the registry key the case verifies (BertLMHeadModel)
+    for result in check_causal_lm_parity(hf_config, tmp_path, **options):
         assert len(result.decode_diffs) == 8
 
 
 def test_every_registered_type_has_a_parity_case():
     """Each registered type has a case in its task's kit: causal LMs here, encoders in
     test_encoder_parity.py, encoder-decoders in test_seq2seq_parity.py, decoders as text
-    encoders in test_text_encoder_builds.py."""
+    encoders in test_text_encoder_builds.py, decoder classifiers in test_decoder_classification.py."""
+    from decoder_classifier_cases import all_cases as classifier_cases
     from encoder_parity_cases import all_cases as encoder_cases
     from seq2seq_parity_cases import all_cases as seq2seq_cases
     from text_encoder_parity_cases import all_cases as text_encoder_cases
@@ -37,6 +40,7 @@ def test_every_registered_type_has_a_parity_case():
 
     kits = {"causal-lm": CASES, "feature-extraction": encoder_cases(), "seq2seq": seq2seq_cases()}
     kits["text-encoder"] = text_encoder_cases()
+    kits["text-classification"] = classifier_cases()
     by_task: dict[str, set[str]] = {}
     for model_type, cls in mobius_text.model_types().items():
         by_task.setdefault(getattr(cls, "task", "causal-lm"), set()).add(model_type)

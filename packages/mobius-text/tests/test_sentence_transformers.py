@@ -112,13 +112,65 @@ def test_unreadable_modules_json_is_refused(tmp_path):
         mobius.build(model, load_weights=False)
 
 
-def test_modules_json_of_another_task_is_not_read(tmp_path):
+def test_modules_json_of_a_decoder_is_read_unless_a_head_is_given(tmp_path):
     from mobius_text.testing import write_tiny_llama
 
     model = write_tiny_llama(tmp_path / "llama")
-    (model / "modules.json").write_text("not json")  # never read: not an encoder
-    package = mobius.build(model, load_weights=False, runtime="onnx")
+    (model / "modules.json").write_text("not json")  # a decoder embedder's: read
+    with pytest.raises(ConfigError, match="unreadable modules.json"):
+        mobius.build(model, load_weights=False, runtime="onnx")
+    package = mobius.build(model, load_weights=False, runtime="onnx", head="none")
     assert package.task == "causal-lm"
+
+
+def test_modules_json_of_a_decoder_gives_its_bare_models_embedding(tmp_path):
+    """Qwen3-Embedding's layout: a *ForCausalLM config, last-token pooling, normalised."""
+    from mobius_text.testing import write_tiny_llama
+
+    model = write_tiny_llama(tmp_path / "llama")
+    write_sentence_transformer(tmp_path / "st", pooling={"pooling_mode": "lasttoken"})
+    for name in ("modules.json", "1_Pooling"):
+        (tmp_path / "st" / name).rename(model / name)
+    package = mobius.build(model, load_weights=False)
+    assert package.task == "text-encoder" and heads(package) == (
+        "sentence-embedding",
+        "lasttoken",
+        True,
+    )
+    outputs = [v.name for v in package.models["model"].graph.outputs]
+    assert outputs == ["last_hidden_state", "sentence_embedding"]
+
+
+def test_a_decoder_reranker_needs_two_token_ids(tmp_path):
+    from mobius_text.testing import write_tiny_llama
+
+    model = write_tiny_llama(tmp_path / "llama")
+    modules = [
+        {
+            "idx": 0,
+            "name": "0",
+            "path": "",
+            "type": "sentence_transformers.base.modules.Transformer",
+        },
+        {
+            "idx": 1,
+            "name": "1",
+            "path": "1_LogitScore",
+            "type": "sentence_transformers.cross_encoder.modules.LogitScore",
+        },
+    ]
+    (model / "modules.json").write_text(json.dumps(modules))
+    (model / "1_LogitScore").mkdir()
+    (model / "1_LogitScore" / "config.json").write_text(json.dumps({"true_token_id": 5}))
+    with pytest.raises(ConfigError, match="LogitScore in .*: mobius builds a true and a false"):
+        mobius.build(model, load_weights=False)
+    (model / "1_LogitScore" / "config.json").write_text(
+        json.dumps({"true_token_id": 5, "false_token_id": 6})
+    )
+    package = mobius.build(model, load_weights=False)
+    assert package.config.score_token_ids == (5, 6)
+    outputs = [v.name for v in package.models["model"].graph.outputs]
+    assert outputs == ["last_hidden_state", "logits"]
 
 
 @pytest.mark.parametrize("escape", ["../outside", "/etc", 7])

@@ -68,7 +68,7 @@ def bare_llama(tmp_path_factory):
             "--hidden-states 3: a model of 2 layers has hidden states 0 to 2",
         ),
         (["--hidden-states", "-4"], "(or -3 to -1, counted from the end)"),
-        (["--head", "masked-lm"], "--head, --pooling and --normalize apply to encoder models"),
+        (["--head", "masked-lm"], "--head masked-lm: a decoder built as LlamaModel takes --head"),
     ],
 )
 def test_bad_options_are_one_line_errors(bare_llama, tmp_path, capsys, extra, message):

@@ -102,6 +102,8 @@ CASES = {
     "mistral3_text": mistral3_case(),
     "mistral3_text_ep_cpu": mistral3_case("--ep", "cpu"),
     "qwen2": case("qwen2", {}, "Qwen2Model", "-1", (2,)),
+    # e5-mistral's bare model: a window of 3 tokens exercised.
+    "mistral": case("mistral", {"sliding_window": 3}, "MistralModel", "-2", (1,)),
     "qwen3": case("qwen3", {}, "Qwen3Model", "-2", (1,)),
     "qwen3_ep_cpu": case("qwen3", {}, "Qwen3Model", "-2", (1,), options=["--ep", "cpu"]),
     # A window of 3 tokens on every other layer, and soft-capped scores, exercised.

@@ -85,7 +85,12 @@ def build(
     )
     with track_reads() as files:
         source = open_source(path, options, registry)
-        package = source.build(options, registry)
+        if options.adapters:
+            from mobius.lora import build_with_adapters
+
+            package = build_with_adapters(source, options, registry)
+        else:
+            package = source.build(options, registry)
     describe_build(package, model, path, options, registry, files)
     package.source_path = path
     if not options.load_weights:

@@ -89,6 +89,8 @@ class ModelPackage:
     extra_files: dict[str, Path] = field(default_factory=dict)
     # Companions made in memory (a GGUF file's tokenizer files): name -> text, written last.
     text_files: dict[str, str] = field(default_factory=dict)
+    # Binary companions made in memory (--adapter-inputs' .onnx_adapter files): name -> bytes.
+    binary_files: dict[str, bytes] = field(default_factory=dict)
     # What mobius.build knows of the build (source, options, model types) for mobius.json;
     # see mobius._record. Empty for a package made otherwise (build_from_module).
     record: dict = field(default_factory=dict)
@@ -202,6 +204,8 @@ class ModelPackage:
         for name, text in text_files.items():
             (staging / name).parent.mkdir(parents=True, exist_ok=True)
             (staging / name).write_text(text, encoding="utf-8")
+        for name, data in self.binary_files.items():
+            (staging / name).write_bytes(data)
 
 
 def check_output(directory: str | os.PathLike, *, overwrite: bool = False) -> Path:

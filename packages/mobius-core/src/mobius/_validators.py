@@ -17,6 +17,7 @@ from mobius.validate import (
     SAMPLE_DECODE_STEPS,
     SAMPLE_LENGTHS,
     ValidationReport,
+    against_sentence_transformers,
     load_reference,
     smoke_report,
 )
@@ -125,12 +126,14 @@ def validate_feature_extraction(package_dir: Path, source: Path, record: dict, r
     if not reference:
         ids, mask, types = right_padded_batch(list(SAMPLE_LENGTHS), _vocab_size(package_dir), 0)
         feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        if head == "multiple-choice":  # the sample rows are the choices of one question
+            feeds = {k: v[None] for k, v in feeds.items()}
         names = {i.name for i in session.get_inputs()}
         outputs = session.run(None, {k: v for k, v in feeds.items() if k in names})
         named = dict(zip([o.name for o in session.get_outputs()], outputs, strict=True))
         return smoke_report("feature-extraction", checked, named)
     if head == "sentence-embedding" and (source / "modules.json").is_file():
-        return _against_sentence_transformers(session, source)
+        return against_sentence_transformers(session, source)
     torch_model = load_reference(_reference_class(source, head), source)
     options = record.get("options") or {}
     # The build's own defaults where the options left them to it (no sentence-transformers modules).
@@ -144,41 +147,6 @@ def validate_feature_extraction(package_dir: Path, source: Path, record: dict, r
 
 
 #: The sample texts of a sentence-transformers source (its tokenizer makes the ids).
-SAMPLE_TEXTS = ("The quick brown fox jumps over the lazy dog.", "Hello, world!")
-
-
-def _against_sentence_transformers(session, source: Path) -> ValidationReport:
-    """A sentence-transformers source's embeddings as the library itself pools and normalises them."""
-    try:
-        from sentence_transformers import SentenceTransformer
-    except ImportError:
-        raise MobiusError(
-            f"--validate: {source} is a sentence-transformers model: its reference needs "
-            "sentence-transformers (pip install sentence-transformers)"
-        ) from None
-    import torch
-
-    model = SentenceTransformer(str(source), device="cpu", trust_remote_code=False)
-    features = model.tokenize(list(SAMPLE_TEXTS))
-    with torch.no_grad():
-        expected = model(dict(features))
-    names = {i.name for i in session.get_inputs()}
-    feeds = {k: v.numpy().astype(np.int64) for k, v in features.items() if k in names}
-    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds), strict=True))
-    real = feeds["attention_mask"].astype(bool)
-    hidden = expected["token_embeddings"].float().numpy()
-    report = ValidationReport(
-        "feature-extraction", "sentence-transformers", f"{len(SAMPLE_TEXTS)} sample sentences"
-    )
-    report.diffs = {
-        "last_hidden_state": float(np.abs(got["last_hidden_state"] - hidden)[real].max()),
-        "sentence_embedding": float(
-            np.abs(got["sentence_embedding"] - expected["sentence_embedding"].float().numpy()).max()
-        ),
-    }
-    return report
-
-
 def _reference_class(source: Path, head: str) -> str:
     """The transformers class the checkpoint names (``architectures``) where it has the built
     head's outputs, else the head's auto class.
@@ -205,6 +173,8 @@ _HEAD_SUFFIXES = {
     "masked-lm": "ForMaskedLM",
     "sequence-classification": "ForSequenceClassification",
     "token-classification": "ForTokenClassification",
+    "question-answering": ("ForQuestionAnswering", "ForQuestionAnsweringSimple"),
+    "multiple-choice": "ForMultipleChoice",
 }
 
 
@@ -213,6 +183,10 @@ def _built_head(session, vocab_size: int) -> str:
     outputs = {o.name: o for o in session.get_outputs()}
     if "sentence_embedding" in outputs:
         return "sentence-embedding"
+    if "start_logits" in outputs:
+        return "question-answering"
+    if len(session.get_inputs()[0].shape) == 3:  # [batch, choices, sequence]
+        return "multiple-choice"
     logits = outputs.get("logits")
     if logits is None:
         return "none"

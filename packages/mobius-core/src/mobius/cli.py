@@ -26,6 +26,8 @@ EPILOG = """examples:
   mobius build --model HuggingFaceTB/SmolLM2-135M-Instruct out/
   mobius build --model ./my-checkpoint out/ --dtype f16
   mobius build --model ./my-checkpoint out/ --ep cpu --quant int4
+  mobius build --model ./my-checkpoint out/ --adapter ./my-lora
+  mobius build --model ./my-checkpoint out/ --adapter ./lora-a,./lora-b --adapter-inputs
   mobius generate out/ "The capital of France is" --max-new-tokens 32
   mobius embed minilm-out/ "The capital of France is Paris."
   mobius classify vit-out/ cat.png
@@ -39,8 +41,16 @@ _CORE_BUILD_DESTS = {
     "quant_embeddings", "requantize", "block_size", "symmetric", "accuracy_level", "revision", "head",
     "quant_method", "quant_mix", "validate", "atol", "opset",
     "pooling", "normalize", "overwrite", "allow_pickle", "quiet", "verbose", "run", "command",
-    "model_type",
+    "model_type", "adapter", "adapter_inputs",
 }  # fmt: skip
+
+
+def _directories(text: str) -> list[str]:
+    """``--adapter A,B``: the comma-separated directories, none empty."""
+    paths = text.split(",")
+    if not all(paths):
+        raise argparse.ArgumentTypeError(f"{text!r} holds an empty directory name")
+    return paths
 
 
 def build_options(args: argparse.Namespace):
@@ -54,6 +64,8 @@ def build_options(args: argparse.Namespace):
         load_weights=not args.no_weights,
         runtime=args.runtime,
         opset=args.opset,
+        adapters=tuple(path for paths in args.adapter or () for path in paths),
+        adapter_inputs=args.adapter_inputs,
         revision=args.revision,
         allow_pickle=args.allow_pickle,
         model_type=args.model_type,
@@ -85,6 +97,11 @@ def _build(args: argparse.Namespace) -> int:
         raise MobiusError("--atol is the tolerance of --validate: give --validate too")
     if args.validate and not options.load_weights:
         raise MobiusError("--validate needs the weights: drop --no-weights")
+    if args.validate and options.adapters and not options.adapter_inputs:
+        raise MobiusError(
+            "--validate compares with the source model, which lacks the merged --adapter; "
+            "drop --validate (mobius-text's tests check merged adapters against peft)"
+        )
     package = build(args.model, options)
     out = package.save(args.output, progress=not args.quiet, overwrite=args.overwrite)
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
@@ -398,6 +415,26 @@ def make_parser(plugins: bool = True) -> argparse.ArgumentParser:
         help="build the graph only; parameters become graph inputs instead of stored weights",
     )
     build.add_argument(
+        "--adapter",
+        metavar="PEFT_DIR[,...]",
+        type=_directories,
+        action="append",
+        default=None,
+        help="PEFT LoRA adapter directories (adapter_config.json, adapter_model.safetensors), "
+        "comma-separated or repeated: merged into the weights (several in turn), recorded in "
+        "merged_adapter.json. Its module names must be the checkpoint's. Works with --quant "
+        "(merged, then quantized)",
+    )
+    build.add_argument(
+        "--adapter-inputs",
+        action="store_true",
+        help="with --adapter: do not merge; give each adapted projection LoRA graph inputs "
+        "(<module>.lora_A.MatMul.weight, <module>.lora_B.MatMul.weight, zero rank by default so "
+        "the base model runs unchanged) and write each adapter as <dir name>.onnx_adapter for "
+        "onnxruntime-genai's Adapters API (multi-LoRA); adapters of different ranks share the "
+        "graph. Needs onnxruntime; not with --quant",
+    )
+    build.add_argument(
         "--quant",
         choices=list(QUANT_METHODS),
         default=None,
@@ -485,6 +522,8 @@ def make_parser(plugins: bool = True) -> argparse.ArgumentParser:
         help="encoders and classifiers: the output beside the hidden states. 'masked-lm', "
         "'sequence-classification', 'token-classification' add 'logits'; "
         "'sentence-embedding' adds 'sentence_embedding' (see --pooling, --normalize); "
+        "'question-answering' adds 'start_logits' and 'end_logits'; 'multiple-choice' takes "
+        "[batch, choices, sequence] inputs and gives 'logits' [batch, choices]; "
         "'none' only hidden states; domain packages add their own (an image classifier's "
         "logits). 'auto' (default) follows the checkpoint: a sentence-transformers "
         "directory gives its sentence embedding, a *ForMaskedLM its logits, and so on",
@@ -493,8 +532,9 @@ def make_parser(plugins: bool = True) -> argparse.ArgumentParser:
         "--pooling",
         choices=list(POOLING_MODES),
         default=None,
-        help="sentence-embedding: pool the real tokens by mean, the first (cls) token, or max "
-        "(default: the sentence-transformers config's, else mean)",
+        help="sentence-embedding: pool the real tokens by mean, the first (cls) token, max, or "
+        "the last real token (lasttoken: decoder embedders, either padding side) (default: "
+        "the sentence-transformers config's, else mean)",
     )
     build.add_argument(
         "--normalize",
@@ -644,9 +684,12 @@ def make_parser(plugins: bool = True) -> argparse.ArgumentParser:
             "Run the encoder package in OUTPUT_DIR on each TEXT with ONNX Runtime and its own\n"
             "tokenizer. A package built with a sentence-embedding head (a sentence-transformers\n"
             "source's default) gives its embedding, pooled and normalised as built; a package\n"
-            "without one gives the mean of last_hidden_state over the real tokens. A sequence\n"
-            "classifier gives each text's label and score instead; a reranker (one logit)\n"
-            "scores each TEXT against --query, as its (query, text) pair.\n\n"
+            "without one gives the mean of last_hidden_state over the real tokens. A decoder\n"
+            "embedder's instruction prefix (what its model card puts before a query) is not\n"
+            "added: put it in TEXT. A sequence classifier gives each text's label and score\n"
+            "instead; a reranker (one logit) scores each TEXT against --query, as its\n"
+            "(query, text) pair ('mobius rerank' ranks documents, as CrossEncoder does). A\n"
+            "question-answering package answers --query from each TEXT (its best span).\n\n"
             "Output: one JSON line per text on stdout, or --output FILE (.npy or .json).\n"
             "Needs ONNX Runtime: pip install mobius-core[run]"
         ),
@@ -671,7 +714,8 @@ def make_parser(plugins: bool = True) -> argparse.ArgumentParser:
         "--query",
         default=None,
         metavar="TEXT",
-        help="rerankers and pair classifiers: score each TEXT paired with this query",
+        help="rerankers and pair classifiers: score each TEXT paired with this query; "
+        "question answering: the question each TEXT answers",
     )
     embed.add_argument(
         "--threads", type=int, default=None, metavar="N", help="ONNX Runtime intra-op threads"

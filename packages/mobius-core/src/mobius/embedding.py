@@ -9,6 +9,9 @@ and gives ``last_hidden_state``, plus what its head was built with:
 - ``logits`` [batch, labels] (a sequence classifier or reranker): a label per text,
   from ``config.json``'s ``id2label``; a reranker (one logit) scores each text
   against a query, the pair tokenized as ``(query, text)`` as cross-encoders are trained;
+- ``start_logits`` and ``end_logits`` (``--head question-answering``): each text is a
+  context, the query the question; the answer is the context's span of at most
+  :data:`MAX_ANSWER_TOKENS` tokens whose start and end logits sum highest;
 - neither: the mean of ``last_hidden_state`` over the real tokens.
 
 Example::
@@ -33,6 +36,8 @@ from mobius.errors import MobiusError
 from mobius.generate import PackageError, _read_json
 
 _TOKEN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+#: The longest answer span ``Embedder.answer`` considers, in tokens (transformers' default).
+MAX_ANSWER_TOKENS = 15
 
 
 class Embedder:
@@ -57,6 +62,11 @@ class Embedder:
                 f"{self.package_dir} is not a feature-extraction package: its graph takes "
                 f"{self.inputs}, not input_ids and attention_mask (and token_type_ids)"
             )
+        if len(self.session.get_inputs()[0].shape) != 2:  # [batch, choices, sequence]
+            raise PackageError(
+                f"{self.package_dir} is a multiple-choice package (inputs [batch, choices, "
+                "sequence]): run it in ONNX Runtime with the choices of each question"
+            )
         self.config = _read_json(self.package_dir / "config.json")
         self._tokenizer = None
 
@@ -69,7 +79,11 @@ class Embedder:
             self._tokenizer = load_tokenizer(self.package_dir)
         return self._tokenizer
 
-    def _run(self, texts: Sequence[str], pairs: Sequence[str] | None = None) -> dict:
+    def _run(
+        self, texts: Sequence[str], pairs: Sequence[str] | None = None, spans: bool = False
+    ) -> dict:
+        """The outputs and feeds by name; ``spans``: also each pair's token ``offset_mapping``
+        and ``sequence_ids`` (which text each token comes from)."""
         if not texts:
             raise MobiusError("no text to embed")
         try:
@@ -77,9 +91,10 @@ class Embedder:
                 list(texts),
                 list(pairs) if pairs else None,
                 padding=True,
-                truncation=True,
+                truncation="only_second" if spans else True,
                 # a pair's second segment: even a tokenizer that leaves them out by default
                 return_token_type_ids="token_type_ids" in self.inputs,
+                return_offsets_mapping=spans,
             )
         except ValueError as exc:  # a tokenizer without a padding token, texts it refuses
             raise PackageError(
@@ -88,7 +103,11 @@ class Embedder:
         feeds = {name: np.asarray(batch[name], np.int64) for name in self.inputs if name in batch}
         if "token_type_ids" in self.inputs and "token_type_ids" not in feeds:
             feeds["token_type_ids"] = np.zeros_like(feeds["input_ids"])
-        return {**dict(zip(self.outputs, self.session.run(None, feeds), strict=True)), **feeds}
+        out = {**dict(zip(self.outputs, self.session.run(None, feeds), strict=True)), **feeds}
+        if spans:
+            out["offset_mapping"] = batch["offset_mapping"]
+            out["sequence_ids"] = [batch.sequence_ids(i) for i in range(len(texts))]
+        return out
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """``[len(texts), hidden]`` float32: ``sentence_embedding`` as built, else the mean
@@ -119,6 +138,31 @@ class Embedder:
             results.append({"label": str(label), "score": score, "logits": row.tolist()})
         return results
 
+    def answer(self, question: str, contexts: Sequence[str]) -> list[dict]:
+        """The best answer to ``question`` in each context: ``{"answer", "score", "start",
+        "end"}``, the span's characters in the context and its start plus end logit."""
+        out = self._run([question] * len(contexts), contexts, spans=True)
+        results = []
+        for row, context in enumerate(contexts):
+            starts, ends = out["start_logits"][row], out["end_logits"][row]
+            tokens = [i for i, seq in enumerate(out["sequence_ids"][row]) if seq == 1]
+            if not tokens:
+                raise MobiusError(f"the question leaves no token of the context {context!r}")
+            score, first, last = max(
+                (float(starts[i] + ends[j]), i, j)
+                for i in tokens
+                for j in tokens
+                if i <= j < i + MAX_ANSWER_TOKENS
+            )
+            begin, end = out["offset_mapping"][row][first][0], out["offset_mapping"][row][last][1]
+            results.append(dict(answer=context[begin:end], score=score, start=begin, end=end))
+        return results
+
+    @property
+    def answers_questions(self) -> bool:
+        """Whether the package's head is question answering (``start_logits``, ``end_logits``)."""
+        return "start_logits" in self.outputs
+
     @property
     def is_classifier(self) -> bool:
         """Whether the package's head is a sequence classifier (``logits`` [batch, labels])."""
@@ -146,6 +190,17 @@ def run_cli(
 
 def _run_cli(package_dir, texts: list[str], output: str | None, threads, query) -> int:
     embedder = Embedder(package_dir, threads=threads)
+    if embedder.answers_questions:  # the texts are contexts, the query the question
+        if query is None:
+            raise MobiusError(f"{package_dir} answers questions: give the question with --query")
+        rows = embedder.answer(query, texts)
+        if output:
+            Path(output).write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+            print(f"wrote {output}")
+        else:
+            for text, row in zip(texts, rows, strict=True):
+                print(json.dumps({"text": text, "answer": row["answer"], "score": row["score"]}))
+        return 0
     if query is not None and not embedder.is_classifier:
         raise MobiusError(
             f"--query pairs texts for a reranker or classifier; {package_dir} embeds texts"

@@ -248,7 +248,9 @@ def decoder_genai_config(package, model, config, filename, tokens_input, genai_t
     if "logits" not in outputs:
         raise GenAIUnsupportedError("the graph has no 'logits' output")
     known = {tokens_input, "attention_mask", "position_ids"}
-    extra = sorted(n for n in inputs - known if not _CACHE_INPUT.fullmatch(n))
+    # An input with an initializer of its name has a default (a LoRA input): unfed is fine.
+    defaults = set(model.graph.initializers)
+    extra = sorted(n for n in inputs - known - defaults if not _CACHE_INPUT.fullmatch(n))
     if extra:
         raise GenAIUnsupportedError(f"the generator does not feed the graph's inputs {extra}")
 

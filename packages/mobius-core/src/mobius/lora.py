@@ -40,13 +40,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import re
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx_ir as ir
 
 from mobius.errors import CheckpointError, MobiusError, WeightMismatchError
 from mobius.weights import DerivedTensor, SafetensorsCheckpoint, rename_prefixes
@@ -57,6 +60,9 @@ ADAPTER_WEIGHTS = "adapter_model.safetensors"
 MERGE_RECORD = "merged_adapter.json"
 #: The prefix peft puts before every module name it saves.
 PEFT_PREFIX = "base_model.model."
+#: The file of one adapter in a ``--adapter-inputs`` package: ``<name>.onnx_adapter``.
+ADAPTER_SUFFIX = ".onnx_adapter"
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 _A, _B = ".lora_A.weight", ".lora_B.weight"
 # A pattern from a stranger's file is compiled and matched: keep it to a sane size.
 _MAX_PATTERN = 1000
@@ -246,6 +252,149 @@ def merge_lora(
             _merger(base, pair, scale, adapter.fan_in_fan_out), base.shape, base.dtype
         )
     return merged
+
+
+def read_adapters(directories) -> list[LoraAdapter]:
+    """The adapters of ``mobius build --adapter`` (a directory or a list of them), each read.
+
+    Raises:
+        LoraAdapterError: A path is not a directory, two paths have one name (their
+            ``.onnx_adapter`` files would collide), or an adapter is bad (:meth:`LoraAdapter.read`).
+    """
+    if isinstance(directories, (str, os.PathLike)):
+        directories = [directories]
+    adapters, names = [], set()
+    for directory in directories:
+        path = Path(directory).expanduser()
+        if not path.is_dir():
+            raise LoraAdapterError(f"LoRA adapter: {directory} is not a directory")
+        name = adapter_name(path)
+        if name in names:
+            raise LoraAdapterError(f"LoRA adapter: two adapters are named {name!r}")
+        names.add(name)
+        adapters.append(LoraAdapter.read(path))
+    if not adapters:
+        raise LoraAdapterError("LoRA adapter: no adapter directory given")
+    return adapters
+
+
+def adapter_name(directory: Path) -> str:
+    """An adapter's name: its directory's (resolved: ``.`` names the current one), checked
+    to be a plain file name, for ``<name>.onnx_adapter``."""
+    name = directory.resolve().name
+    if not _PLAIN_NAME.fullmatch(name):
+        raise LoraAdapterError(
+            f"LoRA adapter: directory name {name!r} is not a plain name (letters, digits, . _ -)"
+        )
+    return name
+
+
+def merge_record(adapters: list[LoraAdapter]) -> str:
+    """The :data:`MERGE_RECORD` text of a build with ``adapters`` merged in turn."""
+    if len(adapters) == 1:
+        return adapters[0].record_json()
+    records = [{**a.record(), "name": adapter_name(a.directory)} for a in adapters]
+    return json.dumps({"format": "peft-lora", "merged": True, "adapters": records}, indent=2) + "\n"
+
+
+def build_with_adapters(source, options, registry):
+    """``mobius build --adapter``: ``source`` (a model directory's) built with ``options.adapters``.
+
+    Merged (the default): each adapter is merged into the checkpoint in turn (two that
+    adapt one weight both add to it), and the package keeps :data:`MERGE_RECORD`.
+
+    ``options.adapter_inputs``: the base graph gets LoRA inputs on every module some
+    adapter adapts (:mod:`mobius.components._lora`, names as onnxruntime-genai's model
+    builder gives them, zero-rank defaults) and the package holds each adapter as
+    ``<directory name>.onnx_adapter`` for onnxruntime-genai's ``Adapters``; adapters of
+    different ranks share the graph. The adapter's module names must be the model's
+    (identity: a text causal LM's ``model.layers.0.self_attn.q_proj``).
+
+    Raises:
+        LoraAdapterError: The source is not a model directory, or an adapter is bad or
+            adapts a module the model has no plain Linear of.
+    """
+    from mobius.source import ModelSource
+
+    if not isinstance(source, ModelSource) or source.checkpoint is None or source.prequantized:
+        raise LoraAdapterError(
+            f"--adapter applies to a model directory with float weights; {source.path} is not one"
+        )
+    if options.adapter_inputs and source.entry.task != "causal-lm":
+        raise LoraAdapterError(
+            f"--adapter-inputs applies to causal-lm models (onnxruntime-genai's multi-LoRA); "
+            f"{source.entry.key} is a {source.entry.task} model: drop it to merge the adapters"
+        )
+    adapters = read_adapters(options.adapters)
+    if not options.adapter_inputs:
+        renames = getattr(source.entry.module_class(), "renames", None)
+        checkpoint = source.checkpoint
+
+        def merged():
+            weights = checkpoint()
+            for adapter in adapters:
+                weights = merge_lora(weights, adapter, renames=renames)
+            return weights
+
+        source.checkpoint = merged
+        source.text_files[MERGE_RECORD] = merge_record(adapters)
+        return source.build(options, registry)
+    modules = {module for adapter in adapters for module in adapter.pairs}
+    source.module_hooks.append(lambda module: _attach(module, modules))
+    package = source.build(options, registry)
+    for adapter in adapters:
+        name = adapter_name(adapter.directory) + ADAPTER_SUFFIX
+        package.binary_files[name] = adapter_file(adapter, package.model.graph)
+    return package
+
+
+def adapter_file(adapter: LoraAdapter, graph) -> bytes:
+    """``adapter`` as an ``.onnx_adapter`` file (ONNX Runtime's ``AdapterFormat``) for
+    ``graph``'s LoRA inputs: ``A`` transposed, ``B`` transposed times the scale, each in
+    its input's dtype. Needs onnxruntime."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise MobiusError(
+            "--adapter-inputs writes .onnx_adapter files with ONNX Runtime: "
+            "pip install mobius-core[run]"
+        ) from None
+    from mobius.components._lora import lora_input_names
+
+    keep, parameters = [], {}
+    for module, pair in adapter.pairs.items():
+        a = np.asarray(pair.a.numpy(), np.float32).T
+        b = np.asarray(pair.b.numpy(), np.float32).T * np.float32(adapter.scale(module))
+        for name, array in zip(lora_input_names(module), (a, b), strict=True):
+            dtype = graph.initializers[name].dtype
+            array = np.ascontiguousarray(array.astype(dtype.numpy()))
+            if dtype == ir.DataType.BFLOAT16:
+                array = array.view(np.uint16)  # ONNX Runtime takes bfloat16 as its bits
+            keep.append(array)  # the OrtValue reads this array's memory until the export
+            parameters[name] = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(array, dtype.value)
+    writer = ort.AdapterFormat()
+    writer.set_adapter_version(1)
+    writer.set_model_version(1)
+    writer.set_parameters(parameters)
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / ("adapter" + ADAPTER_SUFFIX)
+        writer.export_adapter(str(path))
+        return path.read_bytes()
+
+
+def _attach(module, names: set[str]) -> None:
+    from mobius.components._lora import attach_lora
+
+    try:
+        attach_lora(module, names)
+    except KeyError as exc:
+        raise LoraAdapterError(
+            f"LoRA adapter module {exc.args[0]} is not a module of {type(module).__name__}"
+        ) from None
+    except TypeError as exc:
+        raise LoraAdapterError(
+            f"LoRA adapter module {exc}: --adapter-inputs adapts plain Linear layers"
+        ) from None
 
 
 def read_merge_record(package_dir: str | Path) -> dict[str, Any] | None:

@@ -50,8 +50,10 @@ ENCODER_HEADS = (
     "sequence-classification",
     "token-classification",
     "sentence-embedding",
+    "question-answering",
+    "multiple-choice",
 )
-POOLING_MODES = ("mean", "cls", "max")
+POOLING_MODES = ("mean", "cls", "max", "lasttoken")
 QUANT_METHODS = ("int4", "int8", "none")
 # How a block's scale and zero point are chosen (``--quant-method``), and which
 # weights an int4 build keeps at 8 bits (``--quant-mix``); see mobius.passes.quantize_int4.
@@ -137,6 +139,10 @@ class BuildOptions:
       feature-extraction contract) or a classifier; ``"auto"`` follows the checkpoint.
     - ``quant``: :class:`QuantOptions`.
     - ``opset``: the ONNX opset of the graphs (:data:`OPSETS`); None is the first.
+    - ``adapters``: PEFT LoRA adapter directories, merged into the weights
+      (:func:`mobius.lora.build_with_adapters`); with ``adapter_inputs``, kept apart
+      instead: LoRA graph inputs and one ``.onnx_adapter`` file each (onnxruntime-genai
+      multi-LoRA). Not with quantization (``adapter_inputs``) or without weights.
     - ``plugin``: options registered by domain packages, by their ``dest``.
     """
 
@@ -152,6 +158,8 @@ class BuildOptions:
     normalize: bool | None = None
     quant: QuantOptions = field(default_factory=QuantOptions)
     opset: int | None = None
+    adapters: tuple[str, ...] = ()
+    adapter_inputs: bool = False
     plugin: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -220,7 +228,23 @@ class BuildOptions:
                 "(the graphs use Attention, RotaryEmbedding and RMSNormalization, which ONNX "
                 "defines from opset 23)"
             )
+        self._check_adapters()
         if self.pooling is not None and self.pooling not in POOLING_MODES:
             raise MobiusError(
                 f"unknown pooling {self.pooling!r}; choose {', '.join(POOLING_MODES)}"
+            )
+
+    def _check_adapters(self) -> None:
+        if not isinstance(self.adapter_inputs, bool):
+            raise MobiusError(f"adapter_inputs is {self.adapter_inputs!r}, not true or false")
+        if self.adapter_inputs and not self.adapters:
+            raise MobiusError("--adapter-inputs needs the adapters: give --adapter PEFT_DIR")
+        if not self.adapters:
+            return
+        if not self.load_weights:
+            raise MobiusError("--adapter needs the weights; drop --no-weights")
+        if self.adapter_inputs and self.quant.method not in (None, "none"):
+            raise MobiusError(
+                "--adapter-inputs with --quant: quantized builds take merged adapters only "
+                "(drop --adapter-inputs)"
             )

@@ -213,6 +213,8 @@ class ModelSource(Source):
     stored_dtype: str | None = None
     tensor_types: dict[str, dict[str, int]] = field(default_factory=dict)
     prequantized: bool = False
+    #: Called on the module tree once made (``--adapter-inputs`` puts LoRA layers in it).
+    module_hooks: list[Callable[[Any], None]] = field(default_factory=list)
 
     def make_module(self, task, options) -> tuple[Any, Any]:
         """The normalised config (with the task's options applied) and the module tree."""
@@ -220,7 +222,7 @@ class ModelSource(Source):
         try:
             config = self.entry.config_class().from_hf(self.hf_config)
             config = task.configure(config, options, self)
-            return config, self.entry.module_class()(config)
+            module = self.entry.module_class()(config)
         except MobiusError:
             raise
         except CONFIG_FAILURES as exc:
@@ -228,6 +230,9 @@ class ModelSource(Source):
                 f"the config of {self.path} cannot be built as {self.entry.key}: "
                 f"{type(exc).__name__}: {one_line(exc)}"
             ) from exc
+        for hook in self.module_hooks:
+            hook(module)
+        return config, module
 
     def build(self, options, registry):
         """The package of this model: config → module tree → graphs → weights → passes.

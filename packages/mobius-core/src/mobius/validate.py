@@ -261,3 +261,39 @@ def smoke_report(task: str, checked: str, outputs: dict[str, np.ndarray]) -> Val
     report = ValidationReport(task, None, checked)
     report.diffs = {name: math.inf for name in bad}
     return report
+
+
+SAMPLE_TEXTS = ("The quick brown fox jumps over the lazy dog.", "Hello, world!")
+
+
+def against_sentence_transformers(session, source: Path) -> ValidationReport:
+    """Validate a sentence-embedding package against sentence-transformers run on ``source``:
+    the library's own pooling and normalisation are the reference."""
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        raise MobiusError(
+            f"--validate: {source} is a sentence-transformers model: its reference needs "
+            "sentence-transformers (pip install sentence-transformers)"
+        ) from None
+    import torch
+
+    model = SentenceTransformer(str(source), device="cpu", trust_remote_code=False)
+    features = model.tokenize(list(SAMPLE_TEXTS))
+    with torch.no_grad():
+        expected = model(dict(features))
+    names = {i.name for i in session.get_inputs()}
+    feeds = {k: v.numpy().astype(np.int64) for k, v in features.items() if k in names}
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds), strict=True))
+    real = feeds["attention_mask"].astype(bool)
+    hidden = expected["token_embeddings"].float().numpy()
+    report = ValidationReport(
+        "feature-extraction", "sentence-transformers", f"{len(SAMPLE_TEXTS)} sample sentences"
+    )
+    report.diffs = {
+        "last_hidden_state": float(np.abs(got["last_hidden_state"] - hidden)[real].max()),
+        "sentence_embedding": float(
+            np.abs(got["sentence_embedding"] - expected["sentence_embedding"].float().numpy()).max()
+        ),
+    }
+    return report

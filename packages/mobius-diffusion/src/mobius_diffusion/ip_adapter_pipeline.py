@@ -12,7 +12,8 @@ puts each where diffusers' ``load_ip_adapter`` puts it:
 
 Each half fails its build on any tensor it does not read, so every tensor of the file is
 used or named. The image goes through the pipeline's ``image_encoder`` (a
-``CLIPVisionModelWithProjection``), which the pipeline must have.
+``CLIPVisionModelWithProjection``), which the pipeline must have unless the adapter is a
+FaceID one (it reads a face embedding the caller gives, no image).
 """
 
 from __future__ import annotations
@@ -53,13 +54,25 @@ def check_ip_adapter_plan(plugin: dict, built: set[str]) -> Path | None:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"--ip-adapter {path}: no such file")
-    for needed, why in (
-        ("unet", "the UNet that takes its image attention"),
-        ("image_encoder", "the CLIPVisionModelWithProjection that encodes its image"),
-    ):
+    needs = [("unet", "the UNet that takes its image attention")]
+    if _kind(path) != "faceid":  # FaceID reads a face embedding, no image
+        needs.append(("image_encoder", "the CLIPVisionModelWithProjection that encodes its image"))
+    for needed, why in needs:
         if needed not in built:
             raise ConfigError(f"--ip-adapter: this pipeline has no {needed} ({why})")
     return path
+
+
+def _kind(path: Path) -> str | None:
+    """The kind of image projection of adapter file ``path`` (None: not a safetensors file of one)."""
+    from mobius.weights import SafetensorsCheckpoint
+    from mobius_diffusion.models.ip_adapter import image_proj_layout
+
+    if path.suffix != ".safetensors":
+        return None
+    shapes = {name: tuple(t.shape) for name, t in SafetensorsCheckpoint.open(path).items()}
+    layout = image_proj_layout(shapes)
+    return None if layout is None else layout["kind"]
 
 
 def build_image_projection(path: Path, options, registry):
@@ -67,8 +80,8 @@ def build_image_projection(path: Path, options, registry):
     ``config.json`` (the layout read from the tensors) as a text file."""
     from mobius_diffusion.source import recognise_weights_file
 
-    plugin = {k: v for k, v in options.plugin.items() if k != IP_ADAPTER_OPTION}
-    part_options = dataclasses.replace(options, model_type=None, plugin=plugin)
+    # the pipeline's own options (--ip-adapter, --skip-component...) are none of the projection's
+    part_options = dataclasses.replace(options, model_type=None, plugin={})
     source = recognise_weights_file(path, part_options, registry)
     if source is None or source.entry.key != "IPAdapterImageProjection":
         raise ConfigError(f"--ip-adapter {path.name} is not an IP-Adapter checkpoint")

@@ -52,10 +52,11 @@ folder per component (``unet/model.onnx`` or ``transformer/model.onnx``,
   one padding token unmasked, CFG with a negative prompt);
 - ``AuraFlowPipeline``: :class:`AuraFlowRunner` (masked UMT5 states, CFG, flow matching);
 - ``WanPipeline``: :class:`WanRunner` (text to video: masked UMT5 states, the 3-D
-  transformer, the causal video VAE; frames ``[batch, frames, H, W, 3]``).
+  transformer, the causal video VAE; frames ``[batch, frames, H, W, 3]``; Wan 2.2 TI2V's
+  per-token timesteps, from text or from an image kept as the first latent frame).
 - ``WanImageToVideoPipeline``: :class:`WanImageToVideoRunner` (an image to video: its VAE
   latents and a first-frame mask beside the noise, Wan 2.1's CLIP image states, Wan 2.2's
-  two experts split at ``boundary_ratio``).
+  two experts split at ``boundary_ratio``; FLF2V's last frame too).
 - ``SkyReelsV2Pipeline``: :class:`SkyReelsV2Runner` (text to video: Wan's steps around the
   SkyReels-V2 transformer, SkyReels' defaults).
 - ``CogVideoXPipeline``: :class:`CogVideoXRunner` (text to video, CogVideoX 1.0 and 1.5:

@@ -172,6 +172,11 @@ def component_key(
     return None
 
 
+#: ``model_index.json`` fields that shape a component's graph, by component: its config gets
+#: them (Wan 2.2 TI2V's per-token timesteps; the transformer's config does not tell them apart).
+INDEX_FIELDS = {"transformer": ("expand_timesteps",), "transformer_2": ("expand_timesteps",)}
+
+
 def _copied(class_name: str) -> bool:
     return class_name.endswith(COPIED_SUFFIXES) or class_name in TOKENIZER_BACKENDS
 
@@ -279,9 +284,11 @@ class PipelineSource(Source):
             part_plugin = ip_adapter_plugin(part_plugin, name)
             part_options = dataclasses.replace(options, model_type=key, plugin=part_plugin)
             try:
-                part = open_source(component_dir, part_options, registry).build(
-                    part_options, registry
-                )
+                source = open_source(component_dir, part_options, registry)
+                for field in INDEX_FIELDS.get(name, ()):  # diffusers reads them at call time
+                    if index.get(field) is not None:
+                        setattr(source.hf_config, field, index[field])
+                part = source.build(part_options, registry)
             except MobiusError as exc:
                 raise type(exc)(f"pipeline component {name!r}: {exc}") from exc
             for graph, model in part.models.items():

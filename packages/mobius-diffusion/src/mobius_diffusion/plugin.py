@@ -43,8 +43,10 @@ RUNNER_HELP = (
     'draws an unconditional image, with PROMPT "". A video package (Wan, LTX-Video,\n'
     "HunyuanVideo, CogVideoX, Mochi, AnimateDiff) makes --frames frames, written as an\n"
     "animated .webp or .gif, or as PNG frames when --output is a directory; an image-to-video\n"
-    "one (SVD, Wan I2V) starts from --image. A ControlNet or T2I-Adapter package follows\n"
-    "--control-image; an IP-Adapter one --ip-adapter-image. An image-to-image package redraws\n"
+    "one (SVD, Wan I2V; Wan 2.2 TI2V optionally) starts from --image, a Wan FLF2V one also\n"
+    "ends on --last-image. A ControlNet or T2I-Adapter package follows\n"
+    "--control-image; an IP-Adapter one --ip-adapter-image (FaceID: --ip-adapter-image-embeds).\n"
+    "An image-to-image package redraws\n"
     "--image (--strength: how far); an inpainting one repaints it where --mask-image is white;\n"
     "an edit package (Flux Kontext, Qwen-Image Edit) edits --image as PROMPT says.\n"
     "--vae-tiling decodes large images in tiles (mobius-diffusion; pip install\n"
@@ -122,8 +124,10 @@ def register_slice(registry) -> None:
             dict(
                 default=None,
                 metavar="FILE",
-                help="an IP-Adapter .safetensors file (plain or Full; ip-adapter_sd15, "
-                "ip-adapter_sdxl...): a UNet2DConditionModel gets its image cross-attention "
+                help="an IP-Adapter .safetensors file in the original layout (plain, Full, "
+                "Plus, FaceID, FaceID Plus / Plus v2; ip-adapter_sd15, ip-adapter-plus_sdxl_vit-h, "
+                "ip-adapter-faceid_sd15...; FaceID's LoRA is merged into the UNet): a "
+                "UNet2DConditionModel gets its image cross-attention "
                 "(inputs ip_adapter_image_embeds, ip_adapter_scale; its ip_adapter.* tensors); "
                 "a whole SD/SDXL pipeline also builds its image projection into ip_adapter/ "
                 "(its image_proj.* tensors). Example: mobius build --model sd15/ out/ "
@@ -142,7 +146,36 @@ def register_slice(registry) -> None:
                 default=None,
                 metavar="FILE",
                 help="packages built with --ip-adapter: the image prompt, which the image "
-                "follows beside the text",
+                "follows beside the text (FaceID Plus: the image beside the face embedding; "
+                "FaceID: none)",
+            ),
+        ),
+        (
+            "ip_adapter_image_embeds",
+            ("--ip-adapter-image-embeds",),
+            dict(
+                default=None,
+                metavar="FILE.npy",
+                help="packages built with --ip-adapter: the image prompt's embedding, "
+                "precomputed (FaceID, FaceID Plus: the face embedding, e.g. insightface's "
+                "normed_embedding, which mobius does not compute), as diffusers' "
+                "ip_adapter_image_embeds for one adapter: float [2, num_images, D] with "
+                "guidance (negative row first, zeros for FaceID's), [1, num_images, D] with "
+                "--guidance-scale 1; D is the face embedding's width (FaceID, FaceID Plus, "
+                "whose num_images is 1) or CLIP's image_embeds width (plain); Full and Plus "
+                "take [.., num_images, image_tokens, width] penultimate hidden states",
+            ),
+        ),
+        (
+            "ip_adapter_shortcut_scale",
+            ("--ip-adapter-shortcut-scale",),
+            dict(
+                type=float,
+                default=None,
+                metavar="S",
+                help="IP-Adapter FaceID Plus v2: add the face tokens back, id + S * resampled "
+                "(diffusers' shortcut=True, shortcut_scale=S; v2 uses 1.0); leave it out "
+                "for FaceID Plus v1",
             ),
         ),
         (
@@ -193,6 +226,16 @@ def register_slice(registry) -> None:
                 metavar="FILE",
                 help="inpainting packages: white where the --image is repainted, black where "
                 "it is kept",
+            ),
+        ),
+        (
+            "last_image",
+            ("--last-image",),
+            dict(
+                default=None,
+                metavar="FILE",
+                help="Wan image-to-video packages: the video's last frame, --image its first "
+                "(needed by Wan 2.1 FLF2V, optional for Wan 2.2 A14B I2V)",
             ),
         ),
         (

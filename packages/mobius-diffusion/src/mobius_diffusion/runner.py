@@ -101,22 +101,28 @@ def _subject(pipe, prompt: str, options: dict) -> dict:
 
 
 def _image_inputs(pipe, options: dict, call: dict) -> None:
-    """``--image`` (the ``images`` option), ``--mask-image`` and ``--strength`` into ``call``
-    for a runner that starts from an image (its ``image_inputs``); each is refused where the
-    package takes none, and one the package needs is asked for."""
+    """``--image`` (the ``images`` option), ``--mask-image``, ``--last-image`` and ``--strength``
+    into ``call`` for a runner that starts from an image (its ``image_inputs``, and the
+    ``optional_image_inputs`` it may take); each is refused where the package takes none,
+    and one the package needs is asked for."""
     import inspect
 
     takes = getattr(pipe, "image_inputs", ())
+    optional = getattr(pipe, "optional_image_inputs", ())  # Wan 2.2 TI2V's --image...
     kind = pipe.index.get("_class_name")
     images = options.get("images") or []
     if len(images) > 1:
         raise ConfigError(f"a {kind} package takes one --image, not {len(images)}")
     given = {"image": images[0] if images else None, "mask_image": options.get("mask_image")}
+    given["last_image"] = options.get("last_image")
     takers = {"image": "image-to-image and inpainting", "mask_image": "inpainting"}
-    for name, flag in (("image", "--image"), ("mask_image", "--mask-image")):
+    takers["last_image"] = "Wan first-last-frame"
+    flags = (("image", "--image"), ("mask_image", "--mask-image"), ("last_image", "--last-image"))
+    for name, flag in flags:
         if given[name] is None and name in takes:
-            raise ConfigError(f"a {kind} package starts from an image: give {flag} FILE")
-        if given[name] is not None and name not in takes:
+            needs = "ends on a last frame" if name == "last_image" else "starts from an image"
+            raise ConfigError(f"a {kind} package {needs}: give {flag} FILE")
+        if given[name] is not None and name not in (*takes, *optional):
             raise ConfigError(
                 f"a {kind} package takes no {flag} ({takers[name]} packages do): {pipe.package_dir}"
             )
@@ -136,25 +142,38 @@ def _image_inputs(pipe, options: dict, call: dict) -> None:
 
 
 def _ip_adapter_inputs(pipe, options: dict, call: dict) -> None:
-    """``--ip-adapter-image`` and ``--ip-adapter-scale`` into ``call`` for a package built
-    with ``--ip-adapter``; refused for other packages, and asked for where it is one."""
+    """``--ip-adapter-image``, ``--ip-adapter-image-embeds``, ``--ip-adapter-scale`` and
+    ``--ip-adapter-shortcut-scale`` into ``call`` for a package built with ``--ip-adapter``
+    (the runner checks which of the image and the embeddings its adapter reads); refused
+    for other packages."""
+    import numpy as np
+
     from mobius_diffusion.pipelines.ip_adapter import IPAdapterMixin
 
-    image, scale = options.get("ip_adapter_image"), options.get("ip_adapter_scale")
+    names = ("ip_adapter_image", "ip_adapter_image_embeds", "ip_adapter_scale")
+    names += ("ip_adapter_shortcut_scale",)
+    given = {name: options.get(name) for name in names if options.get(name) is not None}
     if not isinstance(pipe, IPAdapterMixin):
-        if image is not None or scale is not None:
+        if given:
+            flags = ", ".join("--" + name.replace("_", "-") for name in given)
             raise ConfigError(
-                f"--ip-adapter-image and --ip-adapter-scale are for packages built with "
-                f"--ip-adapter; {pipe.package_dir} is not one"
+                f"{flags}: for packages built with --ip-adapter; {pipe.package_dir} is not one"
             )
         return
-    if image is None:
+    if not {"ip_adapter_image", "ip_adapter_image_embeds"} & set(given):
         raise ConfigError(
-            "an IP-Adapter package draws from an image prompt: give --ip-adapter-image FILE"
+            "an IP-Adapter package draws from an image prompt: give --ip-adapter-image FILE "
+            "(FaceID: --ip-adapter-image-embeds FILE.npy)"
         )
-    call["ip_adapter_image"] = image
-    if scale is not None:
-        call["ip_adapter_scale"] = scale
+    path = given.get("ip_adapter_image_embeds")
+    if path is not None:
+        try:
+            given["ip_adapter_image_embeds"] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(
+                f"--ip-adapter-image-embeds {path}: not a .npy array ({exc})"
+            ) from None
+    call.update(given)
 
 
 def _control_inputs(pipe, options: dict, call: dict) -> None:

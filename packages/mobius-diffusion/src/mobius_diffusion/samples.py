@@ -105,7 +105,11 @@ def axis_sizes(class_name: str, config) -> dict[str, int]:
             **_grid("", 2 * rows * scale, 2 * columns * scale),
             frames=9,
             latent_frames=3,
+            past_frames=0,  # decoder_step/model: a first step, as diffusers' decode starts
         )
+        for level in range(1, len(config.dim_mult)):  # its past frames' grids
+            for axis in ("latent_height", "latent_width"):
+                sizes[f"{axis}*{2**level}"] = sizes[axis] * 2**level
     elif class_name in (
         "UNet2DConditionModel",
         "UNet2DModel",

@@ -21,6 +21,8 @@ Dynamic axes are named: ``batch``, ``height``/``width`` (pixels),
     [batch, latent_channels, latent_height, latent_width] -> ``sample``. A video VAE
     adds a ``frames`` axis after the channels. Flux.2's adds ``bn/model.onnx``: no
     inputs -> ``running_mean``, ``running_var`` (its patchified latents' statistics).
+    Wan's (and Qwen-Image's) VAE adds ``decoder_step/model``, one step of the frame-by-frame
+    decode: ``latent_sample`` and ``past_frames.{i}`` -> ``sample`` and ``present_frames.{i}``.
     LTX-Video's decoder may add ``timestep`` [batch] and ``noise.{i}``; its VAE adds
     ``latents/model.onnx``: no inputs -> ``mean``, ``std`` (its ``latents_mean``/``_std``).
 
@@ -39,7 +41,8 @@ Dynamic axes are named: ``batch``, ``height``/``width`` (pixels),
 
 ``adapter`` (:class:`AdapterTask`): a T2I-Adapter (``condition`` image ->
     ``features.{i}``, one per UNet resolution) or an IP-Adapter image projection
-    (``image_embeds`` -> ``image_prompt_embeds``).
+    (``image_embeds`` -> ``image_prompt_embeds``; FaceID Plus also ``id_embeds`` ->
+    ``id_prompt_embeds``).
 """
 
 from __future__ import annotations
@@ -120,6 +123,8 @@ class VAETask(DiffusionComponentTask):
         "encoder/model": (frozenset({"sample"}), frozenset({"latent_parameters", "latent"})),
         # LTX-Video 0.9.1+'s decoder takes a decode timestep (and noise.{i}, if it injects noise)
         "decoder/model": (frozenset({"latent_sample", "timestep"}), frozenset({"sample"})),
+        # Wan's frame-by-frame decode: also past_frames.{i} -> present_frames.{i} (its caches)
+        "decoder_step/model": (frozenset({"latent_sample"}), frozenset({"sample"})),
         # LTX-Video's latent statistics, which its pipelines read (no inputs)
         "latents/model": (frozenset(), frozenset({"mean", "std"})),
         # Flux.2's latent batch-norm statistics, which its pipelines read (no inputs)
@@ -189,5 +194,8 @@ class AdapterTask(DiffusionComponentTask):
 
     name = "adapter"
     contract = {
-        "model": (frozenset({"condition", "image_embeds"}), frozenset({"image_prompt_embeds"}))
+        "model": (
+            frozenset({"condition", "image_embeds", "id_embeds"}),
+            frozenset({"image_prompt_embeds", "id_prompt_embeds"}),
+        )
     }  # + features.{i}

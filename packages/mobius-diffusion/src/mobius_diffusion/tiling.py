@@ -1,4 +1,10 @@
-"""Tiled VAE decoding: latents decoded in overlapping spatial tiles, blended at the seams.
+"""VAE decoding in pieces: Wan's frame by frame (:func:`decode_stepwise`), and in overlapping
+spatial tiles blended at the seams (:func:`decode_tiled`).
+
+diffusers decodes a Wan (or Qwen-Image) latent video one latent frame at a time, each
+causal conv carrying its last input frames to the next; :func:`decode_stepwise` runs the
+VAE's ``decoder_step/model`` so (see :mod:`mobius_diffusion.models.autoencoder_kl_wan`),
+and memory stays that of one latent frame however long the video.
 
 diffusers' ``vae.enable_tiling()`` decodes a large latent this way so that peak memory
 follows the tile, not the image (or, for a video VAE, one tile of every frame). The
@@ -18,7 +24,7 @@ does), so a pixel that saturates inside a blend band is blended clamped here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -152,3 +158,49 @@ def decode_tiled(
         pieces.append(np.concatenate(kept, axis=-1))
     image = np.concatenate(pieces, axis=-2)
     return image[..., : height * plan.factor, : width * plan.factor]
+
+
+#: A decoder step's graph: its feeds to its outputs by name.
+Step = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
+
+
+def decode_stepwise(
+    step: Step, past_shapes: Mapping[str, Sequence], latents: np.ndarray
+) -> np.ndarray:
+    """diffusers' frame-by-frame decode: ``step`` (a ``decoder_step/model``) run on each latent
+    frame of ``latents`` ``[b, c, frames, h, w]`` in turn, each step fed the
+    ``present_frames.{i}`` of the one before as ``past_frames.{i}``; the first step gets none.
+
+    ``past_shapes`` maps each ``past_frames.{i}`` input to its declared shape (ints and the
+    contract's axis names ``batch``, ``past_frames``, ``latent_height*s``,
+    ``latent_width*s``), from which the first step's empty pasts are made.
+
+    Raises:
+        ConfigError: an input axis of another name (not a decoder step graph).
+    """
+    batch, _, frames, height, width = latents.shape
+    sizes = {"batch": batch, "past_frames": 0, "latent_height": height, "latent_width": width}
+    past = {
+        name: np.zeros([_axis_size(name, axis, sizes) for axis in shape], np.float32)
+        for name, shape in past_shapes.items()
+    }
+    pieces = []
+    for k in range(frames):
+        outputs = step({"latent_sample": np.ascontiguousarray(latents[:, :, k : k + 1]), **past})
+        pieces.append(outputs.pop("sample"))
+        past = {f"past_frames.{n.removeprefix('present_frames.')}": v for n, v in outputs.items()}
+        if set(past) != set(past_shapes):
+            raise ConfigError(
+                f"a decoder step gave {sorted(outputs)}, not a present_frames.{{i}} per past_frames"
+            )
+    return np.concatenate(pieces, axis=2)
+
+
+def _axis_size(name: str, axis, sizes: dict[str, int]) -> int:
+    """The size of a decoder step input's ``axis``: an int, or ``name*factor`` of ``sizes``."""
+    if isinstance(axis, int):
+        return axis
+    base, _, factor = str(axis).partition("*")
+    if base not in sizes or not (factor or "1").isdigit():
+        raise ConfigError(f"decoder step input {name} has an axis {axis!r} of no known size")
+    return sizes[base] * int(factor or 1)

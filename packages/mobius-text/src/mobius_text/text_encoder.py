@@ -24,10 +24,14 @@ import dataclasses
 from pathlib import Path
 
 from mobius.errors import ConfigError
-from mobius.tasks import FeatureExtractionTask, ModelTask
+from mobius.tasks import FeatureExtractionTask, ModelTask, encoder_head
 
 #: The ``dest`` of ``--hidden-states`` among the build options' plugin values.
 HIDDEN_STATES_OPTION = "hidden_states"
+#: The ``dest`` of ``--score-tokens`` (a yes/no reranker's two tokens).
+SCORE_TOKENS_OPTION = "score_tokens"
+#: The heads a decoder takes: token states alone, or a sentence embedding.
+DECODER_HEADS = ("none", "sentence-embedding")
 
 
 def parse_hidden_states(value, num_layers: int) -> tuple[int, ...]:
@@ -71,22 +75,92 @@ def parse_hidden_states(value, num_layers: int) -> tuple[int, ...]:
     return tuple(sorted({i % count for i in indices}))
 
 
+def token_ids(value, tokenizer_dir: Path) -> tuple[int, ...]:
+    """The ids of ``--score-tokens YES,NO`` in the vocabulary of the tokenizer in ``tokenizer_dir``."""
+    tokens = value.split(",") if isinstance(value, str) else None
+    if not tokens or len(tokens) != 2 or not all(tokens):
+        raise ConfigError(f"--score-tokens {value!r}: expected two tokens, YES,NO (yes,no)")
+    from mobius.generate import load_tokenizer
+
+    vocab = load_tokenizer(tokenizer_dir).get_vocab()
+    missing = [t for t in tokens if t not in vocab]
+    if missing:
+        raise ConfigError(
+            f"--score-tokens: {missing[0]!r} is not a token of the tokenizer of {tokenizer_dir}"
+        )
+    return tuple(vocab[t] for t in tokens)
+
+
+def score_token_ids(value, source) -> tuple[int, int] | None:
+    """The ids of a yes/no reranker's two tokens: ``--score-tokens YES,NO`` (looked up in the
+    source's tokenizer), else a sentence-transformers ``LogitScore`` module's, else None.
+
+    Raises:
+        ConfigError: not two tokens, a token the vocabulary lacks, an id out of range.
+    """
+    if value is None:
+        ids = source.defaults.get(SCORE_TOKENS_OPTION)
+        if ids is None:
+            return None
+    else:
+        ids = token_ids(value, source.source_dir or source.path)
+    vocab_size = source.hf_config.get_text_config().vocab_size
+    if len(ids) != 2 or not all(
+        isinstance(i, int) and not isinstance(i, bool) and 0 <= i < vocab_size for i in ids
+    ):
+        raise ConfigError(f"yes/no token ids {ids!r} of {source.path}: not two ids under the vocab")
+    return ids
+
+
 class TextEncoderTask(FeatureExtractionTask):
     """Feature extraction of a decoder backbone, with the ``hidden_states.{i}`` it is asked for.
 
     The graph is :class:`FeatureExtractionTask`'s; the module declares the extra
-    outputs (``output_shapes``). ``--head``, ``--pooling`` and ``--normalize`` are
-    refused: the outputs are token states only.
+    outputs (``output_shapes``). Heads: ``none`` (token states), ``sentence-embedding``
+    (``--pooling lasttoken`` or ``mean``..., ``--normalize``: a decoder embedder), or
+    with ``--score-tokens`` a yes/no reranker's ``logits`` [batch, 1].
     """
 
     name = "text-encoder"
 
     def configure(self, config, options, source):
-        """Refuse the encoder heads; apply ``--hidden-states`` (:func:`parse_hidden_states`)."""
-        config = ModelTask.configure(self, config, options, source)
+        """Apply the head (:meth:`decoder_head`) and ``--hidden-states`` (:func:`parse_hidden_states`).
+
+        A subclass that makes its own graph (mobius-vision's ``image-text-encoder``)
+        outputs token states only: it refuses the heads.
+        """
+        if type(self).build is FeatureExtractionTask.build:
+            head = self.decoder_head(options, source)
+        else:
+            head = {}
+            ModelTask.configure(self, config, options, source)
         value = options.plugin.get(HIDDEN_STATES_OPTION)
         selected = parse_hidden_states(value, config.num_hidden_layers)
-        return dataclasses.replace(config, hidden_states=selected)
+        return dataclasses.replace(config, hidden_states=selected, **head)
+
+    @staticmethod
+    def decoder_head(options, source) -> dict:
+        """``head``, ``pooling``, ``normalize`` (:func:`encoder_head`), or a yes/no reranker's
+        ``score_token_ids`` (:func:`score_token_ids`) with one label."""
+        if options.head not in ("auto", *DECODER_HEADS):
+            raise ConfigError(
+                f"--head {options.head}: a decoder built as {source.entry.key} takes --head "
+                f"{' or '.join(DECODER_HEADS)} (a yes/no reranker: --score-tokens YES,NO)"
+            )
+        head = encoder_head(options, source.hf_config, source.defaults)
+        ids = score_token_ids(options.plugin.get(SCORE_TOKENS_OPTION), source)
+        if ids is not None:
+            if options.head != "auto" or options.pooling or options.normalize is not None:
+                raise ConfigError(
+                    "--score-tokens builds a reranker: drop --head, --pooling and --normalize"
+                )
+            return dict(head, head="sequence-classification", num_labels=1, score_token_ids=ids)
+        if head["head"] not in DECODER_HEADS:
+            raise ConfigError(
+                f"{source.path} is a {head['head']} checkpoint; {source.entry.key} builds "
+                f"--head {' or '.join(DECODER_HEADS)}"
+            )
+        return head
 
 
 def validate_text_encoder(package_dir: Path, source: Path, record: dict, reference: bool):
@@ -113,7 +187,27 @@ def validate_text_encoder(package_dir: Path, source: Path, record: dict, referen
             raise ConfigError(f"--validate: {package_dir}/config.json has no usable vocab_size")
         ids, mask = padded_batch(lengths, vocab)
         return smoke_report("text-encoder", checked, run_session(session, ids, mask))
-    torch_model = load_reference("AutoModel", source)
+    names = [o.name for o in session.get_outputs()]
+    if "sentence_embedding" in names and (source / "modules.json").is_file():
+        from mobius.validate import against_sentence_transformers
+
+        return against_sentence_transformers(session, source)
+    head = _built_head(names, source, record.get("options") or {})
+    torch_model = load_reference(
+        "AutoModelForCausalLM" if "logits" in names else "AutoModel", source
+    )
     report = ValidationReport("text-encoder", f"transformers {type(torch_model).__name__}", checked)
-    report.diffs = compare_text_encoder(torch_model, session, lengths)
+    report.diffs = compare_text_encoder(torch_model, session, lengths, head=head)
     return report
+
+
+def _built_head(names: list[str], source: Path, options: dict) -> dict:
+    """How the package's head was built, from its record's options (and the source's LogitScore)."""
+    head = dict(pooling=options.get("pooling") or "mean", normalize=bool(options.get("normalize")))
+    if "logits" in names:
+        from mobius_text.sentence_transformers import logit_score_tokens
+
+        tokens = (options.get("plugin") or {}).get(SCORE_TOKENS_OPTION)
+        ids = token_ids(tokens, source) if tokens else logit_score_tokens(source)
+        head["score_token_ids"] = ids
+    return head

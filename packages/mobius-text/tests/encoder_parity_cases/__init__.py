@@ -20,6 +20,14 @@ TINY = dict(
     pad_token_id=0,
 )
 
+# The span and choice heads on one build each: two questions of two choices (four rows), on
+# the default build only (the heads are one Linear over what the other cases check per ep).
+SPAN_AND_CHOICE = {
+    "heads": ("question-answering", "multiple-choice"),
+    "lengths": (7, 4, 6, 3),
+    "eps": ("default",),
+}
+
 
 def all_cases() -> dict[str, tuple]:
     return collect_cases(__name__, __path__)

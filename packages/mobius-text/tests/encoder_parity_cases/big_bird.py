@@ -1,5 +1,7 @@
 """BigBird, full attention only: BERT's layers, an unread pooler, RoFormer-style classifier."""
 
+from encoder_parity_cases import SPAN_AND_CHOICE
+
 CASES = {
     "big_bird": ("big_bird", dict(attention_type="original_full", type_vocab_size=2)),
     # no q/k/v bias, word embeddings scaled by sqrt(hidden), untied decoder, relu
@@ -14,5 +16,10 @@ CASES = {
             num_labels=3,
         ),
         {"heads": ("masked-lm", "sequence-classification", "sentence-embedding")},
+    ),
+    "big_bird-choices": (
+        "big_bird",
+        dict(attention_type="original_full", type_vocab_size=2),
+        {**SPAN_AND_CHOICE, "heads": ("multiple-choice",)},
     ),
 }

@@ -1,5 +1,7 @@
 """ConvBERT: attention heads beside span-based dynamic convolution heads, grouped feed-forward layers."""
 
+from encoder_parity_cases import SPAN_AND_CHOICE
+
 CASES = {
     # two attention heads and two convolution heads, each window 9 tokens wide
     "convbert": ("convbert", dict(embedding_size=16, type_vocab_size=2)),
@@ -17,5 +19,10 @@ CASES = {
             num_labels=3,
         ),
         {"heads": ("none", "masked-lm", "sequence-classification", "sentence-embedding")},
+    ),
+    "convbert-answers-choices": (
+        "convbert",
+        dict(embedding_size=16, type_vocab_size=2),
+        SPAN_AND_CHOICE,
     ),
 }

@@ -1,5 +1,7 @@
 """DeBERTa: disentangled c2p / p2c attention (distances clamped beyond max_relative_positions), heads."""
 
+from encoder_parity_cases import SPAN_AND_CHOICE
+
 CASES = {
     "deberta-c2p-p2c": (
         "deberta",
@@ -27,5 +29,15 @@ CASES = {
         "deberta",
         dict(legacy=False, pos_att_type="c2p"),
         {"heads": ("none", "masked-lm", "sentence-embedding")},
+    ),
+    "deberta-answers": (
+        "deberta",
+        dict(
+            relative_attention=True,
+            pos_att_type="c2p|p2c",
+            max_relative_positions=4,
+            type_vocab_size=2,
+        ),
+        {**SPAN_AND_CHOICE, "heads": ("question-answering",)},
     ),
 }

@@ -1,5 +1,7 @@
 """DeBERTa-v2/v3: log-bucketed distances, shared position projections, normalised table, conv layer."""
 
+from encoder_parity_cases import SPAN_AND_CHOICE
+
 CASES = {
     "deberta-v3-buckets-shared-keys": (
         "deberta-v2",
@@ -31,5 +33,17 @@ CASES = {
         "deberta-v2",
         dict(legacy=False, hidden_act="relu", num_labels=3),
         {"heads": ("masked-lm", "sequence-classification")},
+    ),
+    "deberta-v2-answers-choices": (
+        "deberta-v2",
+        dict(
+            relative_attention=True,
+            pos_att_type="p2c|c2p",
+            position_buckets=8,
+            share_att_key=True,
+            norm_rel_ebd="layer_norm",
+            pooler_hidden_act="tanh",
+        ),
+        SPAN_AND_CHOICE,
     ),
 }

@@ -1,5 +1,7 @@
 """DistilBERT: no token types, q_lin/k_lin/v_lin/out_lin, vocab_* masked-LM head, pre_classifier."""
 
+from encoder_parity_cases import SPAN_AND_CHOICE
+
 CASES = {
     "distilbert": ("distilbert", dict(hidden_dim=37)),
     "distilbert-untied-relu-sinusoidal": (
@@ -13,4 +15,5 @@ CASES = {
         ),
         {"heads": ("masked-lm", "sequence-classification", "sentence-embedding")},
     ),
+    "distilbert-answers-choices": ("distilbert", dict(hidden_dim=37), SPAN_AND_CHOICE),
 }

@@ -1,5 +1,7 @@
 """ERNIE: BERT under the ernie prefix, with and without task-type embeddings."""
 
+from encoder_parity_cases import SPAN_AND_CHOICE
+
 CASES = {
     "ernie": ("ernie", dict(type_vocab_size=2)),
     "ernie-task-ids-untied": (
@@ -9,4 +11,5 @@ CASES = {
         ),
         {"heads": ("none", "masked-lm", "sequence-classification")},
     ),
+    "ernie-answers-choices": ("ernie", dict(type_vocab_size=2), SPAN_AND_CHOICE),
 }

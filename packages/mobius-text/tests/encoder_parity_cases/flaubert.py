@@ -1,5 +1,7 @@
 """FlauBERT: XLM's post-norm layers under another model_type (pre_norm: see the model file)."""
 
+from encoder_parity_cases import SPAN_AND_CHOICE
+
 CASES = {
     "flaubert": ("flaubert", dict()),
     "flaubert-relu-untied-first-summary": (
@@ -13,4 +15,5 @@ CASES = {
         ),
         {"heads": ("masked-lm", "sequence-classification", "sentence-embedding")},
     ),
+    "flaubert-answers-choices": ("flaubert", dict(), SPAN_AND_CHOICE),
 }

@@ -3,6 +3,8 @@
 The TPU variant's checkpoints carry complex64 DFT matrices the graph does not read.
 """
 
+from encoder_parity_cases import SPAN_AND_CHOICE
+
 CASES = {
     "fnet": ("fnet", dict(type_vocab_size=4)),
     # transformers then takes exactly tpu_short_seq_length tokens: both rows padded to 7.
@@ -22,4 +24,5 @@ CASES = {
         ),
         {"heads": ("masked-lm", "sequence-classification", "sentence-embedding")},
     ),
+    "fnet-answers-choices": ("fnet", dict(type_vocab_size=2), SPAN_AND_CHOICE),
 }

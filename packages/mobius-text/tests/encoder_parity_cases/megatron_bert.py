@@ -1,5 +1,7 @@
 """Megatron-BERT: pre-norm layers, no embedding LayerNorm, encoder.ln; BERT's heads."""
 
+from encoder_parity_cases import SPAN_AND_CHOICE
+
 CASES = {
     "megatron-bert": ("megatron-bert", dict(type_vocab_size=2)),
     "megatron-bert-one-type-untied-relu": (
@@ -7,4 +9,5 @@ CASES = {
         dict(type_vocab_size=1, tie_word_embeddings=False, hidden_act="relu", num_labels=3),
         {"heads": ("masked-lm", "sequence-classification", "sentence-embedding")},
     ),
+    "megatron-bert-answers-choices": ("megatron-bert", dict(type_vocab_size=2), SPAN_AND_CHOICE),
 }

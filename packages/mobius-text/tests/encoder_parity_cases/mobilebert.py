@@ -1,5 +1,7 @@
 """MobileBERT: 3-gram embeddings, bottlenecks, stacked feed-forwards, NoNorm, its masked-LM decoder."""
 
+from encoder_parity_cases import SPAN_AND_CHOICE
+
 CASES = {
     # the released layout: NoNorm, 3-grams, a shared query/key bottleneck, 3 feed-forwards
     "mobilebert": (
@@ -43,5 +45,15 @@ CASES = {
             type_vocab_size=2,
         ),
         {"heads": ("none", "masked-lm", "token-classification")},
+    ),
+    "mobilebert-answers-choices": (
+        "mobilebert",
+        dict(
+            embedding_size=16,
+            intra_bottleneck_size=24,
+            num_feedforward_networks=2,
+            type_vocab_size=2,
+        ),
+        SPAN_AND_CHOICE,
     ),
 }

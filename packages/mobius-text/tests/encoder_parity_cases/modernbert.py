@@ -1,5 +1,7 @@
 """ModernBERT: RoPE per layer kind, sliding-window local layers, GLU MLP, head before every output."""
 
+from encoder_parity_cases import SPAN_AND_CHOICE
+
 CASES = {
     # three layers: global, local, local (window 2 both sides, narrower than the batch)
     "modernbert": (
@@ -23,4 +25,5 @@ CASES = {
         ),
         {"heads": ("masked-lm", "sequence-classification", "sentence-embedding")},
     ),
+    "modernbert-answers-choices": ("modernbert", dict(classifier_pooling="mean"), SPAN_AND_CHOICE),
 }

@@ -1,5 +1,7 @@
 """MPNet: T5-style relative position buckets (always 32 of them), padding-aware positions."""
 
+from encoder_parity_cases import SPAN_AND_CHOICE
+
 # 20 tokens: distances 8..19 fall into the log buckets (16 sits on a bucket boundary).
 CASES = {
     "mpnet-log-buckets": ("mpnet", dict(pad_token_id=1), {"lengths": (20, 9)}),
@@ -18,4 +20,5 @@ CASES = {
             "lengths": (18, 11),
         },
     ),
+    "mpnet-answers-choices": ("mpnet", dict(pad_token_id=1), SPAN_AND_CHOICE),
 }

@@ -1,5 +1,7 @@
 """Nystromformer: exact or landmark attention, the depthwise conv on values, positions from 2."""
 
+from encoder_parity_cases import SPAN_AND_CHOICE
+
 CASES = {
     # num_landmarks == segment_means_seq_len (64): exact softmax plus the value conv, padded batch
     "nystromformer": ("nystromformer", dict(conv_kernel_size=5)),
@@ -30,5 +32,10 @@ CASES = {
         "nystromformer",
         dict(type_vocab_size=1),
         {"heads": ("sequence-classification", "sentence-embedding")},
+    ),
+    "nystromformer-answers": (
+        "nystromformer",
+        dict(conv_kernel_size=5),
+        {**SPAN_AND_CHOICE, "heads": ("question-answering",)},
     ),
 }

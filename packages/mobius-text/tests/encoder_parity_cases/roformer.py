@@ -1,5 +1,7 @@
 """RoFormer: interleaved rotary from the checkpoint's sinusoidal table, BERT-like post-norm layers."""
 
+from encoder_parity_cases import SPAN_AND_CHOICE
+
 CASES = {
     "roformer": ("roformer", dict(type_vocab_size=2)),
     # embeddings narrower than the layers (embeddings_project), values rotated, untied decoder
@@ -14,4 +16,5 @@ CASES = {
         ),
         {"heads": ("masked-lm", "sequence-classification", "sentence-embedding")},
     ),
+    "roformer-answers-choices": ("roformer", dict(type_vocab_size=2), SPAN_AND_CHOICE),
 }

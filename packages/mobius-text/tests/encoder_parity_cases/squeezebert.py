@@ -1,5 +1,7 @@
 """SqueezeBERT: grouped 1x1 convolutions channels-first, block norms at eps 1e-12, BERT's heads."""
 
+from encoder_parity_cases import SPAN_AND_CHOICE
+
 CASES = {
     # a different group count for every projection (the output's 48 -> 32 in 8 groups)
     "squeezebert-groups": (
@@ -29,5 +31,10 @@ CASES = {
             num_labels=3,
         ),
         {"heads": ("masked-lm", "sequence-classification", "sentence-embedding")},
+    ),
+    "squeezebert-answers-choices": (
+        "squeezebert",
+        dict(embedding_size=32, intermediate_size=48, type_vocab_size=2, q_groups=4),
+        SPAN_AND_CHOICE,
     ),
 }

@@ -1,5 +1,7 @@
 """XLM: parallel layer lists, token types through the word embeddings, sequence summaries."""
 
+from encoder_parity_cases import SPAN_AND_CHOICE
+
 CASES = {
     "xlm": ("xlm", dict()),
     # sinusoidal-initialised positions (a checkpoint tensor all the same), ReLU, untied,
@@ -23,4 +25,5 @@ CASES = {
         dict(causal=True, summary_type="last"),
         {"heads": ("none", "sequence-classification")},
     ),
+    "xlm-answers-choices": ("xlm", dict(), SPAN_AND_CHOICE),
 }

@@ -1,5 +1,7 @@
 """X-MOD: RoBERTa with per-language adapters; the graph serves the config's default language."""
 
+from encoder_parity_cases import SPAN_AND_CHOICE
+
 CASES = {
     # the default language is the second adapter: the graph must pick it by name
     "xmod": (
@@ -40,5 +42,15 @@ CASES = {
             ln_before_adapter=False,
         ),
         {"heads": ("none", "token-classification")},
+    ),
+    "xmod-answers-choices": (
+        "xmod",
+        dict(
+            type_vocab_size=1,
+            pad_token_id=1,
+            languages=["en_XX", "de_DE"],
+            default_language="de_DE",
+        ),
+        SPAN_AND_CHOICE,
     ),
 }

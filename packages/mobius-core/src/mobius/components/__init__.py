@@ -29,6 +29,7 @@ from mobius.components._disentangled import (
 from mobius.components._encoder import (
     bidirectional_attention,
     causal_bias,
+    last_real_token,
     padding_bias,
     pool_tokens,
 )
@@ -106,6 +107,7 @@ __all__ = [
     "fused_ops",
     "gather_by_distance",
     "get_activation",
+    "last_real_token",
     "log_bucket_positions",
     "lowest_value",
     "make_rotary_embedding",

@@ -43,8 +43,9 @@ def pool_tokens(
     """A sentence embedding ``[batch, hidden]`` from token states ``[batch, seq, hidden]``.
 
     ``mode`` is ``"mean"`` (over real tokens, as sentence-transformers: the token
-    count clamped at 1e-9), ``"cls"`` (the first token) or ``"max"`` (over real
-    tokens, pads set to -1e9 first). ``normalize`` divides by the L2 norm, clamped at
+    count clamped at 1e-9), ``"cls"`` (the first token), ``"max"`` (over real
+    tokens, pads set to -1e9 first) or ``"lasttoken"`` (the last real token, whichever
+    side the pads are on: a decoder embedder's). ``normalize`` divides by the L2 norm, clamped at
     1e-12 as ``torch.nn.functional.normalize`` does.
     """
     mask = op.Unsqueeze(op.CastLike(attention_mask, hidden), [2])  # [batch, seq, 1]
@@ -59,13 +60,28 @@ def pool_tokens(
         low = op.CastLike(op.Constant(value=ir.tensor(np.array(-1e9, np.float32))), hidden)
         masked = op.Where(op.Cast(mask, to=ir.DataType.BOOL), hidden, low)
         pooled = op.ReduceMax(masked, [1], keepdims=0)
+    elif mode == "lasttoken":
+        pooled = last_real_token(op, hidden, attention_mask)
     else:
-        raise ValueError(f"unknown pooling {mode!r}; choose mean, cls or max")
+        raise ValueError(f"unknown pooling {mode!r}; choose mean, cls, max or lasttoken")
     if not normalize:
         return pooled
     norm = op.ReduceL2(pooled, [1], keepdims=1)
     eps = op.CastLike(op.Constant(value=ir.tensor(np.array(1e-12, np.float32))), pooled)
     return op.Div(pooled, op.Max(norm, eps))
+
+
+def last_real_token(op, hidden: ir.Value, attention_mask: ir.Value) -> ir.Value:
+    """``hidden [batch, seq, dim]`` at each row's last real token: ``[batch, dim]``.
+
+    The largest position the mask keeps, so left and right padding both give it.
+    """
+    seq = op.Squeeze(op.Shape(attention_mask, start=1, end=2), [0])
+    positions = op.Range(op.Constant(value_int=0), seq, op.Constant(value_int=1))
+    last = op.ArgMax(op.Mul(attention_mask, positions), axis=1, keepdims=1)  # [batch, 1]
+    dims = op.Concat(op.Shape(hidden, start=0, end=1), [1], op.Shape(hidden, start=2), axis=0)
+    index = op.Expand(op.Unsqueeze(last, [2]), dims)  # [batch, 1, dim]
+    return op.Squeeze(op.GatherElements(hidden, index, axis=1), [1])
 
 
 def causal_bias(op, queries: ir.Value, past: ir.Value, dtype: ir.DataType) -> ir.Value:

@@ -206,9 +206,11 @@ def pack_qkv(model: ir.Model) -> int:
 
 
 def _packable_weight(value: ir.Value) -> bool:
-    """A loaded 2-D initializer that one MatMul alone reads."""
+    """A loaded 2-D initializer that one MatMul alone reads (not an input's default: a LoRA
+    input's is replaced at run time)."""
     return (
         value.is_initializer()
+        and not value.is_graph_input()
         and value.const_value is not None
         and value.shape is not None
         and len(value.shape) == 2

@@ -8,7 +8,7 @@ either by name.
 
 from mobius.tasks._base import IR_VERSION, OPSET, ModelTask, new_graph, set_output, twin_module
 from mobius.tasks._causal_lm import INT64, CausalLMTask, cache_layout, present_shape
-from mobius.tasks._feature_extraction import FeatureExtractionTask
+from mobius.tasks._feature_extraction import FeatureExtractionTask, encoder_head
 from mobius.tasks._multimodal import EncoderGraph, MultimodalDecoderModel, MultimodalDecoderTask
 from mobius.tasks._seq2seq import Seq2SeqTask
 
@@ -32,6 +32,7 @@ __all__ = [
     "MultimodalDecoderTask",
     "Seq2SeqTask",
     "cache_layout",
+    "encoder_head",
     "get_task",
     "new_graph",
     "present_shape",

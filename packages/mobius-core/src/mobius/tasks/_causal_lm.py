@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from mobius.components._lora import declare_lora_inputs
 from mobius.tasks._base import IR_VERSION, ModelTask, set_output
 
 INT64 = ir.DataType.INT64
@@ -64,4 +65,5 @@ class CausalLMTask(ModelTask):
         for i, (values, layer) in enumerate(zip(present, layout, strict=True)):
             for value, (kind, shape) in zip(values, layer, strict=True):
                 set_output(builder, value, f"present.{i}.{kind}", dtype, present_shape(shape))
+        declare_lora_inputs(graph)  # --adapter-inputs: after the contract's inputs
         return {"model": ir.Model(graph, ir_version=IR_VERSION, producer_name="mobius")}

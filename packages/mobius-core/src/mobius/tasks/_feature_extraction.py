@@ -8,6 +8,12 @@ at build time (``config.head``):
 - ``masked-lm``: ``logits`` [batch, sequence, vocab];
 - ``sequence-classification``: ``logits`` [batch, num_labels];
 - ``token-classification``: ``logits`` [batch, sequence, num_labels];
+- ``question-answering``: ``start_logits`` and ``end_logits`` [batch, sequence], the
+  answer span's scores (the module's ``logits`` [batch, sequence, 2] split here);
+- ``multiple-choice``: every input is [batch, choices, sequence] and ``logits`` is
+  [batch, choices]; the graph flattens the choices into the batch before the encoder
+  (the module scores each row with one label) and ``last_hidden_state`` is
+  [batch, choices, sequence, hidden];
 - ``sentence-embedding``: ``sentence_embedding`` [batch, hidden], pooled over the
   real tokens (``config.pooling``: mean, cls or max), L2-normalised when
   ``config.normalize``.
@@ -39,6 +45,8 @@ def logits_shape(config) -> list:
         return ["batch", "sequence", config.vocab_size]
     if config.head == "sequence-classification":
         return ["batch", config.num_labels]
+    if config.head == "multiple-choice":
+        return ["batch", "choices"]
     return ["batch", "sequence", config.num_labels]
 
 
@@ -47,7 +55,12 @@ _HEAD_OF_ARCHITECTURE = {
     "ForMaskedLM": "masked-lm",
     "ForSequenceClassification": "sequence-classification",
     "ForTokenClassification": "token-classification",
+    "ForQuestionAnswering": "question-answering",
+    "ForQuestionAnsweringSimple": "question-answering",  # XLM's and Flaubert's span head
+    "ForMultipleChoice": "multiple-choice",
 }
+# Heads a family builds only where it says so: the task refuses them on a module without logits.
+_OPT_IN_HEADS = ("question-answering", "multiple-choice")
 
 
 def encoder_head(options, hf_config, defaults: dict) -> dict:
@@ -81,25 +94,46 @@ class FeatureExtractionTask(ModelTask):
 
     def configure(self, config, options, source):
         """Apply ``--head``, ``--pooling`` and ``--normalize`` (see :func:`encoder_head`)."""
-        return dataclasses.replace(
+        config = dataclasses.replace(
             config, **encoder_head(options, source.hf_config, source.defaults)
         )
+        labels = getattr(config, "num_labels", None)
+        if config.head == "question-answering" and labels != 2:
+            raise ConfigError(
+                f"--head question-answering needs num_labels 2 (start, end); got {labels!r}"
+            )
+        return config
 
     def build(self, module, config, dtype: ir.DataType) -> dict[str, ir.Model]:
         graph, builder = self.new_graph("feature_extraction")
-        input_ids = builder.input("input_ids", INT64, ["batch", "sequence"])
-        attention_mask = builder.input("attention_mask", INT64, ["batch", "sequence"])
+        op, choices = builder.op, config.head == "multiple-choice"
+        axes = ["batch", "choices", "sequence"] if choices else ["batch", "sequence"]
+        input_ids = builder.input("input_ids", INT64, axes)
+        attention_mask = builder.input("attention_mask", INT64, axes)
         token_type_ids = None
         if module.uses_token_type_ids:
-            token_type_ids = builder.input("token_type_ids", INT64, ["batch", "sequence"])
+            token_type_ids = builder.input("token_type_ids", INT64, axes)
+        inputs = [input_ids, attention_mask, token_type_ids]
+        if choices:  # each choice is a row of the encoder's batch
+            rows = op.Concat(op.Constant(value_ints=[-1]), op.Shape(input_ids, start=2), axis=0)
+            inputs = [None if x is None else op.Reshape(x, rows) for x in inputs]
 
-        outputs = module(builder.op, input_ids, attention_mask, token_type_ids)
+        outputs = module(op, *inputs)
+        if config.head in _OPT_IN_HEADS and "logits" not in outputs:
+            raise ConfigError(f"--head {config.head} is not built for {config.model_type}")
 
         hidden = outputs["last_hidden_state"]
-        set_output(
-            builder, hidden, "last_hidden_state", dtype, ["batch", "sequence", config.hidden_size]
-        )
-        if "logits" in outputs:
+        hidden_axes = ["batch", "sequence", config.hidden_size]
+        if choices:
+            per_choice = op.Concat(op.Shape(input_ids), op.Constant(value_ints=[-1]), axis=0)
+            hidden, hidden_axes = op.Reshape(hidden, per_choice), ["batch", *hidden_axes]
+            outputs["logits"] = op.Reshape(outputs["logits"], op.Shape(input_ids, end=2))
+        set_output(builder, hidden, "last_hidden_state", dtype, hidden_axes)
+        if config.head == "question-answering":  # [batch, sequence, 2]: the span's two ends
+            ends = op.Split(outputs["logits"], num_outputs=2, axis=-1, _outputs=2)
+            for name, logits in zip(("start_logits", "end_logits"), ends, strict=True):
+                set_output(builder, op.Squeeze(logits, [-1]), name, dtype, ["batch", "sequence"])
+        elif "logits" in outputs:
             set_output(builder, outputs["logits"], "logits", dtype, logits_shape(config))
         # Outputs a family adds, with their shapes (CLIP's pooler_output and text_embeds).
         extra = module.output_shapes()

@@ -11,6 +11,7 @@ from mobius.testing._encoder_parity import (
     EncoderParity,
     check_encoder_parity,
     make_random_encoder,
+    pool_like_sentence_transformers,
     right_padded_batch,
 )
 from mobius.testing._generation import genai_greedy, torch_greedy
@@ -40,6 +41,7 @@ from mobius.testing._validation import assert_smoke_passes, assert_validation_fa
 
 __all__ = [
     "collect_cases",
+    "pool_like_sentence_transformers",
     "text_forward",
     "assert_smoke_passes",
     "assert_validation_fails",

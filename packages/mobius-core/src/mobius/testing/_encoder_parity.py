@@ -19,8 +19,14 @@ HEAD_CLASSES = {
     "sequence-classification": "AutoModelForSequenceClassification",
     "token-classification": "AutoModelForTokenClassification",
     "sentence-embedding": "AutoModel",
+    "question-answering": "AutoModelForQuestionAnswering",
+    "multiple-choice": "AutoModelForMultipleChoice",
 }
-SEQUENCE_LEVEL = {"sequence-classification"}
+SEQUENCE_LEVEL = {"sequence-classification", "multiple-choice"}
+# Per-token outputs of the span head, compared over the real tokens.
+SPAN_OUTPUTS = ("start_logits", "end_logits")
+# A multiple-choice batch: each row of the padded batch is one choice of a question.
+CHOICES = 2
 # Graph outputs that are one of transformers' ``hidden_states`` (by index), over the real tokens.
 HIDDEN_STATE_OUTPUTS = {"penultimate_hidden_state": -2, "last_layer_hidden_state": -1}
 
@@ -87,13 +93,18 @@ class EncoderParity:
         assert worst <= atol, f"--ep {self.ep} --head {self.head}: {self.diffs} > {atol:g}"
 
 
-def _pool(hidden: np.ndarray, mask: np.ndarray, mode: str, normalize: bool) -> np.ndarray:
+def pool_like_sentence_transformers(
+    hidden: np.ndarray, mask: np.ndarray, mode: str, normalize: bool
+) -> np.ndarray:
     """sentence-transformers' pooling, in numpy: the reference of the sentence-embedding head."""
     weights = mask[..., None].astype(hidden.dtype)
     if mode == "mean":
         pooled = (hidden * weights).sum(1) / np.maximum(weights.sum(1), 1e-9)
     elif mode == "cls":
         pooled = hidden[:, 0]
+    elif mode == "lasttoken":  # the last real token, whichever side the pads are on
+        last = mask.shape[1] - 1 - np.argmax(mask[:, ::-1], axis=1)
+        pooled = hidden[np.arange(len(hidden)), last]
     else:
         pooled = np.where(weights > 0, hidden, -1e9).max(1)
     if normalize:
@@ -117,7 +128,9 @@ def compare_encoder(
     output field of the same name; ``penultimate_hidden_state`` with
     ``hidden_states[-2]`` and ``last_layer_hidden_state`` with ``hidden_states[-1]``, over
     the real tokens. ``special_tokens`` holds the ``end_token_id`` and
-    ``pad_token_id`` of :func:`right_padded_batch`.
+    ``pad_token_id`` of :func:`right_padded_batch`. A ``multiple-choice`` graph takes
+    the rows as ``[len(lengths) // CHOICES, CHOICES, sequence]``; PyTorch's encoder sees
+    them flattened, as the graph's does.
     """
     import torch
 
@@ -133,15 +146,23 @@ def compare_encoder(
     feeds = {"input_ids": input_ids, "attention_mask": mask}
     if "token_type_ids" in names:
         feeds["token_type_ids"] = types
+    choices = head == "multiple-choice"
+    if choices:
+        feeds = {k: v.reshape(-1, CHOICES, v.shape[-1]) for k, v in feeds.items()}
     outputs = [o.name for o in session.get_outputs()]
     got = dict(zip(outputs, session.run(None, feeds), strict=True))
+    if choices:
+        got["last_hidden_state"] = got["last_hidden_state"].reshape(
+            len(lengths), *mask.shape[1:], -1
+        )
 
     torch_inputs = {k: torch.from_numpy(v) for k, v in feeds.items()}
     accepted = inspect.signature(torch_model.forward).parameters
     torch_inputs = {k: v for k, v in torch_inputs.items() if k in accepted}
+    flat = {k: v.flatten(0, 1) if choices else v for k, v in torch_inputs.items()}
     with torch.no_grad():
         out = torch_model(**torch_inputs, output_hidden_states=True)
-        base = torch_model.base_model(**torch_inputs)
+        base = torch_model.base_model(**flat)
     real = mask.astype(bool)
     reference = base.last_hidden_state.float().numpy()
     diffs = {"last_hidden_state": float(np.abs(got["last_hidden_state"] - reference)[real].max())}
@@ -150,13 +171,18 @@ def compare_encoder(
         delta = np.abs(got["logits"] - logits)
         diffs["logits"] = float(delta.max() if head in SEQUENCE_LEVEL else delta[real].max())
     if "sentence_embedding" in got:
-        expected = _pool(reference, mask, *pooling)
+        expected = pool_like_sentence_transformers(reference, mask, *pooling)
         diffs["sentence_embedding"] = float(np.abs(got["sentence_embedding"] - expected).max())
+    for name in SPAN_OUTPUTS:
+        if name in got:
+            expected = getattr(out, name).float().numpy()
+            diffs[name] = float(np.abs(got[name] - expected)[real].max())
     for name, index in HIDDEN_STATE_OUTPUTS.items():
         if name in got:
             expected = out.hidden_states[index].float().numpy()
             diffs[name] = float(np.abs(got[name] - expected)[real].max())
     compared = {"last_hidden_state", "logits", "sentence_embedding", *HIDDEN_STATE_OUTPUTS}
+    compared.update(SPAN_OUTPUTS)
     for name in got.keys() - compared:
         reference = getattr(out, name, None)
         assert reference is not None, f"graph output {name} has no PyTorch counterpart"

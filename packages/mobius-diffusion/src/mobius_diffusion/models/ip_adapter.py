@@ -8,11 +8,17 @@ cross-attention). The layout is recognised from the tensors, as diffusers'
 - ``image_proj.proj.weight``: IP-Adapter (``ImageProjection``): a linear layer to
   4 tokens, LayerNorm;
 - ``image_proj.proj.3.weight``: IP-Adapter Full (``IPAdapterFullImageProjection``):
-  Linear, GELU, Linear, LayerNorm on each image token.
+  Linear, GELU, Linear, LayerNorm on each image token;
+- ``image_proj.latents``: IP-Adapter Plus; ``image_proj.norm.weight`` beside
+  ``image_proj.proj.0.weight``: FaceID; ``image_proj.perceiver_resampler.*``: FaceID Plus
+  (:mod:`._ip_adapter_resampler`).
 
 Graph: :class:`mobius.tasks.AdapterTask`, ``image_embeds`` [batch, image_embed_dim]
-(Full: [batch, image_tokens, image_embed_dim]) -> ``image_prompt_embeds`` [batch,
-tokens, cross_attention_dim]. The ``ip_adapter.*`` tensors belong to a UNet with
+(plain; FaceID: the face embedding) or [batch, image_tokens, image_embed_dim] (Full,
+Plus, FaceID Plus: CLIP's penultimate hidden states) -> ``image_prompt_embeds`` [batch,
+tokens, cross_attention_dim]. FaceID Plus also takes ``id_embeds`` [batch, id_embed_dim]
+and also gives ``id_prompt_embeds`` [batch, tokens, resampler_dim] (the face tokens, which
+Plus v2's shortcut adds back). The ``ip_adapter.*`` tensors belong to a UNet with
 IP-Adapter attention (a UNet build with ``--ip-adapter FILE`` reads them; a whole
 SD/SDXL pipeline build with it builds both halves): this graph leaves them out.
 """
@@ -20,7 +26,7 @@ SD/SDXL pipeline build with it builds both halves): this graph leaves them out.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from onnxscript import nn
@@ -28,6 +34,12 @@ from onnxscript import nn
 from mobius.components import LayerNorm, Linear
 from mobius.errors import ConfigError
 from mobius.model import Model
+from mobius_diffusion.models._ip_adapter_resampler import (
+    FaceIDImageProjection,
+    FaceIDPlusImageProjection,
+    PlusImageProjection,
+    plus_or_faceid_layout,
+)
 from mobius_diffusion.tasks import GraphSpec
 
 logger = logging.getLogger("mobius")
@@ -36,24 +48,53 @@ logger = logging.getLogger("mobius")
 IP_ADAPTER_TOKENS = 4
 
 
+#: The image projections built, by the ``kind`` a config names.
+KINDS = ("ip-adapter", "full", "plus", "faceid", "faceid-plus")
+_RESAMPLER = ("resampler_dim", "depth", "heads", "ff_inner")
+#: The optional fields each kind needs (positive).
+_NEEDED = {
+    "plus": _RESAMPLER,
+    "faceid": ("id_inner",),
+    "faceid-plus": (*_RESAMPLER, "id_inner", "id_embed_dim"),
+}
+
+
 @dataclass
 class IPAdapterConfig:
-    kind: str  # "ip-adapter" | "full"
-    image_embed_dim: int
+    kind: str  # one of KINDS
+    image_embed_dim: int  # CLIP's image_embeds or hidden width; FaceID: the face embedding's
     cross_attention_dim: int
     num_tokens: int = IP_ADAPTER_TOKENS
+    # Plus and FaceID Plus: the resampler's width, layers, heads (of 64), feed-forward width
+    resampler_dim: int = 0
+    depth: int = 0
+    heads: int = 0
+    ff_inner: int = 0
+    # FaceID (Plus): the face MLP's inner width; FaceID Plus: the face embedding's width
+    id_inner: int = 0
+    id_embed_dim: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ConfigError(f"IP-Adapter kind {self.kind!r} is not one of {', '.join(KINDS)}")
+        needed = {
+            "image_embed_dim",
+            "cross_attention_dim",
+            "num_tokens",
+            *_NEEDED.get(self.kind, ()),
+        }
+        for field in fields(self)[1:]:
+            value = getattr(self, field.name)
+            if type(value) is not int or value < (1 if field.name in needed else 0):
+                raise ConfigError(f"IP-Adapter {self.kind} {field.name} {value!r} is out of range")
 
     @classmethod
     def from_hf(cls, config: Any) -> IPAdapterConfig:
-        return cls(
-            kind=config.kind,
-            image_embed_dim=config.image_embed_dim,
-            cross_attention_dim=config.cross_attention_dim,
-            num_tokens=getattr(config, "num_tokens", IP_ADAPTER_TOKENS),
-        )
+        names = [f.name for f in fields(cls) if hasattr(config, f.name)]
+        return cls(**{name: getattr(config, name) for name in names})
 
 
-def _layout(shapes: dict[str, tuple[int, ...]]) -> dict[str, Any] | None:
+def image_proj_layout(shapes: dict[str, tuple[int, ...]]) -> dict[str, Any] | None:
     """The config of an IP-Adapter checkpoint from its tensor shapes, or None if it is not one."""
     if "image_proj.proj.weight" in shapes:
         rows, image_embed_dim = shapes["image_proj.proj.weight"]
@@ -72,12 +113,13 @@ def _layout(shapes: dict[str, tuple[int, ...]]) -> dict[str, Any] | None:
             image_embed_dim=shapes["image_proj.proj.0.weight"][0],
             cross_attention_dim=shapes["image_proj.proj.3.weight"][0],
         )
-    if any(name.startswith("image_proj.") for name in shapes):
+    layout = plus_or_faceid_layout(shapes)
+    if layout is None and any(name.startswith("image_proj.") for name in shapes):
         raise ConfigError(
-            "this IP-Adapter's image projection (Plus / FaceID resampler) is not built by mobius; "
-            "it builds the plain and Full IP-Adapter projections"
+            "this IP-Adapter's image projection (image_proj.*) is none that mobius builds: "
+            "plain, Full, Plus, FaceID or FaceID Plus in the original checkpoint layout"
         )
-    return None
+    return layout
 
 
 class ImageProjection(nn.Module):
@@ -128,13 +170,19 @@ class IPAdapterImageProjection(Model):
     def __init__(self, config: IPAdapterConfig) -> None:
         super().__init__()
         self.config = config
-        kinds = {"ip-adapter": ImageProjection, "full": FullImageProjection}
+        kinds = {
+            "ip-adapter": ImageProjection,
+            "full": FullImageProjection,
+            "plus": PlusImageProjection,
+            "faceid": FaceIDImageProjection,
+            "faceid-plus": FaceIDPlusImageProjection,
+        }
         self.image_proj = kinds[config.kind](config)
 
     @staticmethod
     def config_from_weights(shapes: dict[str, tuple[int, ...]]) -> dict[str, Any] | None:
         """A config (``model_type`` included) when ``shapes`` are an IP-Adapter's, else None."""
-        layout = _layout(shapes)
+        layout = image_proj_layout(shapes)
         if layout is not None and any(name.startswith("ip_adapter.") for name in shapes):
             logger.warning(
                 "IP-Adapter: building the image projection (image_proj.*); the ip_adapter.* "
@@ -145,21 +193,25 @@ class IPAdapterImageProjection(Model):
 
     def graph_specs(self) -> dict[str, GraphSpec]:
         c = self.config
-        tokens = c.num_tokens if c.kind == "ip-adapter" else "image_tokens"
+        tokens = "image_tokens" if c.kind == "full" else c.num_tokens
         input_shape = ["batch", c.image_embed_dim]
-        if c.kind == "full":
+        if c.kind in ("full", "plus", "faceid-plus"):
             input_shape = ["batch", "image_tokens", c.image_embed_dim]
+        inputs = {"image_embeds": (None, input_shape)}
+        outputs = {"image_prompt_embeds": ["batch", tokens, c.cross_attention_dim]}
+        if c.kind == "faceid-plus":
+            inputs = {"id_embeds": (None, ["batch", c.id_embed_dim]), **inputs}
+            outputs["id_prompt_embeds"] = ["batch", tokens, c.resampler_dim]
 
-        def forward(op, image_embeds):
-            return {"image_prompt_embeds": self.image_proj(op, image_embeds)}
+            def forward(op, id_embeds, image_embeds):
+                embeds, face = self.image_proj(op, id_embeds, image_embeds)
+                return {"image_prompt_embeds": embeds, "id_prompt_embeds": face}
+        else:
 
-        return {
-            "model": GraphSpec(
-                {"image_embeds": (None, input_shape)},
-                {"image_prompt_embeds": ["batch", tokens, c.cross_attention_dim]},
-                forward,
-            )
-        }
+            def forward(op, image_embeds):
+                return {"image_prompt_embeds": self.image_proj(op, image_embeds)}
+
+        return {"model": GraphSpec(inputs, outputs, forward)}
 
 
 MODEL_TYPES = {"IPAdapterImageProjection": IPAdapterImageProjection}

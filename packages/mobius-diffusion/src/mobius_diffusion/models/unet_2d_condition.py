@@ -584,10 +584,11 @@ class UNet2DConditionModel(UNetEncoder):
         return self.conv_out(op, self.act(op, self.conv_norm_out(op, x)))
 
     def sanitize(self, weights: dict) -> dict:
-        """With ``--ip-adapter``, the adapter file's ``to_k_ip``/``to_v_ip`` tensors added."""
+        """With ``--ip-adapter``, the adapter file's ``to_k_ip``/``to_v_ip`` tensors added
+        (and a FaceID LoRA merged)."""
         if self.config.ip_adapter is None:
             return weights
-        return {**weights, **ip_adapter_weights(self, self.config.ip_adapter)}
+        return {**weights, **ip_adapter_weights(self, self.config.ip_adapter, weights)}
 
     def graph_specs(self) -> dict[str, GraphSpec]:
         c = self.config

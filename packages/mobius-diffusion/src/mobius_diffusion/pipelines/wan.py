@@ -10,6 +10,7 @@ import numpy as np
 
 from mobius.errors import ConfigError
 from mobius_diffusion.pipelines.base import PipelineRunner, guide, is_listed
+from mobius_diffusion.pipelines.image_input import preprocess_image
 
 
 def clean_prompt(text: str) -> str:
@@ -28,13 +29,18 @@ class WanRunner(PipelineRunner):
     latent video is ``[batch, z_dim, (frames - 1) / 4 + 1, H / 8, W / 8]`` (the VAE's
     temporal and spatial factors), denoised by ``transformer/model`` with the package's
     scheduler (the hub's UniPC with flow sigmas), de-normalised with the VAE's
-    ``latents_mean``/``latents_std`` and decoded by ``vae/decoder/model``.
+    ``latents_mean``/``latents_std`` and decoded frame by frame by ``vae/decoder_step/model``.
 
     Wan 2.2 A14B has two experts: ``transformer`` for the timesteps at or above
     ``boundary_ratio * num_train_timesteps``, ``transformer_2`` below, guided by
     ``guidance_scale_2`` (by default ``guidance_scale``). Unlike diffusers, a frame count
-    or size it would round is refused, not rounded. Wan 2.2 TI2V's per-token timesteps
-    (``expand_timesteps``) are not run yet: such packages are refused.
+    or size it would round is refused, not rounded.
+
+    Wan 2.2 TI2V (``expand_timesteps`` in ``model_index.json``; one expert) gives the
+    transformer a timestep per video token (1x2x2 patches). Given an ``image``, it runs as diffusers'
+    ``WanImageToVideoPipeline`` runs that checkpoint: the image's normalised VAE latents
+    replace the first latent frame before every step and at the end, and that frame's
+    tokens get timestep 0.
     """
 
     default_guidance_scale = 5.0
@@ -45,11 +51,10 @@ class WanRunner(PipelineRunner):
 
     def __init__(self, package_dir, **options) -> None:
         super().__init__(package_dir, **options)
-        if self.index.get("expand_timesteps"):
-            raise ConfigError(
-                f"{self.package_dir}: a Wan pipeline with expand_timesteps (Wan 2.2 TI2V) is not "
-                "run by mobius yet"
-            )
+        expand = self.index.get("expand_timesteps", False)
+        if not isinstance(expand, bool):
+            raise ConfigError(f"model_index.json expand_timesteps is {expand!r}, not a boolean")
+        self.expand_timesteps = expand
         if not is_listed(self.index, "transformer"):
             raise ConfigError(f"{self.package_dir}: a Wan package with no transformer")
         ratio = self.index.get("boundary_ratio")
@@ -63,6 +68,23 @@ class WanRunner(PipelineRunner):
                 "boundary_ratio (Wan 2.2's second expert)"
             )
         self.boundary_ratio = ratio
+        if expand and ratio is not None:  # no such checkpoint: nothing to check it against
+            raise ConfigError(
+                "a Wan pipeline with both expand_timesteps (Wan 2.2 TI2V) and two experts "
+                "(boundary_ratio) is not run by mobius"
+            )
+        for expert in self.experts() if expand else ():
+            patch = self.config(expert).get("patch_size")
+            if patch != [1, 2, 2]:  # diffusers lays the timesteps out as mask[:, ::2, ::2]
+                raise ConfigError(
+                    f"{expert}/config.json patch_size is {patch!r}: Wan 2.2 TI2V's per-token "
+                    "timesteps (expand_timesteps) are laid out for [1, 2, 2] patches"
+                )
+
+    @property
+    def optional_image_inputs(self) -> tuple[str, ...]:
+        """``--image`` is optional for Wan 2.2 TI2V (image to video), refused otherwise."""
+        return ("image",) if self.expand_timesteps else ()
 
     def experts(self) -> tuple[str, ...]:
         """The denoisers: ``transformer``, and Wan 2.2's ``transformer_2``."""
@@ -77,13 +99,18 @@ class WanRunner(PipelineRunner):
 
     def vae_factors(self) -> tuple[int, int]:
         """``(temporal, spatial)``: frames and pixels per latent, from ``temperal_downsample``
-        (diffusers' spelling): 2 in time per true entry, 2 in space per entry."""
-        downsample = self.config("vae").get("temperal_downsample", [False, True, True])
+        (diffusers' spelling): 2 in time per true entry, 2 in space per entry, times the
+        VAE's ``patch_size`` (Wan 2.2's) in space."""
+        vae = self.config("vae")
+        downsample = vae.get("temperal_downsample", [False, True, True])
         if not isinstance(downsample, list) or not all(isinstance(d, bool) for d in downsample):
             raise ConfigError(
                 f"vae/config.json temperal_downsample is {downsample!r}, not booleans"
             )
-        return 2 ** sum(downsample), 2 ** len(downsample)
+        patch = vae.get("patch_size") or 1  # Wan 2.2's VAE folds p x p pixels into channels
+        if isinstance(patch, bool) or not isinstance(patch, int) or patch < 1:
+            raise ConfigError(f"vae/config.json patch_size is {patch!r}, not a positive integer")
+        return 2 ** sum(downsample), 2 ** len(downsample) * patch
 
     def latent_statistics(self, channels: int) -> tuple[np.ndarray, np.ndarray]:
         """The VAE's ``latents_mean`` and ``latents_std``, shaped ``[1, channels, 1, 1, 1]``."""
@@ -151,6 +178,26 @@ class WanRunner(PipelineRunner):
             width // spatial,
         )
 
+    def encode_video(self, video: np.ndarray) -> np.ndarray:
+        """Normalised latents ``[1, z_dim, latent_frames, h, w]`` of ``video`` ``[1, 3, frames,
+        H, W]`` in [-1, 1]: ``vae/encoder/model``'s mean (diffusers' ``argmax``), less
+        ``latents_mean``, over ``latents_std``."""
+        moments = self.run("vae/encoder/model", {"sample": video}, "latent_parameters")
+        z_dim = moments.shape[1] // 2
+        mean, std = self.latent_statistics(z_dim)
+        return ((moments[:, :z_dim] - mean) * (np.float32(1) / std)).astype(np.float32)
+
+    def timestep(self, t: float, shape: tuple[int, ...], image_kept: bool) -> np.ndarray:
+        """The transformer's ``timestep`` for the model input of ``shape``: ``[rows]`` of ``t``,
+        or with ``expand_timesteps`` ``[rows, tokens]`` (diffusers' ``mask[:, ::2, ::2] * t``),
+        0 on the first latent frame's tokens when it is the given image's."""
+        rows, _, frames, height, width = shape
+        if not self.expand_timesteps:
+            return np.full(rows, t, dtype=np.float32)
+        mask = np.ones((frames, height // 2, width // 2), np.float32)
+        mask[0] = 0 if image_kept else 1
+        return np.repeat((mask * np.float32(t)).reshape(1, -1), rows, axis=0)
+
     def decode_video(self, latents: np.ndarray) -> np.ndarray:
         """Frames ``[batch, frames, H, W, 3]`` in [0, 1] of de-normalised latents (``output_type="np"``)."""
         mean, std = self.latent_statistics(latents.shape[1])
@@ -172,17 +219,31 @@ class WanRunner(PipelineRunner):
         seed: int | None = None,
         latents: np.ndarray | None = None,
         max_sequence_length: int | None = None,
+        image=None,
     ) -> np.ndarray:
         """Video frames ``[batch, frames, H, W, 3]`` float32 in [0, 1] for ``prompt``.
 
         ``latents`` [batch, z_dim, latent_frames, H/8, W/8] replaces the seeded noise, as
-        diffusers takes them; defaults: 81 frames of 480 x 832, 512 text tokens.
+        diffusers takes them; defaults: 81 frames of 480 x 832, 512 text tokens. ``image``
+        (a PIL image or a file; Wan 2.2 TI2V only) is the first frame.
         """
         prompts = [prompt] if isinstance(prompt, str) else list(prompt)
         num_frames = num_frames or self.default_num_frames
-        shape = self.latent_shape(
-            len(prompts), num_frames, height or self.default_height, width or self.default_width
-        )
+        height, width = height or self.default_height, width or self.default_width
+        shape = self.latent_shape(len(prompts), num_frames, height, width)
+        first = None  # TI2V image to video: the image's latents, kept as the first latent frame
+        if image is not None:
+            if not self.expand_timesteps:
+                raise ConfigError(
+                    "a Wan text-to-video package starts from no image (Wan 2.2 TI2V's, with "
+                    "expand_timesteps, does)"
+                )
+            first = self.encode_video(preprocess_image(image, height, width)[:, :, None])
+            if first.shape[1] != shape[1]:
+                raise ConfigError(
+                    f"the VAE's {first.shape[1]} latent channels are not the transformer's "
+                    f"in_channels {shape[1]}"
+                )
         length = max_sequence_length or self.default_max_sequence_length
         states, guidance_scale, guided = self.guided_states(
             lambda texts: self.encode(texts, length), prompts, negative_prompt, guidance_scale
@@ -203,11 +264,11 @@ class WanRunner(PipelineRunner):
             )
         latents = latents.astype(np.float32)
         for t in self.steps(scheduler.timesteps):
-            model_input = np.concatenate([latents] * 2) if guided else latents
-            timestep = np.full(model_input.shape[0], t, dtype=np.float32)
+            model_input = latents if first is None else _with_first_frame(latents, first)
+            model_input = np.concatenate([model_input] * 2) if guided else model_input
             feeds = {
                 "hidden_states": model_input,
-                "timestep": timestep,
+                "timestep": self.timestep(t, model_input.shape, first is not None),
                 "encoder_hidden_states": states,
             }
             expert = self.expert(t)
@@ -215,4 +276,14 @@ class WanRunner(PipelineRunner):
             if guided:
                 noise = guide(*np.split(noise, 2), scales[expert])
             latents = scheduler.step(noise, t, latents)
+        if first is not None:
+            latents = _with_first_frame(latents, first)
         return self.decode_video(latents)
+
+
+def _with_first_frame(latents: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """``latents`` with their first latent frame replaced by ``first`` (diffusers'
+    ``(1 - mask) * condition + mask * latents``, its mask 0 on that frame and 1 elsewhere)."""
+    latents = latents.copy()
+    latents[:, :, :1] = first
+    return latents

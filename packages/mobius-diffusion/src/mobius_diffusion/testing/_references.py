@@ -16,6 +16,34 @@ def _vae(model, graph: str, inputs: dict) -> dict:
     return {"sample": model.decode(inputs["latent_sample"]).sample}
 
 
+def _wan_vae(model, graph: str, inputs: dict) -> dict:
+    """Wan's (and Qwen-Image's) VAE; ``decoder_step/model`` fed no past frames (the first step)
+    and two latent frames or more: diffusers' ``decode`` of them, and as ``present_frames.{i}``
+    its ``feat_cache`` after the last frame (before that, some hold one frame or ``"Rep"``)."""
+    if graph != "decoder_step/model":
+        return _vae(model, graph, inputs)
+    latents = inputs["latent_sample"]
+    if latents.shape[2] < 2 or any(
+        value.shape[2] for name, value in inputs.items() if name.startswith("past_frames.")
+    ):
+        raise ValueError(
+            "the decoder step's reference is a first step of two latent frames or more"
+        )
+    sample = model.decode(latents).sample
+    model.clear_cache()
+    z = model.post_quant_conv(latents)
+    for k in range(z.shape[2]):
+        model._conv_idx = [0]
+        frame = z[:, :, k : k + 1]
+        model.decoder(
+            frame, feat_cache=model._feat_map, feat_idx=model._conv_idx, first_chunk=k == 0
+        )
+    used = model._feat_map[: model._conv_idx[0]]  # it counts slots for 1x1x1 convs too
+    present = {f"present_frames.{i}": cache for i, cache in enumerate(used)}
+    model.clear_cache()
+    return {"sample": sample, **present}
+
+
 def _flux2_vae(model, graph: str, inputs: dict) -> dict:
     """AutoencoderKL's graphs, and ``bn/model``: the statistics the Flux.2 pipelines read."""
     if graph == "bn/model":
@@ -81,6 +109,13 @@ def load_ip_adapter_attention(model, tensors: dict) -> None:
         state[half][rest] = tensor
     model._load_ip_adapter_weights([state], low_cpu_mem_usage=False)
     model.encoder_hid_proj = MultiIPAdapterImageProjection([torch.nn.Identity()])
+    loras = model._load_ip_adapter_loras([state])
+    if loras:  # FaceID's LoRA, through peft as the pipeline's load_ip_adapter applies it
+        from diffusers.loaders import StableDiffusionLoraLoaderMixin as Loader
+
+        lora, alphas = Loader.lora_state_dict(loras[0])
+        Loader.load_lora_into_unet(lora, alphas, unet=model, adapter_name="faceid_0")
+        model.set_adapters(["faceid_0"], weights=[1.0])
 
 
 def _unet_residuals(inputs: dict) -> dict:
@@ -309,7 +344,12 @@ def _t2i_adapter(model, graph: str, inputs: dict) -> dict:
 
 
 def _image_projection(model, graph: str, inputs: dict) -> dict:
-    return {"image_prompt_embeds": model(inputs["image_embeds"])}
+    if "id_embeds" not in inputs:
+        return {"image_prompt_embeds": model(inputs["image_embeds"])}
+    # FaceID Plus: the image's states set on the layer, as diffusers' docs do; its face tokens
+    model.clip_embeds, model.shortcut = inputs["image_embeds"][:, None], False
+    face = model.proj(inputs["id_embeds"]).reshape(-1, model.num_tokens, model.embed_dim)
+    return {"image_prompt_embeds": model(inputs["id_embeds"]), "id_prompt_embeds": model.norm(face)}
 
 
 #: Registered classes diffusers does not export at its top level: the module that holds each.
@@ -334,8 +374,8 @@ DIFFUSERS_CALLS: dict[str, Callable] = {
     "AutoencoderKL": _vae,
     "AutoencoderKLCogVideoX": _vae,
     "AutoencoderKLFlux2": _flux2_vae,
-    "AutoencoderKLWan": _vae,
-    "AutoencoderKLQwenImage": _vae,
+    "AutoencoderKLWan": _wan_vae,
+    "AutoencoderKLQwenImage": _wan_vae,
     "AutoencoderKLLTXVideo": _ltx_vae,
     "AutoencoderKLHunyuanVideo": _vae,
     "AutoencoderKLMochi": _vae,

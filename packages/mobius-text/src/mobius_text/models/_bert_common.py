@@ -5,21 +5,38 @@ same heads under different names (``cls.predictions``, ``lm_head``,
 ``generator_lm_head``, ``vocab_projector``...), so each family declares the names
 (:class:`EncoderForFeatureExtraction`) and these parts read them:
 
-- :func:`first_token`, :func:`pool_first_or_mean` and :class:`ClassificationHead`:
-  the sequence-level heads;
+- :func:`first_token`, :func:`pool_first_or_mean`, :class:`ClassificationHead` and
+  :class:`SequenceSummary`: the sequence-level heads;
 - :class:`VocabProjection`, :class:`MaskedLMHead` and :class:`DenseLMHead`: projections
   onto the vocabulary, tied to the word embeddings unless the config unties them;
-- :class:`ResidualDense`: ``dense(x) + residual``, the block output of pre-norm variants.
+- :class:`ResidualDense`: ``dense(x) + residual``, the block output of pre-norm variants;
+- :class:`DecoderCache` and :class:`EncoderAsCausalLM`: the same encoder run as a decoder
+  (``is_decoder=True``: ``BertLMHeadModel``, ``RobertaForCausalLM``...), causal and cached.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from onnxscript import nn
 
-from mobius.components import Embedding, LayerNorm, Linear, TransposedParameter, get_activation
+from mobius.components import (
+    Embedding,
+    LayerNorm,
+    Linear,
+    TransposedParameter,
+    attention_bias,
+    get_activation,
+    merge_heads,
+    module_scope,
+    scaled_dot_product_attention,
+    split_heads,
+)
+from mobius.errors import ConfigError
 from mobius.model import Model
+
+#: The heads on the whole sequence's summary (the pooled first token in BERT's family).
+POOLED_HEADS = ("sequence-classification", "multiple-choice")
 
 
 def first_token(op, x):
@@ -52,6 +69,49 @@ class ClassificationHead(nn.Module):
 
     def forward(self, op, x):
         return self.out_proj(op, self.act(op, self.dense(op, first_token(op, x))))
+
+
+class SequenceSummary(nn.Module):
+    """``act(summary(state))`` of the first, last or mean state: transformers' sequence
+    summary (XLM, Flaubert, ELECTRA, ConvBERT), ``summary`` absent where ``width`` is None.
+
+    ``kind`` is ``first``, ``last`` (also ``cls_index`` without an index) or ``mean``
+    (over every position, pads included, as transformers does).
+    """
+
+    def __init__(self, hidden_size: int, width: int | None, act: str | None, kind: str) -> None:
+        super().__init__()
+        self.summary = Linear(hidden_size, width, bias=True) if width else None
+        self.act = get_activation(act) if act else None
+        self.kind = kind
+
+    def forward(self, op, x):
+        if self.kind == "mean":
+            state = op.ReduceMean(x, [1], keepdims=0)
+        else:
+            index = 0 if self.kind == "first" else -1
+            state = op.Gather(x, op.Constant(value_int=index), axis=1)  # [batch, hidden]
+        if self.summary is not None:
+            state = self.summary(op, state)
+        return self.act(op, state) if self.act is not None else state
+
+
+def summary_fields(hf_config: Any) -> dict[str, Any]:
+    """:class:`SequenceSummary`'s arguments (``summary_type``, ``summary_width``,
+    ``summary_activation``) from the config's ``summary_*`` fields, read as transformers
+    reads them: where a config has none, the last state, no projection, no activation."""
+    kind = getattr(hf_config, "summary_type", "last")
+    if kind not in ("first", "last", "mean", "cls_index"):
+        raise ConfigError(f"summary_type {kind!r} is not built")
+    act = getattr(hf_config, "summary_activation", None)
+    if act is not None and not isinstance(act, str):
+        raise ConfigError(f"summary_activation must be a string or null; got {act!r}")
+    width = None
+    if getattr(hf_config, "summary_use_proj", False):
+        to_labels = getattr(hf_config, "summary_proj_to_labels", False)
+        width = hf_config.num_labels if to_labels and hf_config.num_labels > 0 else None
+        width = width or hf_config.hidden_size
+    return dict(summary_type=kind, summary_width=width, summary_activation=act or None)
 
 
 class VocabProjection(nn.Module):
@@ -184,3 +244,105 @@ class EncoderForFeatureExtraction(Model):
         prefix = self.base_model_prefix
         kept = tuple(f"{name}." for name in (prefix, *self.head_names, *self.pretraining_heads))
         return {k if k.startswith(kept) else f"{prefix}.{k}": v for k, v in weights.items()}
+
+
+class DecoderCache:
+    """What an encoder's layers pass to their self-attention when the encoder runs as a decoder.
+
+    It goes where the encoder passes its padding bias, so every family's layers carry it
+    unchanged; the self-attention hands it ``q``, ``k`` and ``v`` (:meth:`attend`). It
+    holds the causal-and-padding mask and the layers' caches, which it reads in layer
+    order (the layers run in order), and collects the present ones.
+    """
+
+    def __init__(self, attention_mask, bias, past_key_values) -> None:
+        self.attention_mask, self.bias = attention_mask, bias
+        self.presents: list[tuple] = []
+        self._past = iter(past_key_values)
+
+    def positions(self, op, input_ids):
+        """``[batch, seq]``: ``past, past + 1...`` on every row, ``past`` the tokens before these.
+
+        Counted on the mask, not on the cache: a runtime's shared buffers (ORT GenAI's)
+        hold the cache at its full length.
+        """
+        total = op.Squeeze(op.Shape(self.attention_mask, start=1, end=2), [0])
+        seq = op.Squeeze(op.Shape(input_ids, start=1, end=2), [0])
+        positions = op.Unsqueeze(op.Range(op.Sub(total, seq), total, 1), [0])  # [1, seq]
+        return op.Expand(positions, op.Shape(input_ids))
+
+    def attend(self, op, q, k, v, num_heads: int, scale: float):
+        """Causal attention of the next layer over its cache; ``q``, ``k``, ``v`` and the result
+        ``[batch, seq, heads*dim]``."""
+        past_key, past_value = next(self._past)
+        head_dim = past_key.shape[3]
+        q, k, v = (split_heads(op, t, num_heads, head_dim) for t in (q, k, v))
+        y, key, value = scaled_dot_product_attention(
+            op, q, k, v, self.bias, past_key, past_value,
+            num_heads=num_heads, num_kv_heads=num_heads, head_dim=head_dim, scale=scale,
+        )  # fmt: skip
+        self.presents.append((key, value))
+        return merge_heads(op, y)
+
+
+class DecoderConfig:
+    """Mixin of an encoder family's config for its causal LM: ``is_decoder`` required, the
+    masked-LM head built as the LM head."""
+
+    @classmethod
+    def hf_fields(cls, hf_config: Any) -> dict[str, Any]:
+        if not getattr(hf_config, "is_decoder", False):
+            raise ConfigError(
+                f"{hf_config.model_type} as a causal LM needs is_decoder=True (without it "
+                "transformers' model attends both ways: build it as an encoder)"
+            )
+        if getattr(hf_config, "add_cross_attention", False):
+            raise ConfigError(
+                f"{hf_config.model_type} with add_cross_attention=True is the decoder of an "
+                "encoder-decoder; mobius builds it as a causal LM only without cross-attention"
+            )
+        return {**super().hf_fields(hf_config), "head": "masked-lm"}
+
+
+class EncoderAsCausalLM:
+    """Mixin of an encoder family's model class (before it in the bases) for ``is_decoder=True``.
+
+    transformers' ``*ForCausalLM`` of an encoder family is the encoder with causal
+    self-attention over a KV cache and the masked-LM head as LM head: the checkpoint
+    is the masked-LM model's (:attr:`lm_head_name` the head's prefix), token types are
+    all 0, and learned positions are read at ``position_ids`` (transformers' ``generate``
+    feeds them). The family's self-attention calls :meth:`DecoderCache.attend`.
+    """
+
+    task = "causal-lm"
+    #: the masked-LM head's attribute and checkpoint prefix
+    lm_head_name: ClassVar[str] = "lm_head"
+
+    def kv_cache_shapes(self) -> list[tuple[int, int, int]]:
+        c = self.config
+        return [(c.num_attention_heads, c.head_dim, c.head_dim)] * c.num_hidden_layers
+
+    def embed(self, op, input_ids, position_ids):
+        """The encoder's input ``[batch, seq, hidden]``, in the base model's scope (token type 0)."""
+        return self.base_model.embeddings(op, input_ids, None, position_ids)
+
+    def decoder_states(self, op, x):
+        """The encoder's output as the head reads it (a variant's final norm outside it)."""
+        return x
+
+    def encode(self, op, x, cache: DecoderCache, input_ids):
+        """The encoder on ``x`` with ``cache`` where it takes its padding bias."""
+        return self.base_model.encoder(op, x, cache)
+
+    def logits(self, op, x):
+        return getattr(self, self.lm_head_name)(op, x)
+
+    def forward(self, op, input_ids, attention_mask, position_ids, past_key_values):
+        base = self.base_model
+        with module_scope(op, base):  # the encoder's parts keep their names (``bert.encoder...``)
+            x = self.embed(op, input_ids, position_ids)  # [batch, seq, hidden]
+            seq_len = op.Squeeze(op.Shape(input_ids, start=1, end=2), [0])
+            bias = attention_bias(op, attention_mask, seq_len, x.dtype)
+            cache = DecoderCache(attention_mask, bias, past_key_values)
+            x = self.decoder_states(op, self.encode(op, x, cache, input_ids))
+        return self.logits(op, x), cache.presents

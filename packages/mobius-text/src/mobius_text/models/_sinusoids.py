@@ -48,8 +48,10 @@ def table_tensor(table: np.ndarray) -> DerivedTensor:
     return DerivedTensor(lambda: table, table.shape, ir.DataType.FLOAT)
 
 
-def supply_position_tables(weights: dict, table: np.ndarray) -> dict:
-    """Give both stacks' ``embed_positions`` the computed ``table`` where the checkpoint has none."""
-    for stack in ("encoder", "decoder"):
+def supply_position_tables(
+    weights: dict, table: np.ndarray, stacks: tuple[str, ...] = ("encoder", "decoder")
+) -> dict:
+    """Give the stacks' ``embed_positions`` the computed ``table`` where the checkpoint has none."""
+    for stack in stacks:
         weights.setdefault(f"model.{stack}.embed_positions.weight", table_tensor(table))
     return weights

@@ -17,7 +17,12 @@ from onnxscript import nn
 
 from mobius.components import LayerNorm, Linear, get_activation, padding_bias
 from mobius.config import EncoderConfig
-from mobius_text.models._bert_common import DenseLMHead, EncoderForFeatureExtraction, first_token
+from mobius_text.models._bert_common import (
+    POOLED_HEADS,
+    DenseLMHead,
+    EncoderForFeatureExtraction,
+    first_token,
+)
 from mobius_text.models.bert import BertEmbeddings, BertSelfAttention
 
 
@@ -104,7 +109,7 @@ class AlbertModel(nn.Module):
         # BERT's embeddings, ``embedding_size`` wide
         self.embeddings = BertEmbeddings(replace(config, hidden_size=config.embedding_size))
         self.encoder = AlbertTransformer(config)
-        uses_pooler = config.head == "sequence-classification"
+        uses_pooler = config.head in POOLED_HEADS
         self.pooler = Linear(config.hidden_size, config.hidden_size, True) if uses_pooler else None
 
     def forward(self, op, input_ids, attention_mask, token_type_ids):
@@ -127,7 +132,7 @@ class AlbertForFeatureExtraction(EncoderForFeatureExtraction):
     uses_token_type_ids = True
     base_model_prefix = "albert"
     model_class = AlbertModel
-    head_names = ("predictions", "classifier")
+    head_names = ("predictions", "classifier", "qa_outputs")
     pretraining_heads = ("sop_classifier",)  # sentence-order prediction
     optional_parts = ("pooler",)
     unread = ("embeddings.position_ids", "embeddings.token_type_ids")
@@ -142,6 +147,10 @@ class AlbertForFeatureExtraction(EncoderForFeatureExtraction):
             self.predictions = DenseLMHead(config, config.embedding_size, embeddings, tied)
         elif config.head in ("sequence-classification", "token-classification"):
             self.classifier = Linear(config.hidden_size, config.num_labels, bias=True)
+        elif config.head == "multiple-choice":  # one score per pooled choice
+            self.classifier = Linear(config.hidden_size, 1, bias=True)
+        elif config.head == "question-answering":
+            self.qa_outputs = Linear(config.hidden_size, config.num_labels, bias=True)
 
     def forward(self, op, input_ids, attention_mask, token_type_ids):
         hidden, pooled = self.albert(op, input_ids, attention_mask, token_type_ids)
@@ -150,6 +159,8 @@ class AlbertForFeatureExtraction(EncoderForFeatureExtraction):
             outputs["logits"] = self.predictions(op, hidden)
         elif self.classifier is not None:  # sequence level: on the pooled first token
             outputs["logits"] = self.classifier(op, hidden if pooled is None else pooled)
+        elif self.qa_outputs is not None:
+            outputs["logits"] = self.qa_outputs(op, hidden)
         return outputs
 
 

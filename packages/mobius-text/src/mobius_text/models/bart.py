@@ -5,14 +5,15 @@ where the norms sit (pre-norm layers and a final ``layer_norm`` per stack), in t
 positions (learned, fixed sinusoids, padding-aware) and in the embedding scale;
 each variant subclasses the stack or layer it changes. The module tree follows
 ``*ForConditionalGeneration`` checkpoints (``model.encoder.layers.0.self_attn...``).
-Graphs follow :class:`mobius.tasks._seq2seq.Seq2SeqTask`.
+Graphs follow :class:`mobius.tasks._seq2seq.Seq2SeqTask`; the decoder alone
+(``BartForCausalLM``, ``model.decoder...``) is a causal LM (:class:`BartForCausalLM`).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from onnxscript import nn
 
@@ -23,6 +24,7 @@ from mobius.components import (
     Linear,
     Seq2SeqAttention,
     TiedLMHead,
+    attention_bias,
     causal_bias,
     get_activation,
     module_scope,
@@ -67,7 +69,8 @@ class BartConfig:
             scale_embedding=bool(getattr(hf, "scale_embedding", False)),
             tie_word_embeddings=bool(getattr(hf, "tie_word_embeddings", True)),
             pad_token_id=hf.pad_token_id,
-            decoder_start_token_id=hf.decoder_start_token_id,
+            # PLBART's causal-LM config has none (a decoder alone starts from the prompt)
+            decoder_start_token_id=getattr(hf, "decoder_start_token_id", None),
             eos_token_id=hf.eos_token_id,
         )
 
@@ -104,11 +107,13 @@ class BartDecoderLayer(BartEncoderLayer):
         self.fc2 = Linear(config.decoder_ffn_dim, d, bias=True)
 
     def forward(self, op, x, causal, cross, past):
-        cross_bias, key, value = cross
+        """``cross`` is ``None`` for the decoder alone (a causal LM): no encoder states."""
         h, present = self.self_attn(op, x, causal, *past)
         x = self.self_attn_layer_norm(op, op.Add(x, h))
-        h = self.encoder_attn(op, x, cross_bias, key, value)
-        x = self.encoder_attn_layer_norm(op, op.Add(x, h))
+        if cross is not None:
+            cross_bias, key, value = cross
+            h = self.encoder_attn(op, x, cross_bias, key, value)
+            x = self.encoder_attn_layer_norm(op, op.Add(x, h))
         return self.final_layer_norm(op, op.Add(x, self.mlp(op, x))), present
 
 
@@ -122,12 +127,12 @@ class PreNormEncoderLayer(BartEncoderLayer):
 
 class PreNormDecoderLayer(BartDecoderLayer):
     def forward(self, op, x, causal, cross, past):
-        cross_bias, key, value = cross
         h, present = self.self_attn(op, self.self_attn_layer_norm(op, x), causal, *past)
         x = op.Add(x, h)
-        x = op.Add(
-            x, self.encoder_attn(op, self.encoder_attn_layer_norm(op, x), cross_bias, key, value)
-        )
+        if cross is not None:  # None: the decoder alone (a causal LM)
+            cross_bias, key, value = cross
+            h = self.encoder_attn(op, self.encoder_attn_layer_norm(op, x), cross_bias, key, value)
+            x = op.Add(x, h)
         return op.Add(x, self.mlp(op, self.final_layer_norm(op, x))), present
 
 
@@ -289,5 +294,73 @@ class BartForConditionalGeneration(Model):
         return weights
 
 
+class BartDecoderWrapper(nn.Module):
+    """``model.decoder``: where ``*ForCausalLM`` checkpoints keep the decoder."""
+
+    def __init__(self, decoder: BartDecoder) -> None:
+        super().__init__()
+        self.decoder = decoder
+
+
+class BartForCausalLM(Model):
+    """The decoder of :attr:`seq2seq_class` alone, as transformers' ``BartForCausalLM``: no
+    encoder states, so no cross-attention (the checkpoint's ``encoder_attn`` is unread), no
+    ``final_logits_bias``. Positions count the tokens before these (transformers: the
+    cache's length; it takes no ``position_ids``)."""
+
+    config_class = BartConfig
+    seq2seq_class = BartForConditionalGeneration  # a variant names its own: its decoder
+    ignored = (
+        "model.decoder.layers.*.encoder_attn.*",
+        "model.decoder.layers.*.encoder_attn_layer_norm.*",
+    )
+    #: whether transformers ties the head to the embeddings when the config says so
+    ties_head: ClassVar[bool] = True
+
+    def __init__(self, config: BartConfig) -> None:
+        super().__init__()
+        self.config = config
+        decoder = self.seq2seq_class.model_class.decoder_class(config)
+        for layer in decoder.layers:
+            layer.encoder_attn = layer.encoder_attn_layer_norm = None
+        self.model = BartDecoderWrapper(decoder)
+        self.tied = self.ties_head and config.tie_word_embeddings
+        self.lm_head = (
+            TiedLMHead(decoder.embed_tokens)
+            if self.tied
+            else Linear(config.hidden_size, config.vocab_size)
+        )
+
+    def kv_cache_shapes(self) -> list[tuple[int, int, int]]:
+        layers, heads, head_dim = BartForConditionalGeneration.cache_shapes(self)
+        return [(heads, head_dim, head_dim)] * layers
+
+    def forward(self, op, input_ids, attention_mask, position_ids, past_key_values):
+        decoder = self.model.decoder
+        with module_scope(op, self.model, decoder):
+            # the tokens before these, on the mask: shared buffers (ORT GenAI's) hold the
+            # cache at its full length
+            seq = _length(op, input_ids, 1)
+            x = decoder.embed(op, input_ids, op.Sub(_length(op, attention_mask, 1), seq))
+            bias = attention_bias(op, attention_mask, seq, x.dtype)
+            presents = []
+            for layer, past in zip(decoder.layers, past_key_values, strict=True):
+                x, present = layer(op, x, bias, None, past)
+                presents.append(present)
+            x = decoder.finish(op, x)
+        return self.lm_head(op, x), presents
+
+    def sanitize(self, weights: dict) -> dict:
+        """A tied head reads the decoder's embeddings."""
+        if self.tied:
+            weights.pop("lm_head.weight", None)
+        return weights
+
+
 # PLBART is BART's architecture under its own config class.
-MODEL_TYPES = {"bart": BartForConditionalGeneration, "plbart": BartForConditionalGeneration}
+MODEL_TYPES = {
+    "bart": BartForConditionalGeneration,
+    "plbart": BartForConditionalGeneration,
+    "BartForCausalLM": BartForCausalLM,
+    "PLBartForCausalLM": BartForCausalLM,
+}

@@ -2,6 +2,7 @@
 
 The module tree follows ``BertFor*`` checkpoints (``bert.*``, ``cls.*``,
 ``classifier``); a bare ``BertModel`` checkpoint gets the ``bert.`` prefix added.
+``BertLMHeadModel`` (``is_decoder=True``) is the same tree as a causal LM.
 """
 
 from __future__ import annotations
@@ -21,7 +22,15 @@ from mobius.components import (
 )
 from mobius.config import EncoderConfig
 from mobius.errors import ConfigError
-from mobius_text.models._bert_common import EncoderForFeatureExtraction, MaskedLMHead, first_token
+from mobius_text.models._bert_common import (
+    POOLED_HEADS,
+    DecoderCache,
+    DecoderConfig,
+    EncoderAsCausalLM,
+    EncoderForFeatureExtraction,
+    MaskedLMHead,
+    first_token,
+)
 
 
 @dataclass
@@ -61,11 +70,14 @@ class BertEmbeddings(nn.Module):
             token_type_ids = op.Constant(value_int=0)
         return self.token_type_embeddings(op, token_type_ids)
 
-    def forward(self, op, input_ids, token_type_ids):
+    def forward(self, op, input_ids, token_type_ids, position_ids=None):
+        """``position_ids`` given (a decoder's): read there instead of :meth:`position_ids`."""
         x = self.word_embeddings(op, input_ids)  # [batch, seq, hidden]
         if self.token_type_embeddings is not None:
             x = op.Add(x, self.token_type_embedding(op, token_type_ids))
-        x = op.Add(x, self.position_embeddings(op, self.position_ids(op, input_ids)))
+        if position_ids is None:
+            position_ids = self.position_ids(op, input_ids)
+        x = op.Add(x, self.position_embeddings(op, position_ids))
         return self.LayerNorm(op, x) if self.LayerNorm is not None else x
 
 
@@ -79,6 +91,8 @@ class BertSelfAttention(nn.Module):
 
     def forward(self, op, x, bias):
         q, k, v = self.query(op, x), self.key(op, x), self.value(op, x)
+        if isinstance(bias, DecoderCache):  # the encoder run as a decoder (``*ForCausalLM``)
+            return bias.attend(op, q, k, v, self.num_heads, self.scale)
         return bidirectional_attention(op, q, k, v, bias, self.num_heads, self.scale)
 
 
@@ -170,7 +184,7 @@ class BertModel(nn.Module):
         super().__init__()
         self.embeddings = self.embeddings_class(config)
         self.encoder = self.encoder_class(config)
-        uses_pooler = self.pooled and config.head == "sequence-classification"
+        uses_pooler = self.pooled and config.head in POOLED_HEADS
         self.pooler = BertPooler(config.hidden_size) if uses_pooler else None
 
     def forward(self, op, input_ids, attention_mask, token_type_ids):
@@ -216,13 +230,16 @@ class BertOnlyMLMHead(nn.Module):
 
 
 class BertForFeatureExtraction(EncoderForFeatureExtraction):
-    """The encoder and the head its config names (see :class:`mobius.config.EncoderConfig`)."""
+    """The encoder and the head its config names (see :class:`mobius.config.EncoderConfig`).
+
+    Multiple choice scores each choice as sequence classification with one label.
+    """
 
     config_class = BertConfig
     uses_token_type_ids = True
     base_model_prefix = "bert"
     model_class = BertModel
-    head_names = ("cls", "classifier")
+    head_names = ("cls", "classifier", "qa_outputs")
     pretraining_heads = ("cls.seq_relationship",)  # next-sentence prediction
     optional_parts = ("pooler",)
     unread = ("embeddings.position_ids", "embeddings.token_type_ids")
@@ -236,8 +253,12 @@ class BertForFeatureExtraction(EncoderForFeatureExtraction):
             self.cls = self.masked_lm_head(config)
         elif config.head == "sequence-classification":
             self.classifier = self.sequence_classifier(config)
+        elif config.head == "multiple-choice":
+            self.classifier = self.choice_classifier(config)
         elif config.head == "token-classification":
             self.classifier = Linear(config.hidden_size, config.num_labels, bias=True)
+        elif config.head == "question-answering":
+            self.qa_outputs = Linear(config.hidden_size, config.num_labels, bias=True)
 
     def masked_lm_head(self, config: BertConfig) -> nn.Module:
         """``cls``: BERT's head on the word embeddings; variants return their own."""
@@ -247,6 +268,10 @@ class BertForFeatureExtraction(EncoderForFeatureExtraction):
         """``classifier`` on the pooled first token; a variant without a pooler reads the first token."""
         return Linear(config.hidden_size, config.num_labels, bias=True)
 
+    def choice_classifier(self, config: BertConfig) -> nn.Module:
+        """``classifier``, one score per choice on the pooled first token."""
+        return Linear(config.hidden_size, 1, bias=True)
+
     def forward(self, op, input_ids, attention_mask, token_type_ids):
         hidden, pooled = self.base_model(op, input_ids, attention_mask, token_type_ids)
         outputs = {"last_hidden_state": hidden}
@@ -254,7 +279,21 @@ class BertForFeatureExtraction(EncoderForFeatureExtraction):
             outputs["logits"] = self.cls(op, hidden)
         elif self.classifier is not None:  # sequence level: on the pooled first token
             outputs["logits"] = self.classifier(op, hidden if pooled is None else pooled)
+        elif self.qa_outputs is not None:
+            outputs["logits"] = self.qa_outputs(op, hidden)
         return outputs
 
 
-MODEL_TYPES = {"bert": BertForFeatureExtraction}
+@dataclass
+class BertDecoderConfig(DecoderConfig, BertConfig):
+    pass
+
+
+class BertLMHeadModel(EncoderAsCausalLM, BertForFeatureExtraction):
+    """BERT as a causal LM: causal self-attention over a KV cache, ``cls`` as the LM head."""
+
+    config_class = BertDecoderConfig
+    lm_head_name = "cls"
+
+
+MODEL_TYPES = {"bert": BertForFeatureExtraction, "BertLMHeadModel": BertLMHeadModel}

@@ -6,7 +6,8 @@ not to the embeddings). The encoder's attention is BigBird's (``self_attn.self.q
 / ``key`` / ``value`` and ``self_attn.output``); ``use_bias`` sets every attention
 projection's bias. ``block_sparse`` attention is not built (transformers itself
 falls back to full attention for sources up to ``(5 + 2 * num_random_blocks) *
-block_size`` tokens).
+block_size`` tokens). The decoder alone (``BigBirdPegasusForCausalLM``) attends in
+full whatever ``attention_type`` says: only the encoder has block-sparse attention.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from mobius_text.models.bart import (
     BartConfig,
     BartDecoder,
     BartEncoder,
+    BartForCausalLM,
     BartForConditionalGeneration,
     BartModel,
     PositionsFromRowZero,
@@ -116,4 +118,20 @@ class BigBirdPegasusForConditionalGeneration(BartForConditionalGeneration):
     model_class = BigBirdPegasusModel
 
 
-MODEL_TYPES = {"bigbird_pegasus": BigBirdPegasusForConditionalGeneration}
+@dataclass
+class BigBirdPegasusDecoderConfig(BigBirdPegasusConfig):
+    @classmethod
+    def from_hf(cls, hf: Any) -> BigBirdPegasusDecoderConfig:
+        return cls(**vars(BartConfig.from_hf(hf)), use_bias=bool(hf.use_bias))
+
+
+class BigBirdPegasusForCausalLM(BartForCausalLM):
+    config_class = BigBirdPegasusDecoderConfig
+    seq2seq_class = BigBirdPegasusForConditionalGeneration
+    ties_head = False  # transformers' class declares no tied weights: lm_head is its own
+
+
+MODEL_TYPES = {
+    "bigbird_pegasus": BigBirdPegasusForConditionalGeneration,
+    "BigBirdPegasusForCausalLM": BigBirdPegasusForCausalLM,
+}

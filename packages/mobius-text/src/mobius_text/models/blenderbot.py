@@ -5,6 +5,7 @@ from __future__ import annotations
 from mobius_text.models.bart import (
     BartDecoder,
     BartEncoder,
+    BartForCausalLM,
     BartForConditionalGeneration,
     BartModel,
     PositionsFromRowZero,
@@ -58,7 +59,17 @@ class BlenderbotSmallForConditionalGeneration(BartForConditionalGeneration):
     model_class = BlenderbotSmallModel
 
 
+class BlenderbotForCausalLM(BartForCausalLM):
+    seq2seq_class = BlenderbotForConditionalGeneration
+
+
+class BlenderbotSmallForCausalLM(BartForCausalLM):
+    seq2seq_class = BlenderbotSmallForConditionalGeneration
+
+
 MODEL_TYPES = {
     "blenderbot": BlenderbotForConditionalGeneration,
     "blenderbot-small": BlenderbotSmallForConditionalGeneration,
+    "BlenderbotForCausalLM": BlenderbotForCausalLM,
+    "BlenderbotSmallForCausalLM": BlenderbotSmallForCausalLM,
 }

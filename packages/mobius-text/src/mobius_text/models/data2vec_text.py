@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mobius_text.models.roberta import RobertaForFeatureExtraction
+from mobius_text.models.roberta import RobertaForCausalLM, RobertaForFeatureExtraction
 
 
 class Data2VecTextForFeatureExtraction(RobertaForFeatureExtraction):
@@ -11,4 +11,11 @@ class Data2VecTextForFeatureExtraction(RobertaForFeatureExtraction):
     base_model_prefix = "data2vec_text"
 
 
-MODEL_TYPES = {"data2vec-text": Data2VecTextForFeatureExtraction}
+class Data2VecTextForCausalLM(RobertaForCausalLM):
+    base_model_prefix = "data2vec_text"
+
+
+MODEL_TYPES = {
+    "data2vec-text": Data2VecTextForFeatureExtraction,
+    "Data2VecTextForCausalLM": Data2VecTextForCausalLM,
+}

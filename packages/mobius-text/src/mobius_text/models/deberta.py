@@ -289,7 +289,7 @@ class DebertaForFeatureExtraction(EncoderForFeatureExtraction):
     uses_token_type_ids = True
     base_model_prefix = "deberta"
     model_class = DebertaModel
-    head_names = ("cls", "lm_predictions", "pooler", "classifier")
+    head_names = ("cls", "lm_predictions", "pooler", "classifier", "qa_outputs")
     tied_copies = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
     untied_unused = ("cls.predictions.bias",)
 
@@ -305,11 +305,19 @@ class DebertaForFeatureExtraction(EncoderForFeatureExtraction):
             if config.head == "sequence-classification":
                 self.pooler = ContextPooler(config)
             self.classifier = Linear(config.hidden_size, config.num_labels, bias=True)
+        elif config.head == "multiple-choice":
+            self.pooler, self.classifier = self.choice_head(config)
+        elif config.head == "question-answering":
+            self.qa_outputs = Linear(config.hidden_size, config.num_labels, bias=True)
+
+    def choice_head(self, config: DebertaConfig) -> tuple[nn.Module, nn.Module]:
+        """``pooler`` and ``classifier`` of multiple choice, which only DeBERTa-v2 has."""
+        raise ConfigError("--head multiple-choice is not built for deberta: transformers has none")
 
     def forward(self, op, input_ids, attention_mask, token_type_ids):
         hidden = self.deberta(op, input_ids, attention_mask, token_type_ids)
         outputs = {"last_hidden_state": hidden}
-        head = self.cls or self.lm_predictions
+        head = self.cls or self.lm_predictions or self.qa_outputs
         if head is not None:
             outputs["logits"] = head(op, hidden)
         elif self.classifier is not None:

@@ -19,6 +19,7 @@ from onnxscript import nn
 from mobius.components import (
     DisentangledSelfAttention,
     LayerNorm,
+    Linear,
     float_constant,
     get_activation,
     log_bucket_positions,
@@ -26,6 +27,7 @@ from mobius.components import (
     sequence_length,
 )
 from mobius_text.models.deberta import (
+    ContextPooler,
     DebertaAttention,
     DebertaConfig,
     DebertaEncoder,
@@ -174,6 +176,10 @@ class DebertaV2ForFeatureExtraction(DebertaForFeatureExtraction):
     config_class = DebertaV2Config
     model_class = DebertaV2Model
     pretraining_heads = ("mask_predictions",)  # the replaced-token detection of v3 checkpoints
+
+    def choice_head(self, config: DebertaV2Config) -> tuple[nn.Module, nn.Module]:
+        """The context pooler and one score per choice."""
+        return ContextPooler(config), Linear(config.hidden_size, 1, bias=True)
 
     @property
     def ignored(self) -> tuple[str, ...]:

@@ -93,7 +93,7 @@ class DeepseekV2Config(DeepseekMoEConfig):
     qk_rope_head_dim: int = 64
     v_head_dim: int = 128
     # V2 rotates interleaved pairs in place; V3 (rope_interleave) de-interleaves them first.
-    rope_layout: str = "interleaved"  # interleaved | deinterleaved | half
+    rope_layout: str = "interleaved"  # interleaved | deinterleaved | half | none
     softmax_scale: float = 1.0
 
     @classmethod
@@ -136,8 +136,10 @@ def rotate(op, x: ir.Value, cos: ir.Value, sin: ir.Value, layout: str) -> ir.Val
 
     ``interleaved``: pairs (x0, x1), (x2, x3)... rotate in place (V2's complex product).
     ``deinterleaved``: the same pairs, written out as [evens | odds] (V3's ``rope_interleave``).
-    ``half``: the Llama rotate-half layout.
+    ``half``: the Llama rotate-half layout. ``none``: no rotation (Kimi Linear's NoPE MLA).
     """
+    if layout == "none":
+        return x
     cos, sin = op.CastLike(cos, x), op.CastLike(sin, x)
     if layout == "deinterleaved":
         pairs = op.Reshape(x, op.Constant(value_ints=[0, 0, 0, -1, 2]))  # [b, h, s, d/2, 2]
@@ -211,8 +213,12 @@ class DeepseekV2Attention(nn.Module):
         key = op.Concat(k_nope, k_rot_heads, axis=-1)  # [b, H, total, nope + rope]
 
         y = op.Attention(query, key, value, bias, scale=self.scale)  # [b, H, s, v]
-        y = merge_heads(op, y)
-        return self.o_proj(op, y), (latent, k_rot)
+        return self.output(op, y, x), (latent, k_rot)
+
+    def output(self, op, y: ir.Value, x: ir.Value) -> ir.Value:
+        """``o_proj`` of the heads ``y [b, H, s, v]``; ``x``: the layer input, for a family
+        that gates the heads with it (Bailing hybrid)."""
+        return self.o_proj(op, merge_heads(op, y))
 
 
 class DeepseekV2Router(nn.Module):

@@ -127,6 +127,10 @@ class DeepseekV32Attention(DeepseekV2Attention):
         q_resid = self.q_a_layernorm(op, self.q_a_proj(op, x))
         return q_resid, self.heads(op, self.q_b_proj(op, q_resid), self.nope + self.rope_dim), None
 
+    def key_rotary_input(self, op, k_rot: ir.Value) -> ir.Value:
+        """The shared key part ``[b, 1, s, rope]`` before RoPE (Dots 3 normalises it)."""
+        return k_rot
+
     def forward(
         self, op, x, position_embeddings, bias, shared_keep, past_latent, past_k_rot, *past
     ):
@@ -138,9 +142,12 @@ class DeepseekV32Attention(DeepseekV2Attention):
             index_cache = (index_key,)
         else:
             keep, index_cache = shared_keep, ()
-        np_dtype = bias.dtype.numpy()
-        lowest = op.Constant(value=ir.tensor(np.array(lowest_value(bias.dtype), dtype=np_dtype)))
-        bias = op.Where(keep, bias, lowest)
+        if keep is not None:  # None: a layer that attends to every key (Dots 3's sliding layers)
+            np_dtype = bias.dtype.numpy()
+            lowest = op.Constant(
+                value=ir.tensor(np.array(lowest_value(bias.dtype), dtype=np_dtype))
+            )
+            bias = op.Where(keep, bias, lowest)
 
         q_nope, q_rot = op.Split(q, [self.nope, self.rope_dim], axis=-1, _outputs=2)
         query = op.Concat(q_nope, rotate(op, q_rot, cos, sin, self.rope_layout), axis=-1)
@@ -150,7 +157,8 @@ class DeepseekV32Attention(DeepseekV2Attention):
             compressed, [self.kv_lora_rank, self.rope_dim], axis=-1, _outputs=2
         )
         latent = op.Unsqueeze(self.kv_a_layernorm(op, latent), [1])  # [b, 1, s, kv_lora_rank]
-        k_rot = rotate(op, op.Unsqueeze(k_rot, [1]), cos, sin, self.rope_layout)  # [b, 1, s, rope]
+        k_rot = self.key_rotary_input(op, op.Unsqueeze(k_rot, [1]))
+        k_rot = rotate(op, k_rot, cos, sin, self.rope_layout)  # [b, 1, s, rope]
         latent = op.Concat(past_latent, latent, axis=2)
         k_rot = op.Concat(past_k_rot, k_rot, axis=2)
 

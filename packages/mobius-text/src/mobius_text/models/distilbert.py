@@ -90,7 +90,8 @@ class DistilBertForFeatureExtraction(EncoderForFeatureExtraction):
 
     masked-lm: ``vocab_transform`` (activation, ``vocab_layer_norm``) then
     ``vocab_projector``, whose weight is the word embeddings unless untied;
-    sequence classification: ``relu(pre_classifier(x[:, 0]))`` then ``classifier``.
+    sequence classification: ``relu(pre_classifier(x[:, 0]))`` then ``classifier``, as
+    multiple choice with one score per choice; question answering: ``qa_outputs``.
     """
 
     config_class = DistilBertConfig
@@ -103,6 +104,7 @@ class DistilBertForFeatureExtraction(EncoderForFeatureExtraction):
         "vocab_projector",
         "pre_classifier",
         "classifier",
+        "qa_outputs",
     )
     unread = ("embeddings.position_ids",)
     tied_copies = ("vocab_projector.weight",)
@@ -122,6 +124,11 @@ class DistilBertForFeatureExtraction(EncoderForFeatureExtraction):
             if head == "sequence-classification":
                 self.pre_classifier = Linear(dim, dim, bias=True)
             self.classifier = Linear(dim, config.num_labels, bias=True)
+        elif head == "multiple-choice":
+            self.pre_classifier = Linear(dim, dim, bias=True)
+            self.classifier = Linear(dim, 1, bias=True)
+        elif head == "question-answering":
+            self.qa_outputs = Linear(dim, config.num_labels, bias=True)
 
     def forward(self, op, input_ids, attention_mask, token_type_ids=None):
         hidden = self.distilbert(op, input_ids, attention_mask)
@@ -134,6 +141,8 @@ class DistilBertForFeatureExtraction(EncoderForFeatureExtraction):
             outputs["logits"] = self.classifier(op, op.Relu(self.pre_classifier(op, first)))
         elif self.classifier is not None:
             outputs["logits"] = self.classifier(op, hidden)
+        elif self.qa_outputs is not None:
+            outputs["logits"] = self.qa_outputs(op, hidden)
         return outputs
 
 

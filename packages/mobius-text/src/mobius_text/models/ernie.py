@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mobius.components import Embedding
+from mobius_text.models._bert_common import DecoderConfig, EncoderAsCausalLM
 from mobius_text.models.bert import BertConfig, BertEmbeddings, BertForFeatureExtraction, BertModel
 
 
@@ -53,4 +54,13 @@ class ErnieForFeatureExtraction(BertForFeatureExtraction):
     model_class = ErnieModel
 
 
-MODEL_TYPES = {"ernie": ErnieForFeatureExtraction}
+class ErnieDecoderConfig(DecoderConfig, ErnieConfig):
+    pass
+
+
+class ErnieForCausalLM(EncoderAsCausalLM, ErnieForFeatureExtraction):
+    config_class = ErnieDecoderConfig
+    lm_head_name = "cls"
+
+
+MODEL_TYPES = {"ernie": ErnieForFeatureExtraction, "ErnieForCausalLM": ErnieForCausalLM}

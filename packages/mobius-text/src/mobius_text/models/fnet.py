@@ -19,6 +19,7 @@ from __future__ import annotations
 from onnxscript import nn
 
 from mobius.components import LayerNorm, Linear
+from mobius_text.models._bert_common import POOLED_HEADS
 from mobius_text.models.bert import (
     BertConfig,
     BertEmbeddings,
@@ -95,7 +96,7 @@ class FNetModel(nn.Module):
         super().__init__()
         self.embeddings = FNetEmbeddings(config)
         self.encoder = FNetEncoder(config)
-        uses_pooler = config.head == "sequence-classification"
+        uses_pooler = config.head in POOLED_HEADS
         self.pooler = BertPooler(config.hidden_size) if uses_pooler else None
 
     def forward(self, op, input_ids, attention_mask, token_type_ids):

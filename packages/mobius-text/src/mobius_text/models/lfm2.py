@@ -43,7 +43,7 @@ class Lfm2Config(LlamaConfig):
     def hf_fields(cls, hf_config):
         fields = super().hf_fields(hf_config)
         inter = hf_config.intermediate_size
-        if hf_config.block_auto_adjust_ff_dim:
+        if getattr(hf_config, "block_auto_adjust_ff_dim", False):  # LFM2-MoE has none
             inter = int(2 * inter / 3)
             if hf_config.block_ffn_dim_multiplier is not None:
                 inter = int(hf_config.block_ffn_dim_multiplier * inter)

@@ -15,6 +15,7 @@ from mobius_text.models.bart import (
     BartConfig,
     BartDecoder,
     BartEncoder,
+    BartForCausalLM,
     BartForConditionalGeneration,
     BartModel,
     PositionsFromRowZero,
@@ -65,4 +66,15 @@ class MarianMTModel(BartForConditionalGeneration):
         return supply_position_tables(weights, table)
 
 
-MODEL_TYPES = {"marian": MarianMTModel}
+class MarianForCausalLM(BartForCausalLM):
+    config_class = MarianConfig
+    seq2seq_class = MarianMTModel
+
+    def sanitize(self, weights: dict) -> dict:
+        """BART's mapping, plus the decoder's position table (never saved)."""
+        weights = super().sanitize(weights)
+        table = split_sinusoids(self.config.max_position_embeddings, self.config.hidden_size)
+        return supply_position_tables(weights, table, stacks=("decoder",))
+
+
+MODEL_TYPES = {"marian": MarianMTModel, "MarianForCausalLM": MarianForCausalLM}

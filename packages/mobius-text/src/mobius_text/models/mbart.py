@@ -5,6 +5,7 @@ from __future__ import annotations
 from mobius_text.models.bart import (
     BartDecoder,
     BartEncoder,
+    BartForCausalLM,
     BartForConditionalGeneration,
     BartModel,
     PreNormDecoderLayer,
@@ -31,4 +32,8 @@ class MBartForConditionalGeneration(BartForConditionalGeneration):
     model_class = MBartModel
 
 
-MODEL_TYPES = {"mbart": MBartForConditionalGeneration}
+class MBartForCausalLM(BartForCausalLM):
+    seq2seq_class = MBartForConditionalGeneration
+
+
+MODEL_TYPES = {"mbart": MBartForConditionalGeneration, "MBartForCausalLM": MBartForCausalLM}

@@ -10,9 +10,10 @@ from __future__ import annotations
 from onnxscript import nn
 
 from mobius.components import LayerNorm
-from mobius_text.models._bert_common import ResidualDense
+from mobius_text.models._bert_common import EncoderAsCausalLM, ResidualDense
 from mobius_text.models.bert import (
     BertConfig,
+    BertDecoderConfig,
     BertEmbeddings,
     BertEncoder,
     BertForFeatureExtraction,
@@ -76,4 +77,12 @@ class MegatronBertForFeatureExtraction(BertForFeatureExtraction):
     model_class = MegatronBertModel
 
 
-MODEL_TYPES = {"megatron-bert": MegatronBertForFeatureExtraction}
+class MegatronBertForCausalLM(EncoderAsCausalLM, MegatronBertForFeatureExtraction):
+    config_class = BertDecoderConfig
+    lm_head_name = "cls"
+
+
+MODEL_TYPES = {
+    "megatron-bert": MegatronBertForFeatureExtraction,
+    "MegatronBertForCausalLM": MegatronBertForCausalLM,
+}

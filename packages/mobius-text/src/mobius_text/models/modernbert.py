@@ -30,6 +30,7 @@ from mobius.components import (
 )
 from mobius.config import EncoderConfig, RopeConfig
 from mobius_text.models._bert_common import (
+    POOLED_HEADS,
     EncoderForFeatureExtraction,
     VocabProjection,
     pool_first_or_mean,
@@ -183,6 +184,16 @@ class ModernBertPredictionHead(nn.Module):
         return self.norm(op, self.act(op, self.dense(op, x)))
 
 
+# Every head with weights reads ``head``'s transform first (question answering: per token).
+HEADS_ON_PREDICTION_HEAD = (
+    "masked-lm",
+    "sequence-classification",
+    "token-classification",
+    "question-answering",
+    "multiple-choice",
+)
+
+
 class ModernBertForFeatureExtraction(EncoderForFeatureExtraction):
     """The encoder and the head its config names (``model.*``, ``head.*``, ``decoder``/``classifier``)."""
 
@@ -195,18 +206,19 @@ class ModernBertForFeatureExtraction(EncoderForFeatureExtraction):
     def __init__(self, config: ModernBertConfig) -> None:
         super().__init__(config)
         hidden, vocab = config.hidden_size, config.vocab_size
-        if config.head in ("masked-lm", "sequence-classification", "token-classification"):
+        if config.head in HEADS_ON_PREDICTION_HEAD:
             self.head = ModernBertPredictionHead(config)
         if config.head == "masked-lm":  # its weight, or the token embeddings when tied
             embeddings, tied = self.model.embeddings.tok_embeddings, config.tie_word_embeddings
             self.decoder = VocabProjection(hidden, vocab, embeddings, tied, config.decoder_bias)
-        elif self.head is not None:
-            self.classifier = Linear(hidden, config.num_labels, bias=True)
+        elif self.head is not None:  # multiple choice: one score; question answering: two
+            labels = 1 if config.head == "multiple-choice" else config.num_labels
+            self.classifier = Linear(hidden, labels, bias=True)
 
     def forward(self, op, input_ids, attention_mask, token_type_ids):
         hidden = self.model(op, input_ids, attention_mask)
         outputs = {"last_hidden_state": hidden}
-        if self.config.head == "sequence-classification":
+        if self.config.head in POOLED_HEADS:
             pooled = pool_first_or_mean(op, hidden, attention_mask, self.config.classifier_pooling)
             outputs["logits"] = self.classifier(op, self.head(op, pooled))
         elif self.head is not None:

@@ -21,7 +21,11 @@ from onnxscript import nn
 from mobius.components import Embedding, LayerNorm, Linear, bidirectional_attention, padding_bias
 from mobius.config import EncoderConfig
 from mobius_text.models.bert import BertIntermediate, BertResidualOutput
-from mobius_text.models.roberta import RobertaForFeatureExtraction, padding_aware_position_ids
+from mobius_text.models.roberta import (
+    RobertaForFeatureExtraction,
+    choice_pooler,
+    padding_aware_position_ids,
+)
 
 # transformers' MPNetEmbeddings.padding_idx and compute_position_bias' own defaults: the
 # bucket count is always 32, whatever relative_attention_num_buckets sizes the table to.
@@ -147,6 +151,7 @@ class MPNetModel(nn.Module):
         super().__init__()
         self.embeddings = MPNetEmbeddings(config)
         self.encoder = MPNetEncoder(config)
+        self.pooler = choice_pooler(config)
 
     def forward(self, op, input_ids, attention_mask, token_type_ids):
         """``last_hidden_state``; MPNet has no token types."""

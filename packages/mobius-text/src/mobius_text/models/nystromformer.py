@@ -205,5 +205,9 @@ class NystromformerForFeatureExtraction(BertForFeatureExtraction):
         """``classifier.dense``, the activation, ``out_proj`` on the first token (no pooler)."""
         return ClassificationHead(config.hidden_size, config.num_labels, config.hidden_act)
 
+    def choice_classifier(self, config: NystromformerConfig) -> nn.Module:
+        """Not built: ``relu(pre_classifier(x[:, 0]))`` then ``classifier`` (no pooler)."""
+        raise ConfigError("--head multiple-choice is not built for nystromformer")
+
 
 MODEL_TYPES = {"nystromformer": NystromformerForFeatureExtraction}

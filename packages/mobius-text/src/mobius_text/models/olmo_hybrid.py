@@ -88,16 +88,18 @@ class _WithoutRope:
         return getattr(self._hf_config, name)
 
 
-def gated_delta_rule(op, state, q, k, v, decay, beta):
+def gated_delta_rule(op, state, q, k, v, decay, beta, per_channel: bool = False):
     """Run the gated delta rule over axis 1; ``state`` [batch, heads, dk, dv].
 
     ``q``, ``k`` [batch, seq, heads, dk]; ``v`` [batch, seq, heads, dv];
-    ``decay`` (``exp(g)``) and ``beta`` [batch, seq, heads]. Returns ``o`` [batch, seq, heads, dv]
-    and the last state.
+    ``decay`` (``exp(g)``) and ``beta`` [batch, seq, heads]. With ``per_channel`` (Kimi's
+    KDA) ``decay`` is [batch, seq, heads, dk]: each key channel's row of the state decays
+    at its own rate. Returns ``o`` [batch, seq, heads, dv] and the last state.
     """
+    decay_axes = [-1] if per_channel else [-1, -2]
 
     def step(op, s, q_t, k_t, v_t, decay_t, beta_t):
-        s = op.Mul(s, op.Unsqueeze(decay_t, [-1, -2]))
+        s = op.Mul(s, op.Unsqueeze(decay_t, decay_axes))
         row_k = op.Unsqueeze(k_t, [-2])  # [batch, heads, 1, dk]
         kv_mem = op.MatMul(row_k, s)  # [batch, heads, 1, dv]
         delta = op.Mul(op.Sub(op.Unsqueeze(v_t, [-2]), kv_mem), op.Unsqueeze(beta_t, [-1, -2]))
@@ -106,7 +108,13 @@ def gated_delta_rule(op, state, q, k, v, decay, beta):
         return s, o
 
     return scan_sequence(
-        op, step, state, (q, k, v, decay, beta), (4, 3, 3, 3, 2, 2), (1,) * 6, "gated_delta_step"
+        op,
+        step,
+        state,
+        (q, k, v, decay, beta),
+        (4, 3, 3, 3, 3 if per_channel else 2, 2),
+        (1,) * 6,
+        "gated_delta_step",
     )
 
 

@@ -16,7 +16,7 @@ from onnxscript import nn
 
 from mobius.components import Linear
 from mobius.errors import ConfigError
-from mobius_text.models._bert_common import DenseLMHead
+from mobius_text.models._bert_common import DecoderConfig, DenseLMHead, EncoderAsCausalLM
 from mobius_text.models.bert import (
     BertConfig,
     BertEmbeddings,
@@ -33,8 +33,10 @@ class RemBertConfig(BertConfig):
 
     @classmethod
     def hf_fields(cls, hf_config: Any) -> dict[str, Any]:
-        if getattr(hf_config, "is_decoder", False):
-            raise ConfigError("is_decoder=True makes RemBERT causal; only the encoder is built")
+        if getattr(hf_config, "is_decoder", False) and not issubclass(cls, DecoderConfig):
+            raise ConfigError(
+                "is_decoder=True makes RemBERT causal: its checkpoint's class is RemBertForCausalLM"
+            )
         fields = super().hf_fields(hf_config)
         fields.update(
             input_embedding_size=hf_config.input_embedding_size,
@@ -90,4 +92,13 @@ class RemBertForFeatureExtraction(BertForFeatureExtraction):
         return RemBertOnlyMLMHead(config)
 
 
-MODEL_TYPES = {"rembert": RemBertForFeatureExtraction}
+class RemBertDecoderConfig(DecoderConfig, RemBertConfig):
+    pass
+
+
+class RemBertForCausalLM(EncoderAsCausalLM, RemBertForFeatureExtraction):
+    config_class = RemBertDecoderConfig
+    lm_head_name = "cls"
+
+
+MODEL_TYPES = {"rembert": RemBertForFeatureExtraction, "RemBertForCausalLM": RemBertForCausalLM}

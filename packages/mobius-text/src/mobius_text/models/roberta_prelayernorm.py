@@ -10,9 +10,14 @@ from __future__ import annotations
 from onnxscript import nn
 
 from mobius.components import LayerNorm
-from mobius_text.models._bert_common import ResidualDense
+from mobius_text.models._bert_common import EncoderAsCausalLM, ResidualDense
 from mobius_text.models.bert import BertEncoder, BertIntermediate, BertSelfAttention
-from mobius_text.models.roberta import RobertaConfig, RobertaForFeatureExtraction, RobertaModel
+from mobius_text.models.roberta import (
+    RobertaConfig,
+    RobertaDecoderConfig,
+    RobertaForFeatureExtraction,
+    RobertaModel,
+)
 
 
 class RobertaPreLayerNormAttention(nn.Module):
@@ -71,4 +76,14 @@ class RobertaPreLayerNormForFeatureExtraction(RobertaForFeatureExtraction):
     model_class = RobertaPreLayerNormModel
 
 
-MODEL_TYPES = {"roberta-prelayernorm": RobertaPreLayerNormForFeatureExtraction}
+class RobertaPreLayerNormForCausalLM(EncoderAsCausalLM, RobertaPreLayerNormForFeatureExtraction):
+    config_class = RobertaDecoderConfig
+
+    def decoder_states(self, op, x):
+        return self.base_model.LayerNorm(op, x)  # the model's, after the encoder
+
+
+MODEL_TYPES = {
+    "roberta-prelayernorm": RobertaPreLayerNormForFeatureExtraction,
+    "RobertaPreLayerNormForCausalLM": RobertaPreLayerNormForCausalLM,
+}

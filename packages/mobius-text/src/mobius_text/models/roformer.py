@@ -21,7 +21,15 @@ from onnxscript import nn
 from mobius.components import Embedding, LayerNorm, Linear, bidirectional_attention, padding_bias
 from mobius.config import EncoderConfig
 from mobius.errors import ConfigError
-from mobius_text.models._bert_common import ClassificationHead, EncoderForFeatureExtraction
+from mobius_text.models._bert_common import (
+    ClassificationHead,
+    DecoderCache,
+    DecoderConfig,
+    EncoderAsCausalLM,
+    EncoderForFeatureExtraction,
+    SequenceSummary,
+    summary_fields,
+)
 from mobius_text.models._encoder_rotary import rotate_heads, sequence_positions
 from mobius_text.models.bert import (
     BertIntermediate,
@@ -37,17 +45,25 @@ class RoFormerConfig(EncoderConfig):
 
     embedding_size: int = 0
     rotary_value: bool = False
+    #: the multiple-choice head's sequence summary (see :func:`summary_fields`)
+    summary_type: str = "last"
+    summary_width: int | None = None
+    summary_activation: str | None = None
 
     @classmethod
     def hf_fields(cls, hf_config: Any) -> dict[str, Any]:
-        if getattr(hf_config, "is_decoder", False):
-            raise ConfigError("a RoFormer decoder (is_decoder=True) is not an encoder; not built")
+        if getattr(hf_config, "is_decoder", False) and not issubclass(cls, DecoderConfig):
+            raise ConfigError(
+                "a RoFormer decoder (is_decoder=True) is a causal LM: its checkpoint's class is "
+                "RoFormerForCausalLM"
+            )
         fields = super().hf_fields(hf_config)
         embedding_size = getattr(hf_config, "embedding_size", None) or fields["hidden_size"]
         return {
             **fields,
             "embedding_size": int(embedding_size),
             "rotary_value": bool(hf_config.rotary_value),
+            **summary_fields(hf_config),
         }
 
 
@@ -91,6 +107,8 @@ class RoFormerSelfAttention(BertSelfAttention):
         q, k, v = rotate(self.query(op, x)), rotate(self.key(op, x)), self.value(op, x)
         if self.rotary_value:
             v = rotate(v)
+        if isinstance(bias, DecoderCache):  # the cache keeps rotated keys, as transformers'
+            return bias.attend(op, q, k, v, self.num_heads, self.scale)
         return bidirectional_attention(op, q, k, v, bias, self.num_heads, self.scale)
 
 
@@ -153,14 +171,15 @@ class RoFormerModel(nn.Module):
 class RoFormerForFeatureExtraction(EncoderForFeatureExtraction):
     """The encoder and the head its config names (``roformer.*``, ``cls.*``, ``classifier``).
 
-    masked-lm is BERT's ``cls.predictions``, its transform narrowing to ``embedding_size``.
+    masked-lm is BERT's ``cls.predictions``, its transform narrowing to ``embedding_size``;
+    multiple choice a ``sequence_summary`` and a one-score ``classifier``.
     """
 
     config_class = RoFormerConfig
     uses_token_type_ids = True
     base_model_prefix = "roformer"
     model_class = RoFormerModel
-    head_names = ("cls", "classifier")
+    head_names = ("cls", "sequence_summary", "classifier", "qa_outputs")
     tied_copies = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
     untied_unused = ("cls.predictions.bias",)
 
@@ -172,16 +191,46 @@ class RoFormerForFeatureExtraction(EncoderForFeatureExtraction):
             self.cls = BertOnlyMLMHead(config, embeddings, width=config.embedding_size)
         elif config.head == "sequence-classification":
             self.classifier = ClassificationHead(hidden, labels, config.hidden_act)
+        elif config.head == "multiple-choice":
+            kind, act, width = config.summary_type, config.summary_activation, config.summary_width
+            self.sequence_summary = SequenceSummary(hidden, width, act, kind)
+            self.classifier = Linear(width or hidden, 1, bias=True)
         elif config.head == "token-classification":
             self.classifier = Linear(hidden, labels, bias=True)
+        elif config.head == "question-answering":
+            self.qa_outputs = Linear(hidden, labels, bias=True)
 
     def forward(self, op, input_ids, attention_mask, token_type_ids):
         hidden = self.roformer(op, input_ids, attention_mask, token_type_ids)
         outputs = {"last_hidden_state": hidden}
-        head = self.cls if self.cls is not None else self.classifier
+        if self.sequence_summary is not None:
+            hidden = self.sequence_summary(op, hidden)
+        heads = (self.cls, self.classifier, self.qa_outputs)
+        head = next((h for h in heads if h is not None), None)
         if head is not None:
             outputs["logits"] = head(op, hidden)
         return outputs
 
 
-MODEL_TYPES = {"roformer": RoFormerForFeatureExtraction}
+class RoFormerDecoderConfig(DecoderConfig, RoFormerConfig):
+    pass
+
+
+class RoFormerForCausalLM(EncoderAsCausalLM, RoFormerForFeatureExtraction):
+    """RoFormer as a causal LM: rotary positions from the cache's length (transformers takes no
+    ``position_ids``), ``cls`` as the LM head."""
+
+    config_class = RoFormerDecoderConfig
+    lm_head_name = "cls"
+
+    def embed(self, op, input_ids, position_ids):
+        base = self.base_model
+        token_types = op.Mul(input_ids, op.Constant(value_int=0))  # all 0, [batch, seq]
+        x = base.embeddings(op, input_ids, token_types)
+        return x if base.embeddings_project is None else base.embeddings_project(op, x)
+
+    def encode(self, op, x, cache, input_ids):
+        return self.base_model.encoder(op, x, cache.positions(op, input_ids), cache)
+
+
+MODEL_TYPES = {"roformer": RoFormerForFeatureExtraction, "RoFormerForCausalLM": RoFormerForCausalLM}

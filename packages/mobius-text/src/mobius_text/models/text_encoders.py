@@ -27,7 +27,7 @@ from typing import ClassVar
 import numpy as np
 import onnx_ir as ir
 
-from mobius.components import module_scope
+from mobius.components import Linear, TiedLMHead, last_real_token, module_scope
 from mobius.errors import ConfigError
 from mobius.model import Model
 from mobius_text.models.gemma2 import Gemma2Config, Gemma2Model
@@ -43,12 +43,19 @@ class TextEncoderFields:
 
     ``hidden_states`` holds indices of transformers' ``hidden_states`` tuple, from 0
     (the embeddings) to ``num_hidden_layers`` (the final-normed last state); the task
-    sets them from ``--hidden-states``. ``head`` is the feature-extraction contract's,
-    always ``none`` here: the graph outputs token states only.
+    sets them from ``--hidden-states``. ``head``, ``pooling`` and ``normalize`` are the
+    feature-extraction contract's: ``none``, or ``sentence-embedding`` (a decoder
+    embedder). ``score_token_ids`` (yes, no) make a yes/no reranker: ``head`` is then
+    ``sequence-classification`` with one label, ``logit(yes) - logit(no)`` at the
+    last real token (sentence-transformers' ``LogitScore``).
     """
 
     hidden_states: tuple[int, ...] = ()
     head: str = "none"
+    pooling: str = "mean"
+    normalize: bool = False
+    num_labels: int = 1
+    score_token_ids: tuple[int, ...] = ()
 
 
 @dataclass
@@ -96,6 +103,12 @@ class DecoderTextEncoder(Model):
             )
         self.config = config
         self.model = self.backbone_class(config)
+        if config.score_token_ids:  # a yes/no reranker reads two rows of the LM head
+            if config.tie_word_embeddings:
+                self.lm_head = TiedLMHead(self.model.embed_tokens)
+            else:
+                self.lm_head = Linear(config.hidden_size, config.vocab_size)
+                self.ignored = tuple(n for n in self.ignored if n != "lm_head.weight")
 
     def output_shapes(self) -> dict[str, list]:
         """One ``hidden_states.{i}`` output per selected index, each like ``last_hidden_state``."""
@@ -107,6 +120,10 @@ class DecoderTextEncoder(Model):
             states = self.token_states(op, input_ids, attention_mask)
         outputs = {"last_hidden_state": states[-1]}
         outputs.update({f"hidden_states.{i}": states[i] for i in self.config.hidden_states})
+        if self.config.score_token_ids:
+            logits = self.lm_head(op, last_real_token(op, states[-1], attention_mask))
+            yes, no = (op.Gather(logits, [i], axis=1) for i in self.config.score_token_ids)
+            outputs["logits"] = op.Sub(yes, no)  # [batch, 1]
         return outputs
 
     def token_states(
@@ -249,6 +266,17 @@ class Mistral3TextEncoder(DecoderTextEncoder):
         return renamed
 
 
+@dataclass
+class MistralTextEncoderConfig(TextEncoderFields, MistralConfig):
+    """Mistral's fields and the text-encoder build's."""
+
+
+class MistralTextEncoder(DecoderTextEncoder):
+    """``MistralModel`` (e5-mistral's embedder): Llama without biases, windowed attention."""
+
+    config_class = MistralTextEncoderConfig
+
+
 class Gemma2TextEncoder(DecoderTextEncoder):
     """``Gemma2Model`` (Sana, Lumina 2): scaled embeddings, soft-capped, windowed attention."""
 
@@ -269,6 +297,7 @@ MODEL_TYPES = {
     "Qwen3Model": Qwen3TextEncoder,
     "Qwen2_5_VLTextModel": Qwen2_5_VLTextEncoder,
     "Mistral3TextModel": Mistral3TextEncoder,
+    "MistralModel": MistralTextEncoder,
     "Gemma2Model": Gemma2TextEncoder,
     "GlmModel": GlmTextEncoder,
 }

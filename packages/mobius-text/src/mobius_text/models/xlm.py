@@ -9,7 +9,9 @@ What differs from BERT:
 - language embeddings are added only for a ``langs`` input: a multilingual model
   that uses them is refused rather than built without them;
 - ``causal`` models mask the future (and, as HF does, not the padding);
-- sequence classification is a ``sequence_summary`` of the first / last / mean state.
+- sequence classification is a ``sequence_summary`` of the first / last / mean state,
+  which multiple choice narrows to one score (``logits_proj``); question answering is
+  the simple span head (``qa_outputs``), not ``XLMForQuestionAnswering``'s beam search.
 """
 
 from __future__ import annotations
@@ -32,7 +34,11 @@ from mobius.components import (
 )
 from mobius.config import EncoderConfig
 from mobius.errors import ConfigError
-from mobius_text.models._bert_common import EncoderForFeatureExtraction, VocabProjection
+from mobius_text.models._bert_common import (
+    EncoderForFeatureExtraction,
+    SequenceSummary,
+    VocabProjection,
+)
 from mobius_text.models._encoder_rotary import sequence_positions
 
 
@@ -144,24 +150,10 @@ class XLMModel(nn.Module):
         return x
 
 
-class XLMSequenceSummary(nn.Module):
-    """``act(summary(state))`` of the first, last or mean state (``summary_type``)."""
-
-    def __init__(self, config: XLMConfig) -> None:
-        super().__init__()
-        self.summary = Linear(config.hidden_size, config.num_labels, bias=True)
-        activation = config.summary_activation
-        self.act = get_activation(activation) if activation else None
-        self.kind = config.summary_type
-
-    def forward(self, op, x):
-        if self.kind == "mean":  # over every position, pads (zeroed) included, as HF
-            state = op.ReduceMean(x, [1], keepdims=0)
-        else:
-            index = 0 if self.kind == "first" else -1  # last / cls_index without an index
-            state = op.Gather(x, op.Constant(value_int=index), axis=1)  # [batch, hidden]
-        state = self.summary(op, state)
-        return self.act(op, state) if self.act is not None else state
+def summary_to_labels(config: XLMConfig) -> SequenceSummary:
+    """``sequence_summary``: the summary state projected onto the labels."""
+    act, kind = config.summary_activation, config.summary_type
+    return SequenceSummary(config.hidden_size, config.num_labels, act, kind)
 
 
 class XLMHeadModule(nn.Module):
@@ -183,7 +175,7 @@ class XLMForFeatureExtraction(EncoderForFeatureExtraction):
     uses_token_type_ids = True
     base_model_prefix = "transformer"
     model_class = XLMModel
-    head_names = ("pred_layer", "sequence_summary", "classifier")
+    head_names = ("pred_layer", "sequence_summary", "logits_proj", "classifier", "qa_outputs")
     unread = ("position_ids",)
     tied_copies = ("pred_layer.proj.weight",)
 
@@ -193,19 +185,25 @@ class XLMForFeatureExtraction(EncoderForFeatureExtraction):
             if config.asm:
                 raise ConfigError("an adaptive-softmax (asm=True) LM head is not built")
             self.pred_layer = XLMHeadModule(config, self.transformer.embeddings)
-        elif config.head == "sequence-classification":
+        elif config.head in ("sequence-classification", "multiple-choice"):
             if not config.summary_to_labels:  # its logits would not be [batch, num_labels]
                 raise ConfigError("a sequence summary not projected to the labels is not built")
-            self.sequence_summary = XLMSequenceSummary(config)
+            self.sequence_summary = summary_to_labels(config)
+            if config.head == "multiple-choice":  # the labels' scores down to one per choice
+                self.logits_proj = Linear(config.num_labels, 1, bias=True)
         elif config.head == "token-classification":
             self.classifier = Linear(config.hidden_size, config.num_labels, bias=True)
+        elif config.head == "question-answering":  # XLMForQuestionAnsweringSimple's span head
+            self.qa_outputs = Linear(config.hidden_size, config.num_labels, bias=True)
 
     def forward(self, op, input_ids, attention_mask, token_type_ids):
         hidden = self.transformer(op, input_ids, attention_mask, token_type_ids)
         outputs = {"last_hidden_state": hidden}
-        head = self.pred_layer or self.sequence_summary or self.classifier
+        head = self.pred_layer or self.sequence_summary or self.classifier or self.qa_outputs
         if head is not None:
             outputs["logits"] = head(op, hidden)
+        if self.logits_proj is not None:
+            outputs["logits"] = self.logits_proj(op, outputs["logits"])
         return outputs
 
 

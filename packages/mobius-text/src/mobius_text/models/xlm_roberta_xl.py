@@ -11,10 +11,11 @@ from __future__ import annotations
 from onnxscript import nn
 
 from mobius.components import LayerNorm
-from mobius_text.models._bert_common import ResidualDense
+from mobius_text.models._bert_common import EncoderAsCausalLM, ResidualDense
 from mobius_text.models.bert import BertEncoder, BertIntermediate, BertSelfAttention
 from mobius_text.models.roberta import (
     RobertaConfig,
+    RobertaDecoderConfig,
     RobertaEmbeddings,
     RobertaForFeatureExtraction,
     RobertaModel,
@@ -75,4 +76,11 @@ class XLMRobertaXLForFeatureExtraction(RobertaForFeatureExtraction):
     model_class = XLMRobertaXLModel
 
 
-MODEL_TYPES = {"xlm-roberta-xl": XLMRobertaXLForFeatureExtraction}
+class XLMRobertaXLForCausalLM(EncoderAsCausalLM, XLMRobertaXLForFeatureExtraction):
+    config_class = RobertaDecoderConfig
+
+
+MODEL_TYPES = {
+    "xlm-roberta-xl": XLMRobertaXLForFeatureExtraction,
+    "XLMRobertaXLForCausalLM": XLMRobertaXLForCausalLM,
+}

@@ -18,7 +18,7 @@ from onnxscript import nn
 
 from mobius.components import LayerNorm, Linear, get_activation, module_scope
 from mobius.errors import ConfigError
-from mobius_text.models._bert_common import ResidualDense
+from mobius_text.models._bert_common import DecoderConfig, EncoderAsCausalLM, ResidualDense
 from mobius_text.models.bert import BertEncoder, BertIntermediate, BertSelfAttention
 from mobius_text.models.roberta import RobertaConfig, RobertaForFeatureExtraction, RobertaModel
 
@@ -185,4 +185,14 @@ class XmodForFeatureExtraction(RobertaForFeatureExtraction):
         return (*super().ignored, *(f"{adapters}.{name}.*" for name in others))
 
 
-MODEL_TYPES = {"xmod": XmodForFeatureExtraction}
+class XmodDecoderConfig(DecoderConfig, XmodConfig):
+    pass
+
+
+class XmodForCausalLM(EncoderAsCausalLM, XmodForFeatureExtraction):
+    """X-MOD as a causal LM, for the default language."""
+
+    config_class = XmodDecoderConfig
+
+
+MODEL_TYPES = {"xmod": XmodForFeatureExtraction, "XmodForCausalLM": XmodForCausalLM}
