@@ -188,18 +188,23 @@ def run_cli(
         raise MobiusError(f"cannot write {output}: {exc.strerror or exc}") from None
 
 
+def _write_rows(rows: list[dict], texts: list[str], field: str, output: str | None) -> None:
+    """``rows`` (one per text) to ``output`` as JSON, or printed a line per text with its
+    ``field`` (``label``, ``answer``) and ``score``."""
+    if output:
+        Path(output).write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {output}")
+        return
+    for text, row in zip(texts, rows, strict=True):
+        print(json.dumps({"text": text, field: row[field], "score": row["score"]}))
+
+
 def _run_cli(package_dir, texts: list[str], output: str | None, threads, query) -> int:
     embedder = Embedder(package_dir, threads=threads)
     if embedder.answers_questions:  # the texts are contexts, the query the question
         if query is None:
             raise MobiusError(f"{package_dir} answers questions: give the question with --query")
-        rows = embedder.answer(query, texts)
-        if output:
-            Path(output).write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
-            print(f"wrote {output}")
-        else:
-            for text, row in zip(texts, rows, strict=True):
-                print(json.dumps({"text": text, "answer": row["answer"], "score": row["score"]}))
+        _write_rows(embedder.answer(query, texts), texts, "answer", output)
         return 0
     if query is not None and not embedder.is_classifier:
         raise MobiusError(
@@ -210,12 +215,7 @@ def _run_cli(package_dir, texts: list[str], output: str | None, threads, query) 
             rows = embedder.classify(texts)
         else:  # (query, text) pairs, in the order cross-encoders read them
             rows = embedder.classify([query] * len(texts), texts)
-        if output:
-            Path(output).write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
-            print(f"wrote {output}")
-        else:
-            for text, row in zip(texts, rows, strict=True):
-                print(json.dumps({"text": text, "label": row["label"], "score": row["score"]}))
+        _write_rows(rows, texts, "label", output)
         return 0
     vectors = embedder.embed(texts)
     if output and output.endswith(".npy"):
