@@ -95,9 +95,9 @@ def edit_tensors(directory: Path, edit: Callable[[dict[str, np.ndarray]], None])
 
 
 def test_unknown_model_type(capsys, tmp_path: Path, outputs: Path) -> None:
-    model = write_tiny_llama(tmp_path / "m", model_type="not_a_model")
+    model = write_tiny_llama(tmp_path / "m", model_type="zz9_unknown")
     line = assert_fails_cleanly(
-        capsys, model, outputs / "out", "unknown model type", "'not_a_model'", "installed:"
+        capsys, model, outputs / "out", "unknown model type", "'zz9_unknown'", "installed:"
     )
     assert "mobius-text" in line
     assert "close matches" not in line

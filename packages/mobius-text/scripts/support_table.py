@@ -69,6 +69,14 @@ SPEECH_SEQ2SEQ = (
     "vibevoice_asr voxtral voxtral_realtime"
 ).split()
 
+# Rows whose transformers class is the very model a sibling package builds (the multimodal
+# Gemma 3 is transformers' causal LM of gemma3; SeamlessM4TForTextToText its seq2seq): credited
+# to that package where its parity suite verifies the key (the row's class, else its type).
+SIBLING_BUILDS = (
+    "fuyu gemma3 gemma3n gemma4 gemma4_unified got_ocr2 phi4_multimodal "
+    "seamless_m4t seamless_m4t_v2 granite_speech qwen2_audio voxtral"
+).split()
+
 OUT_OF_SCOPE = {
     **{t: "multimodal model: the vision–language issue" for t in MULTIMODAL},
     **{t: "audio model: the audio issue" for t in AUDIO},
@@ -156,8 +164,15 @@ def transformers_types() -> dict[str, dict[str, str]]:
         "causal-lm": dict(sorted(causal.items())),
         "feature-extraction": dict(sorted(encoders.items())),
         "seq2seq": dict(sorted(seq2seq.items())),
-        "text-encoder": {},  # bare-model classes, added from the registry
-        "text-classification": {},  # decoders' *ForSequenceClassification, from the registry
+        # every causal LM's bare model (AutoModel: the embedders') and sequence classifier
+        "text-encoder": {
+            t: auto.MODEL_MAPPING_NAMES[t] for t in causal if t in auto.MODEL_MAPPING_NAMES
+        },
+        "text-classification": {
+            t: c
+            for t, c in auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES.items()
+            if t in causal
+        },
     }
 
 
@@ -201,7 +216,8 @@ def statuses(
         for model_type, hf_class in shipped[task].items():
             # the row's class where it is registered for this task on its own (BertLMHeadModel
             # beside bert's encoder), else its model_type
-            key = hf_class if registered.get(hf_class) == task else model_type
+            key = model_type if registered.get(model_type) == task else hf_class
+            key = key if registered.get(key) == task else model_type
             cases = cases_by_type.get(key, [])
             other = registered.get(key)
             if other == task:
@@ -210,6 +226,10 @@ def statuses(
             elif other is not None:
                 other_heading = next(k[3] for k in KITS if k[0] == other)
                 status = f"built as {other}: see {other_heading}"
+            elif task in ("causal-lm", "seq2seq") and (
+                sibling := sibling_status(model_type, hf_class)
+            ):
+                status = sibling
             elif model_type in OUT_OF_SCOPE:
                 status = f"out of scope: {OUT_OF_SCOPE[model_type]}"
             else:
@@ -217,6 +237,21 @@ def statuses(
             rows.append((model_type, hf_class, status))
         tables[task] = rows
     return tables
+
+
+def sibling_status(model_type: str, hf_class: str) -> str | None:
+    """``built by mobius-vision (vision-language), verified there`` for a :data:`SIBLING_BUILDS`
+    row whose key that package registers and verifies; else None."""
+    from mobius import registry
+
+    if model_type not in SIBLING_BUILDS:
+        return None
+    for key in (hf_class, model_type):
+        if key in registry and registry.get(key).package != "mobius-text":
+            entry = registry.get(key)
+            if registry.is_verified(key):
+                return f"built by {entry.package} ({entry.task}), verified there"
+    return None
 
 
 def head_columns(passed: dict) -> dict[str, dict[str, str]]:
@@ -319,12 +354,14 @@ def main() -> None:
     for task, _, _, heading, meaning in KITS:
         task_rows = tables[task]
         verified = sum(status.startswith("verified") for _, _, status in task_rows)
+        elsewhere = sum(status.endswith("verified there") for _, _, status in task_rows)
+        also = f", and {elsewhere} more by sibling packages" if elsewhere else ""
         columns = list(HEAD_COLUMNS) if task == "feature-extraction" else []
         lines += [
             "",
             f"## {heading} ({task})",
             "",
-            f"{verified} of {len(task_rows)} types verified ({meaning}).",
+            f"{verified} of {len(task_rows)} types verified ({meaning}){also}.",
             "",
             "| model_type | transformers class | status |" + "".join(f" {h} |" for h in columns),
             "|---|---|---|" + "---|" * len(columns),

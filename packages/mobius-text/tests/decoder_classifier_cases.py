@@ -1,7 +1,8 @@
 """Parity cases of decoders' ``*ForSequenceClassification`` (the ``text-classification`` task).
 
 ``CASES``: case -> (model_type, config overrides over the text encoders' ``TINY`` with
-3 labels and pad id 0, {"model_class": the registry key verified}).
+3 labels and pad id 0, {"model_class": the registry key verified}); ``"whole": True``
+where the overrides are the whole config (the cases made from the causal-LM kit's).
 """
 
 from __future__ import annotations
@@ -48,5 +49,19 @@ CASES = {
 }
 
 
+def causal_classifier_cases() -> dict[str, tuple]:
+    """A case per ``*ForSequenceClassification`` built through its causal LM
+    (``models/causal_backbones.py``), on its family's first causal-LM parity config."""
+    from text_encoder_parity_cases import first_causal_configs
+
+    from mobius_text.models.causal_backbones import CLASSIFIERS
+
+    configs = first_causal_configs()
+    return {
+        key: (model_type, configs[model_type], {"model_class": key, "whole": True})
+        for key, model_type in CLASSIFIERS.items()
+    }
+
+
 def all_cases() -> dict[str, tuple]:
-    return CASES
+    return {**CASES, **causal_classifier_cases()}

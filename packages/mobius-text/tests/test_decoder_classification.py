@@ -13,7 +13,7 @@ import json
 
 import pytest
 import transformers
-from decoder_classifier_cases import CASES
+from decoder_classifier_cases import all_cases
 from text_encoder_parity_cases import TINY
 from transformers import AutoConfig
 
@@ -21,11 +21,14 @@ from mobius.cli import main
 from mobius.testing import PARITY_ATOL, assert_smoke_passes, build_with_cli, perturb_parameters
 from mobius_text.testing._classifier import compare_classifier
 
+CASES = all_cases()
 
-def _save(model_type: str, overrides: dict, path, seed: int = 0):
+
+def _save(model_type: str, overrides: dict, path, seed: int = 0, whole: bool = False):
     import torch
 
-    config = AutoConfig.for_model(model_type, **{**TINY, "num_labels": 3, **overrides})
+    base = {} if whole else TINY
+    config = AutoConfig.for_model(model_type, **{**base, "num_labels": 3, **overrides})
     torch.manual_seed(seed)
     model = transformers.AutoModelForSequenceClassification.from_config(
         config, dtype=torch.float32, attn_implementation="eager"
@@ -40,7 +43,7 @@ def test_decoder_classifier_parity(case, tmp_path):
     import onnxruntime as ort
 
     model_type, overrides, spec = CASES[case]
-    model = _save(model_type, overrides, tmp_path / "hf")
+    model = _save(model_type, overrides, tmp_path / "hf", whole=spec.get("whole", False))
     out = build_with_cli(tmp_path / "hf", tmp_path / "onnx")
     record = json.loads((out / "mobius.json").read_text())
     built = (record["models"][0]["model_type"], record["task"])

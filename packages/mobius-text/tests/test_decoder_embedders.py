@@ -31,10 +31,12 @@ BARE = {
     "mistral": "MistralModel",
     "gemma2": "Gemma2Model",
     "glm": "GlmModel",
+    # built through its causal LM (models/causal_backbones.py): learned positions, biases
+    "gpt2": "GPT2Model",
 }
 CASES = [(family, pooling) for family in BARE for pooling in ("lasttoken", "mean")]
 # The other decoders built as text encoders: one pooling each (the pooling is the graph's, shared).
-CASES = [(f, p) for f, p in CASES if f not in ("gemma2", "glm") or p == "lasttoken"]
+CASES = [(f, p) for f, p in CASES if f not in ("gemma2", "glm", "gpt2") or p == "lasttoken"]
 # Windows of 3 tokens (every layer; Gemma 2: every other) and Gemma 2's soft-capped scores.
 OVERRIDES = {
     "mistral": {"sliding_window": 3},
@@ -84,6 +86,8 @@ def test_decoder_embedder_matches_sentence_transformers(family, pooling, tmp_pat
     assert main(["embed", str(out), *TEXTS]) == 0
     got = np.array([json.loads(line) for line in capsys.readouterr().out.splitlines()])
     assert np.abs(got - expected).max() <= PARITY_ATOL
+    if family == "gpt2":  # learned positions count pads too: sides differ in transformers too
+        return
     # The other padding side gives the same embeddings.
     session = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
     batch = _tokenizer(tmp_path / "right", "right")(TEXTS, padding=True, return_tensors="np")
@@ -175,6 +179,21 @@ def test_qwen3_yes_no_reranker_matches_cross_encoder(qwen3_reranker, source, tmp
     else:
         options = ("--model-type", "Qwen3Model", "--score-tokens", "yes,no", "--validate")
         out = build_with_cli(path / "hf", tmp_path / "onnx", *options)
+    assert set(_assert_validated(out, "transformers")) == {"last_hidden_state", "logits"}
+    expected = model.predict([(QUERY, t) for t in TEXTS], batch_size=len(TEXTS))
+    assert expected.min() > 0.05 and expected.max() < 0.95  # not saturated: the scores tell
+    _check_ranking(_ranked(out, capsys), np.asarray(expected, np.float64))
+
+
+def test_a_yes_no_reranker_built_through_its_causal_lm(tmp_path, capsys):
+    """GPT-NeoX (no Llama-shaped backbone): --score-tokens keeps the head of its causal LM."""
+    from sentence_transformers import CrossEncoder
+
+    save_random_model("gpt_neox", {"tie_word_embeddings": False}, "GPTNeoXForCausalLM", tmp_path)
+    _tokenizer(tmp_path)
+    model = CrossEncoder(str(tmp_path), device="cpu")
+    options = ("--model-type", "GPTNeoXModel", "--score-tokens", "yes,no", "--validate")
+    out = build_with_cli(tmp_path, tmp_path / "onnx", *options)
     assert set(_assert_validated(out, "transformers")) == {"last_hidden_state", "logits"}
     expected = model.predict([(QUERY, t) for t in TEXTS], batch_size=len(TEXTS))
     assert expected.min() > 0.05 and expected.max() < 0.95  # not saturated: the scores tell

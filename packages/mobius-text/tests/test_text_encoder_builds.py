@@ -14,11 +14,13 @@ are the pad token's, which every pipeline masks out or drops.
 from __future__ import annotations
 
 import pytest
-from text_encoder_parity_cases import CASES, save_random_model
+from text_encoder_parity_cases import all_cases, save_random_model
 from transformers import AutoConfig
 
 from mobius.cli import main
 from mobius.testing import PARITY_ATOL, assert_smoke_passes, build_with_cli, perturb_parameters
+
+CASES = all_cases()
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -29,7 +31,8 @@ def test_text_encoder_parity(case, tmp_path, monkeypatch):
     from mobius_text.testing._text_encoder import compare_text_encoder
 
     model_type, overrides, spec = CASES[case]
-    model = save_random_model(model_type, overrides, spec["saved"], tmp_path / "hf")
+    whole = spec.get("whole", False)
+    model = save_random_model(model_type, overrides, spec["saved"], tmp_path / "hf", whole=whole)
     out = build_with_cli(tmp_path / "hf", tmp_path / "onnx", *spec["options"])
     session = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
     expected = {"last_hidden_state", *(f"hidden_states.{i}" for i in spec["states"])}

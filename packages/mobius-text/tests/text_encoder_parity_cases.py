@@ -114,17 +114,45 @@ CASES = {
 }
 
 
+def first_causal_configs() -> dict[str, dict]:
+    """Each causal-LM model_type's first parity case's config, whole (over the causal TINY)."""
+    from text_parity_cases import TINY as CAUSAL_TINY
+    from text_parity_cases import all_cases as causal_cases
+
+    first: dict[str, dict] = {}
+    for _, (model_type, overrides, *options) in sorted(causal_cases().items()):
+        if not (options and options[0].get("model_class")):  # the type's own class
+            first.setdefault(model_type, {**CAUSAL_TINY, **overrides})
+    return first
+
+
+def causal_backbone_cases() -> dict[str, tuple]:
+    """A case per bare class built through its causal LM (``models/causal_backbones.py``),
+    saved bare, on its family's first causal-LM parity config: the last state only."""
+    from mobius_text.models.causal_backbones import EMBEDDERS
+
+    configs = first_causal_configs()
+    spec = dict(options=[], states=(), whole=True)
+    return {
+        key: (model_type, configs[model_type], dict(spec, model_class=key, saved=key))
+        for key, model_type in EMBEDDERS.items()
+    }
+
+
 def all_cases() -> dict[str, tuple]:
-    return dict(CASES)
+    return {**CASES, **causal_backbone_cases()}
 
 
-def save_random_model(model_type: str, overrides: dict, model_class: str, path, seed: int = 0):
-    """A tiny transformers ``model_class`` with every parameter perturbed, saved to ``path``."""
+def save_random_model(
+    model_type: str, overrides: dict, model_class: str, path, seed: int = 0, whole: bool = False
+):
+    """A tiny transformers ``model_class`` with every parameter perturbed, saved to ``path``;
+    ``overrides`` over ``TINY``, or the whole config where ``whole``."""
     import torch
     import transformers
 
-    nested = "text_config" in overrides  # a wrapper's config: its parts given whole
-    hf_config = AutoConfig.for_model(model_type, **(overrides if nested else {**TINY, **overrides}))
+    whole = whole or "text_config" in overrides  # a wrapper's config: its parts given whole
+    hf_config = AutoConfig.for_model(model_type, **(overrides if whole else {**TINY, **overrides}))
     torch.manual_seed(seed)
     model = getattr(transformers, model_class)._from_config(
         hf_config, dtype=torch.float32, attn_implementation="eager"

@@ -301,7 +301,10 @@ def build_with_adapters(source, options, registry):
     """``mobius build --adapter``: ``source`` (a model directory's) built with ``options.adapters``.
 
     Merged (the default): each adapter is merged into the checkpoint in turn (two that
-    adapt one weight both add to it), and the package keeps :data:`MERGE_RECORD`.
+    adapt one weight both add to it), and the package keeps :data:`MERGE_RECORD`. A model
+    class with ``merge_adapters_after_sanitize = True`` (its adapters name the modules of
+    its converted layout, as transformers loads it) gets them merged into what its
+    ``sanitize`` returns instead.
 
     ``options.adapter_inputs``: the base graph gets LoRA inputs on every module some
     adapter adapts (:mod:`mobius.components._lora`, names as onnxruntime-genai's model
@@ -326,6 +329,12 @@ def build_with_adapters(source, options, registry):
             f"{source.entry.key} is a {source.entry.task} model: drop it to merge the adapters"
         )
     adapters = read_adapters(options.adapters)
+    if not options.adapter_inputs and getattr(
+        source.entry.module_class(), "merge_adapters_after_sanitize", False
+    ):
+        source.module_hooks.append(lambda module: _merge_after_sanitize(module, adapters))
+        source.text_files[MERGE_RECORD] = merge_record(adapters)
+        return source.build(options, registry)
     if not options.adapter_inputs:
         renames = getattr(source.entry.module_class(), "renames", None)
         checkpoint = source.checkpoint
@@ -346,6 +355,19 @@ def build_with_adapters(source, options, registry):
         name = adapter_name(adapter.directory) + ADAPTER_SUFFIX
         package.binary_files[name] = adapter_file(adapter, package.model.graph)
     return package
+
+
+def _merge_after_sanitize(module, adapters: list[LoraAdapter]) -> None:
+    """``module.sanitize`` followed by the merge of ``adapters`` (``renames`` the module's)."""
+    sanitize, renames = module.sanitize, getattr(module, "renames", None)
+
+    def merged(weights):
+        weights = sanitize(weights)
+        for adapter in adapters:
+            weights = merge_lora(weights, adapter, renames=renames)
+        return weights
+
+    object.__setattr__(module, "sanitize", merged)  # this module only
 
 
 def adapter_file(adapter: LoraAdapter, graph) -> bytes:

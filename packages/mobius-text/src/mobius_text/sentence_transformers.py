@@ -79,22 +79,18 @@ def logit_score_tokens(model_dir: Path) -> tuple[int, int] | None:
 
 
 def bare_model_key(registry, path: Path, entry) -> str | None:
-    """The registered ``text-encoder`` key of a causal LM's bare model (``qwen3``: ``Qwen3Model``).
-
-    transformers names a family's bare model after its config class (``Qwen3Config``:
-    ``Qwen3Model``), which is how the text-encoder keys are named.
-    """
+    """The registered ``text-encoder`` key of a causal LM's bare model (``qwen3``: ``Qwen3Model``),
+    the class transformers' ``AutoModel`` makes of the config's ``model_type``."""
     if entry.task == "text-encoder":
         return entry.key
     if entry.task != "causal-lm":
         return None
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
     model_type = read_json(path / "config.json").get("model_type")
-    config_class = CONFIG_MAPPING_NAMES.get(model_type) if isinstance(model_type, str) else None
-    if not isinstance(config_class, str) or not config_class.endswith("Config"):
+    key = MODEL_MAPPING_NAMES.get(model_type) if isinstance(model_type, str) else None
+    if not isinstance(key, str):
         return None
-    key = config_class.removesuffix("Config") + "Model"
     if key in registry and registry.get(key).task == "text-encoder":
         return key
     return None

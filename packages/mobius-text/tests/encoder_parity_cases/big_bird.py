@@ -22,4 +22,10 @@ CASES = {
         dict(attention_type="original_full", type_vocab_size=2),
         {**SPAN_AND_CHOICE, "heads": ("multiple-choice",)},
     ),
+    # sep_token_id 5 in a vocabulary of 8: most rows hold one, so the question is masked
+    "big_bird-answers": (
+        "big_bird",
+        dict(attention_type="original_full", type_vocab_size=2, vocab_size=8, sep_token_id=5),
+        {**SPAN_AND_CHOICE, "heads": ("question-answering",)},
+    ),
 }

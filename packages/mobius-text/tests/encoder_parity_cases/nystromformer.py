@@ -36,6 +36,6 @@ CASES = {
     "nystromformer-answers": (
         "nystromformer",
         dict(conv_kernel_size=5),
-        {**SPAN_AND_CHOICE, "heads": ("question-answering",)},
+        SPAN_AND_CHOICE,
     ),
 }

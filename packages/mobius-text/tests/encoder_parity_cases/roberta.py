@@ -19,7 +19,7 @@ CASES = {
     "camembert": (
         "camembert",
         dict(type_vocab_size=1, pad_token_id=1),
-        {"heads": ("none", "masked-lm", "sequence-classification")},
+        {"heads": ("none", "masked-lm", "sequence-classification", "token-classification")},
     ),
     "roberta-answers-choices": ("roberta", dict(type_vocab_size=2), SPAN_AND_CHOICE),
     "xlm-roberta-answers-choices": (

@@ -20,6 +20,16 @@ CASES = {
         dict(T5, feed_forward_proj="gated-gelu"),
         dict(heads=("none",), model_class="T5EncoderModel"),
     ),
+    "t5-token-classification": (
+        "t5",
+        dict(T5, num_labels=3),
+        dict(heads=("token-classification",), model_class="T5ForTokenClassification"),
+    ),
+    "umt5-token-classification": (
+        "umt5",
+        dict(T5, feed_forward_proj="gated-gelu", num_labels=3),
+        dict(heads=("token-classification",), model_class="UMT5ForTokenClassification"),
+    ),
     "umt5-encoder": (
         "umt5",
         dict(T5, feed_forward_proj="gated-gelu"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,21 +40,43 @@ def perturb_parameters(model, seed: int = 0, scale: float = 0.05) -> None:
             tensor.add_((noise * scale).to(tensor.dtype))
 
 
-def make_random_model(hf_config, seed: int = 0, attn_implementation: str = "eager"):
+def make_random_model(
+    hf_config, seed: int = 0, attn_implementation: str = "eager", source_class: str | None = None
+):
     """A float32 causal LM from ``hf_config`` with every parameter perturbed, in eval mode.
 
     The reference uses transformers' eager attention: the plain formulation every
-    model supports (soft-capping and sinks included).
+    model supports (soft-capping and sinks included). ``source_class`` names another
+    transformers class to make instead (a vision–language wrapper whose checkpoint a
+    text-only class reads).
     """
     import torch
+    import transformers
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(
-        hf_config, dtype=torch.float32, attn_implementation=attn_implementation
-    )
+    kwargs = dict(dtype=torch.float32, attn_implementation=attn_implementation)
+    if source_class is None:
+        model = AutoModelForCausalLM.from_config(hf_config, **kwargs)
+    else:
+        model = getattr(transformers, source_class)._from_config(hf_config, **kwargs)
     perturb_parameters(model, seed)
     return model.eval()
+
+
+def load_causal_lm(model_dir: Path, attn_implementation: str = "eager"):
+    """transformers' causal LM of a saved checkpoint, float32 in eval mode, and the names
+    of its weights that it did not find there."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model, info = AutoModelForCausalLM.from_pretrained(
+        model_dir,
+        dtype=torch.float32,
+        attn_implementation=attn_implementation,
+        output_loading_info=True,
+    )
+    return model.eval(), sorted(info["missing_keys"])
 
 
 def build_with_cli(model_dir: Path, output_dir: Path, *extra: str) -> Path:
@@ -177,6 +200,7 @@ def compare_causal_lm(
     seed=0,
     decode_attention_mask: bool = True,
     torch_cache=None,
+    torch_full_ids: bool = False,
 ):
     """Run prefill then ``decode_steps`` greedy steps through both caches, feeding torch's tokens.
 
@@ -185,6 +209,8 @@ def compare_causal_lm(
     model without a cache (OpenAI GPT) re-reads the whole sequence at every step; the
     ONNX graph still decodes through its cache. ``torch_cache(model, batch)`` makes the
     PyTorch cache for models that need their own class (xLSTM's ``xLSTMCache``).
+    ``torch_full_ids``: the PyTorch model takes the whole sequence with its cache at every
+    step and slices off the cached part itself (CPM-Ant); the ONNX graph takes the new tokens.
     """
     import torch
     from transformers import DynamicCache
@@ -204,7 +230,8 @@ def compare_causal_lm(
     all_ids, all_positions = input_ids, position_ids
     for step in range(decode_steps + 1):
         if takes_cache:
-            inputs = dict(input_ids=torch.from_numpy(input_ids), cache=cache, use_cache=True)
+            ids = all_ids if torch_full_ids else input_ids
+            inputs = dict(input_ids=torch.from_numpy(ids), cache=cache, use_cache=True)
         else:
             inputs = dict(input_ids=torch.from_numpy(all_ids))
         if step == 0 or decode_attention_mask or not takes_cache:
@@ -245,6 +272,8 @@ def check_causal_lm_parity(
     attn_implementation: str = "eager",
     torch_cache=None,
     eps: tuple[str, ...] = ("default", "cpu"),
+    torch_full_ids: bool = False,
+    source_class: str | None = None,
 ) -> list[CausalLMParity]:
     """Build a perturbed tiny model of ``hf_config`` with the CLI and check it against PyTorch.
 
@@ -253,14 +282,35 @@ def check_causal_lm_parity(
     PyTorch reference path (eager unless a model's eager path is known to be wrong).
     The model is built once per execution provider in ``eps`` (``--ep``): the
     portable graph and the one with ONNX Runtime's fused CPU ops.
+    ``source_class`` (a wrapper class, ``Qwen3_5ForConditionalGeneration``) is the
+    model saved; the reference is then the causal LM that ``AutoModelForCausalLM``
+    loads from that checkpoint (the text-only ``Qwen3_5ForCausalLM``), and the build
+    names that class as ``--model-type`` (the registry key of the text-only class).
+    Where that class misses weights in the wrapper's layout (it would run them
+    random), the wrapper itself, on token ids alone, is the reference (with a warning).
+    ``torch_full_ids`` feeds the PyTorch model the whole sequence at every step (see
+    :func:`compare_causal_lm`).
     Returns the measurements, per ep then per batch.
     """
     workdir = Path(workdir)
-    torch_model = make_random_model(hf_config, seed, attn_implementation)
+    torch_model = make_random_model(hf_config, seed, attn_implementation, source_class)
     torch_model.save_pretrained(workdir / "hf")
+    extra = []
+    if source_class is not None:
+        text_model, missing = load_causal_lm(workdir / "hf", attn_implementation)
+        extra = ["--model-type", type(text_model).__name__]
+        if missing:  # transformers' own class cannot read the wrapper's layout (Emu3 in 5.24)
+            warnings.warn(
+                f"{type(text_model).__name__} does not find {missing[:3]}... in a "
+                f"{source_class} checkpoint: the reference is the wrapper on text alone",
+                stacklevel=2,
+            )
+            torch_model = text_forward(torch_model)
+        else:
+            torch_model = text_model
     results = []
     for ep in eps:
-        out = build_with_cli(workdir / "hf", workdir / f"onnx-{ep}", "--ep", ep)
+        out = build_with_cli(workdir / "hf", workdir / f"onnx-{ep}", "--ep", ep, *extra)
         if ep == "default":  # contrib ops are outside the ONNX checker's schemas
             onnx.checker.check_model(str(out / "model.onnx"), full_check=True)
         onnx_model = OnnxCausalLM(out / "model.onnx")
@@ -273,6 +323,7 @@ def check_causal_lm_parity(
                 seed,
                 decode_attention_mask,
                 torch_cache,
+                torch_full_ids,
             )
             result.ep = ep
             result.assert_close(atol)

@@ -177,8 +177,9 @@ def compare_seq2seq(
     decode_steps: int,
     seed: int,
     generate: bool = True,
+    prefill: int = 2,
 ):
-    """Encode a padded batch, prefill two decoder tokens, then greedy steps through both caches."""
+    """Encode a padded batch, prefill decoder tokens, then greedy steps through both caches."""
     import torch
 
     config = torch_model.config
@@ -194,8 +195,8 @@ def compare_seq2seq(
 
     start = config.decoder_start_token_id
     batch = len(lengths)
-    decoder_ids = np.full((batch, 2), start, np.int64)
-    decoder_ids[:, 1] = np.arange(batch) + 5  # a second prefill token, different per row
+    decoder_ids = np.full((batch, prefill), start, np.int64)
+    decoder_ids[:, 1:] = (np.arange(batch) + 5)[:, None]  # prefill tokens after the start, per row
     result = decode_greedy_through_both(
         torch_decoder_step(torch_model, reference, attention_mask=torch.from_numpy(mask)),
         onnx_model.decoder_step(mask, cross, batch),
@@ -212,7 +213,7 @@ def compare_seq2seq(
             decoder_input_ids=torch.from_numpy(decoder_ids), do_sample=False,
             max_new_tokens=decode_steps + 1, min_new_tokens=decode_steps + 1,
         )  # fmt: skip
-    result.generate_match = generated[:, 2:].tolist() == result.greedy_rows().tolist()
+    result.generate_match = generated[:, prefill:].tolist() == result.greedy_rows().tolist()
     return result
 
 
@@ -226,13 +227,16 @@ def check_seq2seq_parity(
     atol: float = PARITY_ATOL,
     eps: tuple[str, ...] = ("default", "cpu"),
     generate: bool = True,
+    prefill: int = 2,
 ) -> list[Seq2SeqParity]:
     """Build a perturbed tiny seq2seq model with the CLI and check both graphs against PyTorch.
 
     A batch of two sources (the shorter padded at the end) is encoded; the decoder
-    prefills two tokens, then takes ``decode_steps`` greedy steps through its
+    prefills ``prefill`` tokens (two), then takes ``decode_steps`` greedy steps through its
     cache; the streams must equal transformers' ``generate`` (``generate=False`` skips
     that for configs generate cannot run: it sizes T5's cache by the encoder's depth).
+    ``prefill=1`` starts from the start token alone, for references whose cached path
+    drops the causal mask (FSMT's).
     """
     workdir = Path(workdir)
     torch_model = make_random_seq2seq(hf_config, seed)
@@ -241,7 +245,7 @@ def check_seq2seq_parity(
     for ep in eps:
         out = build_with_cli(workdir / "hf", workdir / f"onnx-{ep}", "--ep", ep)
         result = compare_seq2seq(
-            torch_model, OnnxSeq2Seq(out), list(lengths), decode_steps, seed, generate
+            torch_model, OnnxSeq2Seq(out), list(lengths), decode_steps, seed, generate, prefill
         )
         result.ep = ep
         result.assert_close(atol)

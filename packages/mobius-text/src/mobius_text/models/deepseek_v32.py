@@ -127,6 +127,10 @@ class DeepseekV32Attention(DeepseekV2Attention):
         q_resid = self.q_a_layernorm(op, self.q_a_proj(op, x))
         return q_resid, self.heads(op, self.q_b_proj(op, q_resid), self.nope + self.rope_dim), None
 
+    def attend(self, op, query, key, value, bias) -> ir.Value:
+        """Attention of ``query [b, H, s, qk]`` over the masked keys; HY-V4 adds sinks."""
+        return op.Attention(query, key, value, bias, scale=self.scale)
+
     def key_rotary_input(self, op, k_rot: ir.Value) -> ir.Value:
         """The shared key part ``[b, 1, s, rope]`` before RoPE (Dots 3 normalises it)."""
         return k_rot
@@ -170,7 +174,7 @@ class DeepseekV32Attention(DeepseekV2Attention):
         )  # [b, H, total, rope]
         key = op.Concat(k_nope, k_rot_heads, axis=-1)
 
-        y = op.Attention(query, key, value, bias, scale=self.scale)  # [b, H, s, v]
+        y = self.attend(op, query, key, value, bias)  # [b, H, s, v]
         y = merge_heads(op, y)
         if gate is not None:  # [b, s, H*v]
             y = op.Mul(y, op.Sigmoid(gate))

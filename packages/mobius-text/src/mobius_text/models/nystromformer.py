@@ -195,19 +195,30 @@ class NystromformerModel(BertModel):
 
 
 class NystromformerForFeatureExtraction(BertForFeatureExtraction):
-    """BERT's tree under ``nystromformer.*`` (``cls.predictions``, ``classifier``)."""
+    """BERT's tree under ``nystromformer.*`` (``cls.predictions``, ``classifier``); multiple
+    choice scores ``classifier(relu(pre_classifier(x[:, 0])))`` per choice (no pooler)."""
 
     config_class = NystromformerConfig
     base_model_prefix = "nystromformer"
     model_class = NystromformerModel
+    head_names = (*BertForFeatureExtraction.head_names, "pre_classifier")
+
+    def __init__(self, config: NystromformerConfig) -> None:
+        super().__init__(config)
+        if config.head == "multiple-choice":
+            self.pre_classifier = Linear(config.hidden_size, config.hidden_size, bias=True)
 
     def sequence_classifier(self, config: NystromformerConfig) -> nn.Module:
         """``classifier.dense``, the activation, ``out_proj`` on the first token (no pooler)."""
         return ClassificationHead(config.hidden_size, config.num_labels, config.hidden_act)
 
-    def choice_classifier(self, config: NystromformerConfig) -> nn.Module:
-        """Not built: ``relu(pre_classifier(x[:, 0]))`` then ``classifier`` (no pooler)."""
-        raise ConfigError("--head multiple-choice is not built for nystromformer")
+    def forward(self, op, input_ids, attention_mask, token_type_ids):
+        if self.config.head != "multiple-choice":
+            return super().forward(op, input_ids, attention_mask, token_type_ids)
+        hidden, _ = self.base_model(op, input_ids, attention_mask, token_type_ids)
+        first = op.Squeeze(op.Slice(hidden, [0], [1], [1]), [1])  # [rows, hidden]
+        score = self.classifier(op, op.Relu(self.pre_classifier(op, first)))  # [rows, 1]
+        return {"last_hidden_state": hidden, "logits": score}
 
 
 MODEL_TYPES = {"nystromformer": NystromformerForFeatureExtraction}

@@ -11,10 +11,11 @@ task for ``--head sentence-embedding``).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from mobius.components import Embedding, padding_bias
+from mobius.components import Embedding, Linear, padding_bias
 from mobius.config import EncoderConfig
 from mobius.errors import ConfigError
 from mobius.model import Model
@@ -51,6 +52,7 @@ class T5EncoderConfig(EncoderConfig):
             num_attention_heads=t5.num_heads,
             layer_norm_eps=t5.eps,
             pad_token_id=t5.pad_token_id,
+            num_labels=hf_config.num_labels,  # the token classifier's (a checked int)
             t5=t5,
         )
 
@@ -91,4 +93,46 @@ class UMT5EncoderModel(T5EncoderModel):
     stack_class = UMT5Stack
 
 
-MODEL_TYPES = {"T5EncoderModel": T5EncoderModel, "UMT5EncoderModel": UMT5EncoderModel}
+class T5ForTokenClassification(Model):
+    """``T5ForTokenClassification``: the encoder under ``transformer.``, ``classifier`` per token."""
+
+    config_class = T5EncoderConfig
+    task = "feature-extraction"
+    uses_token_type_ids = False
+    encoder_class = T5EncoderModel
+
+    def __init__(self, config: T5EncoderConfig) -> None:
+        super().__init__()
+        if config.head != "token-classification":
+            raise ConfigError(
+                f"--head {config.head}: {type(self).__name__} builds token-classification"
+            )
+        self.config = config
+        self.transformer = self.encoder_class(dataclasses.replace(config, head="none"))
+        self.classifier = Linear(config.hidden_size, config.num_labels, bias=True)
+
+    def forward(self, op, input_ids, attention_mask, token_type_ids=None):
+        hidden = self.transformer(op, input_ids, attention_mask)["last_hidden_state"]
+        return {"last_hidden_state": hidden, "logits": self.classifier(op, hidden)}
+
+    def sanitize(self, weights: dict) -> dict:
+        """The encoder's tensors as :class:`T5EncoderModel` reads them, under ``transformer.``."""
+        prefix = "transformer."
+        inner = {k.removeprefix(prefix): v for k, v in weights.items() if k.startswith(prefix)}
+        rest = {k: v for k, v in weights.items() if not k.startswith(prefix)}
+        inner = self.transformer.sanitize(inner)
+        return {**rest, **{prefix + k: v for k, v in inner.items()}}
+
+
+class UMT5ForTokenClassification(T5ForTokenClassification):
+    """UMT5's encoder with ``classifier`` per token."""
+
+    encoder_class = UMT5EncoderModel
+
+
+MODEL_TYPES = {
+    "T5EncoderModel": T5EncoderModel,
+    "UMT5EncoderModel": UMT5EncoderModel,
+    "T5ForTokenClassification": T5ForTokenClassification,
+    "UMT5ForTokenClassification": UMT5ForTokenClassification,
+}

@@ -266,11 +266,12 @@ class T5GemmaLMHead(nn.Module):
 class T5GemmaForConditionalGeneration(Model):
     config_class = T5GemmaConfig
     task = "seq2seq"
+    model_class: type = T5GemmaModel
 
     def __init__(self, config: T5GemmaConfig) -> None:
         super().__init__()
         self.config = config
-        self.model = T5GemmaModel(config)
+        self.model = self.model_class(config)
         decoder = config.decoder
         self.lm_head = (
             TiedLMHead(self.model.decoder.embed_tokens)
