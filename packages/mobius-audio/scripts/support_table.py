@@ -36,7 +36,10 @@ Parity = tuple[str, str, str, str | None]
 KITS: tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[Parity, ...], str, str], ...] = (
     (
         ("speech-to-text",),
-        ("MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES[-dia,voxtral,granite_speech,kyutai_speech_to_text]",),
+        (
+            "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES[-dia,voxtral,granite_speech,"
+            "kyutai_speech_to_text,qwen3_asr,granite_speech_plus]",
+        ),
         (
             ("test_whisper_parity.py", "test_whisper_parity", "test_whisper_parity:CASES",
              "whisper"),
@@ -72,7 +75,9 @@ KITS: tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[Parity, ...], str, str
         ("audio-language", "streaming-speech-to-text"),
         (
             "MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES[qwen2_audio,voxtral,granite_speech,"
-            "granite_speech_plus,audioflamingo3,glmasr,kyutai_speech_to_text]",
+            "granite_speech_plus,audioflamingo3,glmasr,qwen3_asr,kyutai_speech_to_text]",
+            # transformers' multimodal-LM table leaves these out; its seq2seq one has them
+            "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES[musicflamingo,granite_speech_plus]",
         ),
         (
             ("test_qwen2_audio.py", "test_qwen2_audio::test_parity_batch_of_two", "=",
@@ -81,6 +86,16 @@ KITS: tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[Parity, ...], str, str
              "=default,cpu", "voxtral"),
             ("test_granite_speech.py", "test_granite_speech::test_parity_batch_of_two", "=",
              "granite_speech"),
+            ("test_glmasr.py", "test_glmasr::test_parity_batch_of_two", "=default,cpu",
+             "glmasr"),
+            ("test_qwen3_asr.py", "test_qwen3_asr::test_parity_batch_of_two", "=default,cpu",
+             "qwen3_asr"),
+            ("test_audioflamingo3.py", "test_audioflamingo3::test_parity_batch_of_two", "=",
+             "audioflamingo3"),
+            ("test_musicflamingo.py", "test_musicflamingo::test_parity_batch_of_two", "=",
+             "musicflamingo"),
+            ("test_granite_speech_plus.py", "test_granite_speech_plus::test_parity_batch_of_two",
+             "=", "granite_speech_plus"),
             ("test_kyutai_stt.py", "test_kyutai_stt::test_codes_and_logits_match_transformers",
              "=", "kyutai_speech_to_text"),
             ("test_kyutai_stt.py", "test_kyutai_stt::test_generate_matches_transformers",

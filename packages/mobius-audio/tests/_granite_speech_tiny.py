@@ -118,13 +118,16 @@ def transformers_processor(monkeypatch):
     return GraniteSpeechProcessor(transformers_extractor(monkeypatch), tokenizer())
 
 
-def save_model(directory: Path, extractor):
-    """The tiny model (float32, eval, perturbed), saved with its processor files; returned."""
-    import torch
-    from transformers import GraniteSpeechForConditionalGeneration
+def save_model(directory: Path, extractor, model_class=None, config=None):
+    """The tiny model (float32, eval, perturbed), saved with its processor files; returned.
 
+    ``model_class`` and ``config`` default to Granite Speech's (a variant passes its own)."""
+    import torch
+
+    if model_class is None:
+        from transformers import GraniteSpeechForConditionalGeneration as model_class
     torch.manual_seed(0)
-    model = GraniteSpeechForConditionalGeneration(hf_config()).float().eval()
+    model = model_class(config or hf_config()).float().eval()
     perturb_parameters(model, seed=0)
     model.generation_config.eos_token_id = SPECIAL["<|end_of_text|>"]
     model.generation_config.pad_token_id = 0
@@ -144,24 +147,28 @@ LORA = dict(
 HUB_ADAPTER_NAMES = {"model.language_model.": "language_model.model."}
 
 
-def save_adapted_model(directory: Path, extractor, lora_scale: float = 0.2):
+def save_adapted_model(
+    directory: Path, extractor, lora_scale: float = 0.2, model_class=None, config=None
+):
     """:func:`save_model` with ``has_lora_adapter`` and a random PEFT LoRA adapter for the
     text decoder saved beside it as the hub keeps one (``adapter_config.json``,
     ``adapter_model.safetensors``, peft's names for the hub's module tree); returned is the
     model with the adapter injected and on, which is what transformers runs with audio.
 
     ``lora_B`` is noise of ``lora_scale`` (peft starts it at zero): the adapter must change
-    the answers for a test of it to be able to fail.
+    the answers for a test of it to be able to fail. ``model_class`` and ``config`` default
+    to Granite Speech's (a variant passes its own).
     """
     import torch
     from peft import LoraConfig, get_peft_model_state_dict, inject_adapter_in_model
     from safetensors.torch import save_file
-    from transformers import GraniteSpeechForConditionalGeneration
 
-    config = hf_config()
+    if model_class is None:
+        from transformers import GraniteSpeechForConditionalGeneration as model_class
+    config = config or hf_config()
     config.has_lora_adapter = True
     torch.manual_seed(0)
-    model = GraniteSpeechForConditionalGeneration(config).float().eval()
+    model = model_class(config).float().eval()
     perturb_parameters(model, seed=0)
     model.generation_config.eos_token_id = SPECIAL["<|end_of_text|>"]
     model.generation_config.pad_token_id = 0

@@ -22,7 +22,10 @@ import numpy as np
 
 from mobius.errors import MobiusError
 from mobius_audio.audio_prompts import check_placeholders, expand_placeholders
+from mobius_audio.audioflamingo3_features import AudioFlamingo3Inputs, MusicFlamingoInputs
+from mobius_audio.glmasr_features import GlmAsrInputs
 from mobius_audio.granite_speech_features import GraniteSpeechInputs
+from mobius_audio.qwen3_asr_features import Qwen3AsrInputs
 
 #: The Whisper feature extractor's settings read from preprocessor_config.json: (default, low, high).
 FEATURE_INTS = {
@@ -146,4 +149,12 @@ class Qwen2AudioInputs:
 
 
 #: The processor of each speech-LLM model_type.
-PROCESSORS = {"qwen2_audio": Qwen2AudioInputs, "granite_speech": GraniteSpeechInputs}
+PROCESSORS = {
+    "qwen2_audio": Qwen2AudioInputs,
+    "granite_speech": GraniteSpeechInputs,
+    "granite_speech_plus": GraniteSpeechInputs,
+    "audioflamingo3": AudioFlamingo3Inputs,
+    "musicflamingo": MusicFlamingoInputs,
+    "glmasr": GlmAsrInputs,
+    "qwen3_asr": Qwen3AsrInputs,
+}

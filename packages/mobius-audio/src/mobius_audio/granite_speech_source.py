@@ -29,6 +29,8 @@ from mobius.source import ModelSource, model_source, read_json
 from mobius_audio.models.granite_speech import GraniteSpeechForConditionalGeneration
 
 MODEL_TYPE = "granite_speech"
+#: The types whose adapter is merged: Granite Speech and its variants (the same module tree).
+MODEL_TYPES = (MODEL_TYPE, "granite_speech_plus")
 #: The adapter's names for a text decoder trained alone, to the hub's module tree.
 DECODER_ALONE = {"model.layers.": "language_model.model.layers."}
 
@@ -42,7 +44,7 @@ def has_adapter(path: Path) -> bool:
         config = read_json(path / "config.json")
     except MobiusError:
         return False  # not readable: core's reader names what is wrong with it
-    if config.get("model_type") != MODEL_TYPE:
+    if config.get("model_type") not in MODEL_TYPES:
         return False
     flag = config.get("has_lora_adapter", False)
     if not isinstance(flag, bool):
@@ -53,7 +55,7 @@ def has_adapter(path: Path) -> bool:
 def recognise(path: Path, options, registry) -> ModelSource | None:
     """Core's model source for a Granite Speech directory with an adapter, its checkpoint
     merged with the adapter; None for any other directory (core's reader)."""
-    if options.model_type not in (None, MODEL_TYPE) or not has_adapter(path):
+    if options.model_type not in (None, *MODEL_TYPES) or not has_adapter(path):
         return None
     if options.plugin.get("part", "all") != "all":
         return None  # the decoder alone (mobius-vision's --part text) is the text-only one

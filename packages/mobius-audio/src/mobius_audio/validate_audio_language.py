@@ -20,6 +20,7 @@ import numpy as np
 from mobius.errors import MobiusError
 from mobius.lora import read_merge_record
 from mobius.validate import SAMPLE_DECODE_STEPS, ValidationReport, load_reference, smoke_report
+from mobius_audio import glmasr_features, qwen3_asr_features
 from mobius_audio.granite_speech_features import validation_audio
 
 SEED = 0
@@ -28,7 +29,20 @@ TEXT_IDS = (5, 6, 7, 8)
 
 
 #: Families whose audio graph inputs are their own: model_type -> (config, rng) -> inputs.
-SAMPLE_AUDIO = {"granite_speech": validation_audio}
+SAMPLE_AUDIO = {
+    "granite_speech": validation_audio,
+    "granite_speech_plus": validation_audio,
+    "glmasr": glmasr_features.validation_audio,
+    "qwen3_asr": qwen3_asr_features.validation_audio,
+}
+
+
+#: Families transformers' AutoModelForMultimodalLM does not map: model_type -> its class.
+REFERENCE_CLASS = {
+    "audioflamingo3": "AudioFlamingo3ForConditionalGeneration",
+    "musicflamingo": "MusicFlamingoForConditionalGeneration",
+    "granite_speech_plus": "GraniteSpeechPlusForConditionalGeneration",
+}
 
 
 def _config(package_dir: Path) -> dict:
@@ -70,10 +84,11 @@ def sample(package_dir: Path, onnx_model) -> tuple[np.ndarray, dict[str, np.ndar
     rng = np.random.default_rng(SEED)
     audio = {"input_features": rng.uniform(-1, 1, (1, mels, frames)).astype(np.float32)}
     names = {i.name for s in onnx_model.encoders.values() for i in s.get_inputs()}
-    if "feature_attention_mask" in names:
-        mask = np.zeros((1, frames), np.int64)
-        mask[0, : int(frames * 0.6)] = 1
-        audio["feature_attention_mask"] = mask
+    for name in ("feature_attention_mask", "input_features_mask"):  # Audio Flamingo's name
+        if name in names:
+            mask = np.zeros((1, frames), np.int64)
+            mask[0, : int(frames * 0.6)] = 1
+            audio[name] = mask
     rows = onnx_model.encoder_features(audio)["audio_features"].shape[0]
     text = [t for t in TEXT_IDS if t != token]
     return np.asarray([[token] * rows + text], np.int64), audio
@@ -99,7 +114,8 @@ def validate_audio_language(package_dir: Path, source: Path, record: dict, refer
             ids, audio, mask, generate_positions(mask), onnx_model.empty_cache(1)
         )
         return smoke_report("audio-language", checked, {"logits": logits})
-    torch_model = load_reference("AutoModelForMultimodalLM", Path(source))
+    auto_class = REFERENCE_CLASS.get(_config(Path(package_dir)).get("model_type"))
+    torch_model = load_reference(auto_class or "AutoModelForMultimodalLM", Path(source))
     if read_merge_record(package_dir) and not getattr(torch_model, "_hf_peft_config_loaded", False):
         # transformers loads the adapter only with peft installed, and runs without it else
         raise MobiusError(

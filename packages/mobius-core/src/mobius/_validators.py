@@ -116,7 +116,11 @@ def validate_feature_extraction(package_dir: Path, source: Path, record: dict, r
     """Every output of the encoder on the sample batch (the second row padded at the end)."""
     import onnxruntime as ort
 
-    from mobius.testing._encoder_parity import compare_encoder, right_padded_batch
+    from mobius.testing._encoder_parity import (
+        compare_encoder,
+        right_padded_batch,
+        zero_extra_inputs,
+    )
 
     session = ort.InferenceSession(
         str(package_dir / "model.onnx"), providers=["CPUExecutionProvider"]
@@ -126,6 +130,8 @@ def validate_feature_extraction(package_dir: Path, source: Path, record: dict, r
     if not reference:
         ids, mask, types = right_padded_batch(list(SAMPLE_LENGTHS), _vocab_size(package_dir), 0)
         feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        rng = np.random.default_rng(0)  # a family's own inputs (LayoutLM's bbox): zeros
+        feeds.update({k: make(*ids.shape, rng) for k, make in zero_extra_inputs(session).items()})
         if head == "multiple-choice":  # the sample rows are the choices of one question
             feeds = {k: v[None] for k, v in feeds.items()}
         names = {i.name for i in session.get_inputs()}
@@ -138,7 +144,15 @@ def validate_feature_extraction(package_dir: Path, source: Path, record: dict, r
     options = record.get("options") or {}
     # The build's own defaults where the options left them to it (no sentence-transformers modules).
     pooling = (options.get("pooling") or "mean", bool(options.get("normalize")))
-    diffs = compare_encoder(torch_model, session, head, SAMPLE_LENGTHS, 0, pooling)
+    diffs = compare_encoder(
+        torch_model,
+        session,
+        head,
+        SAMPLE_LENGTHS,
+        0,
+        pooling,
+        extra_inputs=zero_extra_inputs(session),
+    )
     report = ValidationReport(
         "feature-extraction", f"transformers {type(torch_model).__name__}", checked
     )

@@ -14,6 +14,10 @@ and gives ``last_hidden_state``, plus what its head was built with:
   :data:`MAX_ANSWER_TOKENS` tokens whose start and end logits sum highest;
 - neither: the mean of ``last_hidden_state`` over the real tokens.
 
+A family's own inputs beyond the text (LayoutLM's ``bbox``) are fed as zeros where
+the graph's ``mobius.zeros_when_absent`` metadata names them (transformers does the
+same without them); a package with others is refused.
+
 Example::
 
     import mobius
@@ -34,6 +38,7 @@ import numpy as np
 
 from mobius.errors import MobiusError
 from mobius.generate import PackageError, _read_json
+from mobius.tasks._feature_extraction import ZEROS_WHEN_ABSENT
 
 _TOKEN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 #: The longest answer span ``Embedder.answer`` considers, in tokens (transformers' default).
@@ -55,9 +60,11 @@ class Embedder:
         self.session = open_session(graph, threads)
         self.inputs = [i.name for i in self.session.get_inputs()]
         self.outputs = [o.name for o in self.session.get_outputs()]
+        #: a family's own inputs (LayoutLM's bbox) the text has none of: fed as zeros, their shape
+        self.zero_inputs = self._zero_inputs()
         if not {"input_ids", "attention_mask"} <= set(self.inputs) or set(self.inputs) - set(
             _TOKEN_INPUTS
-        ):
+        ) - set(self.zero_inputs):
             raise PackageError(
                 f"{self.package_dir} is not a feature-extraction package: its graph takes "
                 f"{self.inputs}, not input_ids and attention_mask (and token_type_ids)"
@@ -69,6 +76,25 @@ class Embedder:
             )
         self.config = _read_json(self.package_dir / "config.json")
         self._tokenizer = None
+
+    def _zero_inputs(self) -> dict[str, list]:
+        """The graph's extra inputs transformers fills with zeros when absent, with their shapes.
+
+        The build names them in the graph's metadata; an extra input it does not name
+        changes the model's result when absent in another way, and is refused here.
+        """
+        meta = self.session.get_modelmeta().custom_metadata_map
+        if ZEROS_WHEN_ABSENT not in meta:
+            return {}
+        zeros = set(filter(None, meta[ZEROS_WHEN_ABSENT].split(",")))
+        declared = {i.name: i.shape for i in self.session.get_inputs()}
+        refused = set(declared) - set(_TOKEN_INPUTS) - zeros
+        if refused:
+            raise PackageError(
+                f"{self.package_dir} takes {sorted(refused)} beside the text, and its model "
+                "reads their absence otherwise than as zeros: run it in ONNX Runtime with them"
+            )
+        return {name: declared[name] for name in sorted(zeros)}
 
     @property
     def tokenizer(self):
@@ -103,6 +129,10 @@ class Embedder:
         feeds = {name: np.asarray(batch[name], np.int64) for name in self.inputs if name in batch}
         if "token_type_ids" in self.inputs and "token_type_ids" not in feeds:
             feeds["token_type_ids"] = np.zeros_like(feeds["input_ids"])
+        rows, width = feeds["input_ids"].shape
+        for name, shape in self.zero_inputs.items():  # as transformers does without them
+            dims = [rows if d == "batch" else width if d == "sequence" else d for d in shape]
+            feeds[name] = np.zeros(dims, np.int64)
         out = {**dict(zip(self.outputs, self.session.run(None, feeds), strict=True)), **feeds}
         if spans:
             out["offset_mapping"] = batch["offset_mapping"]

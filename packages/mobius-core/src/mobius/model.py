@@ -16,7 +16,9 @@ Hooks of core's task contracts:
 - ``causal-lm``: ``__call__(op, input_ids, attention_mask, position_ids, past)``
   and :meth:`Model.cache_layout` (or the shorter ``kv_cache_shapes()``);
 - ``feature-extraction``: ``__call__(op, input_ids, attention_mask, token_type_ids)``,
-  :attr:`Model.uses_token_type_ids`, :meth:`Model.output_shapes`;
+  :attr:`Model.uses_token_type_ids`, :meth:`Model.output_shapes`, and
+  :meth:`Model.extra_inputs` (inputs beyond the contract's, such as LayoutLM's ``bbox``,
+  passed as keyword arguments) with :attr:`Model.zeros_when_absent`;
 - ``seq2seq``: ``encode``, ``decode`` and ``cache_shapes`` (see
   :mod:`mobius.tasks._seq2seq`).
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import onnx_ir as ir
 from onnxscript import nn
 
 
@@ -42,6 +45,9 @@ class Model(nn.Module):
     ignored: tuple[str, ...] = ()
     #: Feature extraction: whether the graph takes ``token_type_ids``.
     uses_token_type_ids: ClassVar[bool] = False
+    #: Feature extraction: the :meth:`extra_inputs` a runner may feed as zeros when it has
+    #: none, because that is what transformers does when they are not given.
+    zeros_when_absent: ClassVar[tuple[str, ...]] = ()
 
     def sanitize(self, weights: dict[str, Any]) -> dict[str, Any]:
         """The checkpoint's tensors by name, as the module tree names them.
@@ -72,4 +78,15 @@ class Model(nn.Module):
 
     def output_shapes(self) -> dict[str, list]:
         """Feature extraction: outputs the family adds beside the contract's, with their shapes."""
+        return {}
+
+    def extra_inputs(self) -> dict[str, tuple[ir.DataType | None, list]]:
+        """Feature extraction: inputs beyond the contract's, name -> ``(dtype, shape)``.
+
+        Shapes use the symbolic dims ``batch`` and ``sequence`` and ints (LayoutLM's
+        ``bbox``: ``["batch", "sequence", 4]``); a dtype of None is the build's float type.
+        The graph declares them after the contract's inputs and the task passes them to
+        ``__call__`` by keyword (a domain task may take them too: Prompt Depth Anything's
+        ``prompt_depth``).
+        """
         return {}

@@ -172,6 +172,8 @@ def check_sizes(hf_config: Any, source: Path | str) -> None:
         for v in values:
             if v is None:
                 continue
+            if isinstance(v, float) and v.is_integer():  # MusicFlamingo's rope_theta (1200.0)
+                v = int(v)
             if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= limit:
                 raise ConfigError(
                     f"config of {source}: {name} = {value!r} is not an integer from 0 to {limit}"

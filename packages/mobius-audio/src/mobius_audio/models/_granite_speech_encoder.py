@@ -64,6 +64,11 @@ class GraniteSpeechEncoderConfig:
             )
         return cls(**fields)
 
+    @property
+    def output_width(self) -> int:
+        """The width of the states the encoder gives the projector."""
+        return self.hidden_dim
+
     def relative_distances(self) -> np.ndarray:
         """``[context, context]`` rows of ``rel_pos_emb`` per query and key (transformers'
         ``attention_dists`` buffer, which the checkpoint does not hold)."""

@@ -83,12 +83,12 @@ class GraniteSpeechConfig(AudioLanguageConfig):
             )
         if getattr(projector_hf, "use_qformer_text_input", False):
             raise ConfigError(f"{where}: a projector Q-Former with text input is not built")
-        encoder = GraniteSpeechEncoderConfig.from_hf(hf_config.encoder_config)
+        encoder = cls.audio_config_class.from_hf(hf_config.encoder_config)
         projector = QFormerConfig.from_hf(projector_hf, text_input=False)
-        if projector.encoder_hidden_size != encoder.hidden_dim:
+        if projector.encoder_hidden_size != encoder.output_width:
             raise ConfigError(
                 f"{where}: projector_config.encoder_hidden_size {projector.encoder_hidden_size} "
-                f"is not encoder_config.hidden_dim {encoder.hidden_dim}"
+                f"is not the encoder's output width {encoder.output_width}"
             )
         window = positive_int(hf_config, "window_size", where)
         rate = positive_int(hf_config, "downsample_rate", where)

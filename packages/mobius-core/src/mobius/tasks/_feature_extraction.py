@@ -1,7 +1,11 @@
 """The feature-extraction contract of encoder models (ORT and Optimum read these names).
 
 Inputs: ``input_ids`` and ``attention_mask`` int64 [batch, sequence], and
-``token_type_ids`` int64 [batch, sequence] where the model has token types.
+``token_type_ids`` int64 [batch, sequence] where the model has token types; then the
+family's own (``Model.extra_inputs()``: LayoutLM's ``bbox`` [batch, sequence, 4]), passed
+to the module by keyword (one named ``token_type_ids``, TAPAS's [batch, sequence, 7], takes
+the contract's place where the module has none of those), and named in the graph's ``mobius.zeros_when_absent`` metadata
+where transformers fills them with zeros when they are not given.
 Outputs: ``last_hidden_state`` [batch, sequence, hidden], and by the head chosen
 at build time (``config.head``):
 
@@ -36,6 +40,8 @@ from mobius.errors import ConfigError
 from mobius.options import ENCODER_HEADS, POOLING_MODES
 from mobius.tasks._base import IR_VERSION, ModelTask, set_output
 
+#: The graph's metadata key naming the extra inputs transformers fills with zeros when absent.
+ZEROS_WHEN_ABSENT = "mobius.zeros_when_absent"
 INT64 = ir.DataType.INT64
 
 
@@ -114,11 +120,24 @@ class FeatureExtractionTask(ModelTask):
         if module.uses_token_type_ids:
             token_type_ids = builder.input("token_type_ids", INT64, axes)
         inputs = [input_ids, attention_mask, token_type_ids]
-        if choices:  # each choice is a row of the encoder's batch
-            rows = op.Concat(op.Constant(value_ints=[-1]), op.Shape(input_ids, start=2), axis=0)
-            inputs = [None if x is None else op.Reshape(x, rows) for x in inputs]
+        # The family's own inputs (LayoutLM's bbox), after the contract's; by keyword.
+        own = {}
+        for name, (own_dtype, shape) in module.extra_inputs().items():
+            if choices:  # [batch, choices, ...]
+                shape = [d for s in shape for d in ((s, "choices") if s == "batch" else (s,))]
+            own[name] = builder.input(name, own_dtype or dtype, shape)
+        if token_type_ids is None and "token_type_ids" in own:  # the family's own token types
+            inputs[2] = own.pop("token_type_ids")  # (TAPAS's [batch, sequence, 7]), in their slot
+        if choices:  # each choice is a row of the encoder's batch: [batch*choices, ...]
+            minus_one = op.Constant(value_ints=[-1])
 
-        outputs = module(op, *inputs)
+            def rows(x):
+                return op.Reshape(x, op.Concat(minus_one, op.Shape(x, start=2), axis=0))
+
+            inputs = [None if x is None else rows(x) for x in inputs]
+            own = {name: rows(x) for name, x in own.items()}
+
+        outputs = module(op, *inputs, **own)
         if config.head in _OPT_IN_HEADS and "logits" not in outputs:
             raise ConfigError(f"--head {config.head} is not built for {config.model_type}")
 
@@ -146,4 +165,8 @@ class FeatureExtractionTask(ModelTask):
             set_output(
                 builder, embedding, "sentence_embedding", dtype, ["batch", config.hidden_size]
             )
-        return {"model": ir.Model(graph, ir_version=IR_VERSION, producer_name="mobius")}
+        model = ir.Model(graph, ir_version=IR_VERSION, producer_name="mobius")
+        if declared := module.extra_inputs():  # what a runner may feed as zeros when it has none
+            zeros = [name for name in declared if name in module.zeros_when_absent]
+            model.metadata_props[ZEROS_WHEN_ABSENT] = ",".join(zeros)
+        return {"model": model}

@@ -12,6 +12,8 @@ from mobius.testing._encoder_parity import (
     check_encoder_parity,
     make_random_encoder,
     pool_like_sentence_transformers,
+    random_boxes,
+    random_ids,
     right_padded_batch,
 )
 from mobius.testing._generation import genai_greedy, torch_greedy
@@ -59,6 +61,8 @@ __all__ = [
     "check_encoder_parity",
     "make_random_encoder",
     "right_padded_batch",
+    "random_boxes",
+    "random_ids",
     "genai_greedy",
     "torch_greedy",
     "PARITY_ATOL",

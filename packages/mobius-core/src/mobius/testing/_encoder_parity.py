@@ -79,6 +79,50 @@ def right_padded_batch(
     return input_ids, mask, types
 
 
+def random_boxes(limit: int):
+    """Extra-input maker: valid boxes ``[batch, seq, 4]`` (x0 <= x1, y0 <= y1, all below ``limit``)."""
+
+    def make(batch: int, seq: int, rng) -> np.ndarray:
+        corners = rng.integers(0, limit, (batch, seq, 2, 2))  # two (x, y) points
+        low, high = corners.min(axis=2), corners.max(axis=2)  # [batch, seq, 2] each
+        return np.concatenate([low, high], axis=-1).astype(np.int64)  # x0, y0, x1, y1
+
+    return make
+
+
+def random_ids(*limits: int):
+    """Extra-input maker: ids ``[batch, seq]`` below ``limits[0]``, or with several limits
+    ``[batch, seq, len(limits)]``, column ``i`` below ``limits[i]`` (TAPAS's token types)."""
+
+    def make(batch: int, seq: int, rng) -> np.ndarray:
+        columns = [rng.integers(0, max(limit, 1), (batch, seq)) for limit in limits]
+        ids = columns[0] if len(limits) == 1 else np.stack(columns, axis=-1)
+        return ids.astype(np.int64)
+
+    return make
+
+
+def zero_extra_inputs(session) -> dict:
+    """Extra-input makers of zeros for each graph input beyond the text contract's.
+
+    Zeros are valid ids and boxes for every family, and the values transformers reads
+    where it fills an absent input (``--validate`` feeds them to both models).
+    """
+    contract = ("input_ids", "attention_mask", "token_type_ids")
+
+    def zeros(trailing, dtype):
+        return lambda batch, seq, rng: np.zeros((batch, seq, *trailing), dtype)
+
+    makers = {}
+    for graph_input in session.get_inputs():
+        trailing = [d for d in graph_input.shape if isinstance(d, int)]
+        # int64 ids and boxes, or float ones (BROS's normalised boxes)
+        dtype = np.float32 if graph_input.type == "tensor(float)" else np.int64
+        if graph_input.name not in contract or trailing:  # TAPAS's token types: [b, s, 7]
+            makers[graph_input.name] = zeros(trailing, dtype)
+    return makers
+
+
 @dataclass
 class EncoderParity:
     """Max abs differences of one head's outputs over the real tokens."""
@@ -120,6 +164,7 @@ def compare_encoder(
     seed: int,
     pooling=("mean", True),
     special_tokens: dict | None = None,
+    extra_inputs: dict | None = None,
 ):
     """Run one padded batch through both; the max abs difference of each output.
 
@@ -130,7 +175,9 @@ def compare_encoder(
     the real tokens. ``special_tokens`` holds the ``end_token_id`` and
     ``pad_token_id`` of :func:`right_padded_batch`. A ``multiple-choice`` graph takes
     the rows as ``[len(lengths) // CHOICES, CHOICES, sequence]``; PyTorch's encoder sees
-    them flattened, as the graph's does.
+    them flattened, as the graph's does. ``extra_inputs`` maps a family's own input
+    (LayoutLM's ``bbox``) to a maker ``(batch, seq, rng) -> array`` (:func:`random_boxes`,
+    :func:`random_ids`); both models get the same values (PyTorch's by keyword).
     """
     import torch
 
@@ -146,9 +193,12 @@ def compare_encoder(
     feeds = {"input_ids": input_ids, "attention_mask": mask}
     if "token_type_ids" in names:
         feeds["token_type_ids"] = types
+    rng = np.random.default_rng(seed + 1)
+    for name, make in (extra_inputs or {}).items():  # a family's own inputs, valid values
+        feeds[name] = make(*input_ids.shape, rng)
     choices = head == "multiple-choice"
     if choices:
-        feeds = {k: v.reshape(-1, CHOICES, v.shape[-1]) for k, v in feeds.items()}
+        feeds = {k: v.reshape(-1, CHOICES, *v.shape[1:]) for k, v in feeds.items()}
     outputs = [o.name for o in session.get_outputs()]
     got = dict(zip(outputs, session.run(None, feeds), strict=True))
     if choices:
@@ -207,6 +257,7 @@ def check_encoder_parity(
     model_class: str | None = None,
     end_token_id: int | None = None,
     pad_token_id: int | None = None,
+    extra_inputs: dict | None = None,
 ) -> list[EncoderParity]:
     """Build a perturbed tiny encoder per head with the CLI and check it against PyTorch.
 
@@ -215,7 +266,8 @@ def check_encoder_parity(
     normalised, of PyTorch's hidden states. Returns the measurements per head and ep.
     ``model_class`` names the transformers class to compare with (see
     :func:`make_random_encoder`); ``end_token_id`` and ``pad_token_id`` place
-    special tokens in the batch (see :func:`right_padded_batch`).
+    special tokens in the batch (see :func:`right_padded_batch`); ``extra_inputs`` makes a
+    family's own inputs (see :func:`compare_encoder`).
     """
     import onnxruntime as ort
 
@@ -237,7 +289,13 @@ def check_encoder_parity(
             )
             special = dict(end_token_id=end_token_id, pad_token_id=pad_token_id)
             diffs = compare_encoder(
-                torch_model, session, head, lengths, seed, special_tokens=special
+                torch_model,
+                session,
+                head,
+                lengths,
+                seed,
+                special_tokens=special,
+                extra_inputs=extra_inputs,
             )
             result = EncoderParity(head, ep, diffs)
             result.assert_close(atol)

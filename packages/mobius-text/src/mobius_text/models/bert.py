@@ -187,9 +187,12 @@ class BertModel(nn.Module):
         uses_pooler = self.pooled and config.head in POOLED_HEADS
         self.pooler = BertPooler(config.hidden_size) if uses_pooler else None
 
-    def forward(self, op, input_ids, attention_mask, token_type_ids):
-        """``(last_hidden_state, pooled or None)``; called here, the pooler's weights stay ``bert.pooler``."""
-        x = self.embeddings(op, input_ids, token_type_ids)
+    def forward(self, op, input_ids, attention_mask, token_type_ids, **extra):
+        """``(last_hidden_state, pooled or None)``; called here, the pooler's weights stay ``bert.pooler``.
+
+        ``extra``: a variant's own inputs (LayoutLM's ``bbox``), for its embeddings.
+        """
+        x = self.embeddings(op, input_ids, token_type_ids, **extra)
         x = self.encoder(op, x, padding_bias(op, attention_mask, x.dtype))
         return x, self.pooler(op, x) if self.pooler is not None else None
 
@@ -272,8 +275,8 @@ class BertForFeatureExtraction(EncoderForFeatureExtraction):
         """``classifier``, one score per choice on the pooled first token."""
         return Linear(config.hidden_size, 1, bias=True)
 
-    def forward(self, op, input_ids, attention_mask, token_type_ids):
-        hidden, pooled = self.base_model(op, input_ids, attention_mask, token_type_ids)
+    def forward(self, op, input_ids, attention_mask, token_type_ids, **extra):
+        hidden, pooled = self.base_model(op, input_ids, attention_mask, token_type_ids, **extra)
         outputs = {"last_hidden_state": hidden}
         if self.cls is not None:
             outputs["logits"] = self.cls(op, hidden)

@@ -5,8 +5,9 @@ rerun a Llama-shaped backbone piece by piece. The families that compute otherwis
 learned positions, BLOOM's ALiBi, hybrids with convolution states...) are built here from
 their causal LM unchanged: the graph is the causal LM's prefill over an empty cache, and the
 state its head reads is the output: in these families, what transformers' bare model
-returns as ``last_hidden_state`` (MiniCPM 3, which scales the state on the way to its head,
-is left out), computed by the family's own code, proven by its causal-LM parity.
+returns as ``last_hidden_state`` (MiniCPM 3 divides it on the way to its head:
+``state_divided_by`` multiplies it back), computed by the family's own code, proven by its
+causal-LM parity.
 
 - ``<Family>Model`` (task ``text-encoder``): ``last_hidden_state``, with ``--head
   sentence-embedding`` the pooled embedding, with ``--score-tokens YES,NO`` a yes/no
@@ -86,6 +87,9 @@ class CausalBackbone:
 
     task: ClassVar[str] = "text-encoder"
     positions_from_mask: ClassVar[bool] = False
+    #: The config field the family divides the state by on its way to the head
+    #: (MiniCPM 3's ``logits_scaling``): the tapped input is multiplied back.
+    state_divided_by: ClassVar[str | None] = None
 
     @property
     def tapped_head(self) -> str:
@@ -125,7 +129,10 @@ class CausalBackbone:
             positions = op.Expand(op.Unsqueeze(op.Range(0, seq_len, 1), [0]), shape)
         past = empty_cache(op, self.cache_layout(), op.Slice(shape, [0], [1]), self.float_type())
         logits, _ = super().forward(op, input_ids, attention_mask, positions, past)
-        return self.head_inputs[-1], logits
+        hidden = self.head_inputs[-1]
+        if self.state_divided_by:
+            hidden = op.Mul(hidden, getattr(self.config, self.state_divided_by))
+        return hidden, logits
 
     def float_type(self) -> ir.DataType:
         """The build's float type (the cache's zeros take it): the first float parameter's."""
@@ -283,6 +290,7 @@ EMBEDDERS: dict[str, str] = {
     "MambaModel": "mamba",
     "MellumModel": "mellum",
     "MiMoV2FlashModel": "mimo_v2_flash",
+    "MiniCPM3Model": "minicpm3",
     "MiniMaxM2Model": "minimax_m2",
     "MiniMaxM3VLTextModel": "minimax_m3_vl_text",
     "MiniMaxModel": "minimax",
@@ -351,6 +359,7 @@ CLASSIFIERS: dict[str, str] = {
     "HunYuanMoEV1ForSequenceClassification": "hunyuan_v1_moe",
     "JambaForSequenceClassification": "jamba",
     "JetMoeForSequenceClassification": "jetmoe",
+    "MiniCPM3ForSequenceClassification": "minicpm3",
     "MiniMaxForSequenceClassification": "minimax",
     "Ministral3ForSequenceClassification": "ministral3",
     "Mistral4ForSequenceClassification": "mistral4",
@@ -371,6 +380,8 @@ ATTRIBUTES: dict[str, dict[str, Any]] = {
     "OPTForSequenceClassification": {"positions_from_mask": True},
     "RwkvModel": {"head_name": "head"},
     "CTRLForSequenceClassification": {"score_name": "classifier"},
+    "MiniCPM3Model": {"state_divided_by": "logits_scaling"},
+    "MiniCPM3ForSequenceClassification": {"state_divided_by": "logits_scaling"},
 }
 
 

@@ -74,7 +74,10 @@ class PromptDepthAnythingForDepthEstimation(DepthAnythingForDepthEstimation):
     """``pixel_values`` and ``prompt_depth`` -> metric ``predicted_depth`` [batch, height, width]."""
 
     config_class = PromptDepthAnythingConfig
-    extra_inputs = {"prompt_depth": ["batch", 1, "prompt_height", "prompt_width"]}
+
+    def extra_inputs(self) -> dict:
+        """``prompt_depth``, in the build's float type (dtype None)."""
+        return {"prompt_depth": (None, ["batch", 1, "prompt_height", "prompt_width"])}
 
     def __init__(self, config: PromptDepthAnythingConfig) -> None:
         super().__init__(config)

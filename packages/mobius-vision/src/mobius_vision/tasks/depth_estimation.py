@@ -8,7 +8,8 @@ backbones: any multiple of the patch size), else fixed at the config's image siz
 Prompt Depth Anything takes a second input, ``prompt_depth`` float [batch, 1,
 prompt_height, prompt_width]: a sparse or low-resolution metric depth (a LiDAR's), any
 size; the output is then metric, rescaled to the prompt's range. A module lists such
-inputs, after ``pixel_values``, in ``extra_inputs`` (name -> shape).
+inputs, after ``pixel_values``, in ``extra_inputs()`` (core's :meth:`mobius.model.Model.extra_inputs`:
+name -> (dtype, shape), dtype None for the build's float type).
 
 Outputs, named after transformers' ``DepthEstimatorOutput`` fields, as the module
 declares them in ``output_shapes()``:
@@ -49,8 +50,8 @@ class DepthEstimationTask(ModelTask):
             "pixel_values", dtype, ["batch", config.num_channels, height, width]
         )
         extra = [
-            builder.input(name, dtype, shape)
-            for name, shape in getattr(module, "extra_inputs", {}).items()
+            builder.input(name, input_dtype or dtype, shape)
+            for name, (input_dtype, shape) in module.extra_inputs().items()
         ]
         outputs = module(builder.op, pixel_values, *extra)
         shapes = module.output_shapes()
