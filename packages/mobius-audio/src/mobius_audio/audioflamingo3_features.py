@@ -65,11 +65,16 @@ class AudioFlamingo3Inputs:
         """What a placeholder becomes for a clip of ``count`` audio tokens."""
         return self.audio_token * count
 
+    @staticmethod
+    def user_content(prompt: str, audio: list[dict]) -> list[dict]:
+        """The user message's items: the text, then the clip (the transcription request's order)."""
+        return [{"type": "text", "text": prompt}, *audio]
+
     def prompt_text(self, prompt: str, clips: int, *, chat_template: bool, system: str | None):
         """The text the processor tokenizes, before the placeholders are expanded."""
         if chat_template and self.template:
             audio = [{"type": "audio", "path": f"clip{i}.wav"} for i in range(clips)]
-            messages = [{"role": "user", "content": [{"type": "text", "text": prompt}, *audio]}]
+            messages = [{"role": "user", "content": self.user_content(prompt, audio)}]
             if system is not None:
                 messages.insert(0, {"role": "system", "content": system})
             return self.tokenizer.apply_chat_template(

@@ -75,6 +75,7 @@ def load_causal_lm(model_dir: Path, attn_implementation: str = "eager"):
         dtype=torch.float32,
         attn_implementation=attn_implementation,
         output_loading_info=True,
+        trust_remote_code=False,
     )
     return model.eval(), sorted(info["missing_keys"])
 
