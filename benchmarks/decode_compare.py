@@ -9,12 +9,16 @@ minutes falls on both sides of a ratio: a ratio is the median of its per-round
 ratios, printed with their range.
 
 Paths: mobius fp32 and int4, the genai builder's fp32 and int4 (in
-onnxruntime-genai's own generator and in a plain ONNX Runtime KV-cache loop),
-optimum-onnx fp32 and torch.onnx (dynamo) fp32 (plain loop), and PyTorch eager
-fp32, the reference for the greedy-token match lengths. For SmolLM2 also the
-Q4_1 GGUF file the checkpoint comes from: mobius built from it (its blocks kept,
-the default) and llama.cpp (``llama-cpp-python``) running it. The floor is the weight bytes read per token over
-the read bandwidth of numpy sum/max over a 1 GiB array, on 2 threads.
+onnxruntime-genai's own generator "og" and in a plain ONNX Runtime KV-cache loop),
+mobius's own runner (``mobius generate``'s, its cache updated in place), optimum-onnx
+fp32 and torch.onnx (dynamo) fp32 (plain loop), and PyTorch eager fp32, the reference
+for the greedy-token match lengths. For SmolLM2 also two GGUF files, each built by
+mobius with its blocks kept (the default) and run by llama.cpp (``llama-cpp-python``,
+in its own environment built without AMX): the Q4_1 file the checkpoint comes from,
+and (``--tools ... q4_k_m``) a Q4_K_M that llama.cpp's quantizer makes from it. The
+floor is the weight bytes read per token over the read bandwidth of numpy sum/max over
+a 1 GiB array, on 2 threads. ``--prompt-tokens`` sets the prompt length (the prompt
+text repeated).
 
     uv run python benchmarks/decode_compare.py [--checkpoint smollm2|llama1b] [--tools ...]
 
@@ -58,7 +62,8 @@ def timed(generate) -> dict:
 
 
 # (label, tool, precision, runner); runner "ort" is the plain loop, "genai" the
-# onnxruntime-genai generator, "eager" PyTorch.
+# onnxruntime-genai generator, "mobius" mobius's own runner (the cache updated in place
+# where the build allows it), "llama_cpp" llama.cpp, "eager" PyTorch.
 PATHS = [
     ("eager fp32", None, "fp32", "eager"),
     ("mobius fp32 (og)", "mobius", "fp32", "genai"),
@@ -69,11 +74,19 @@ PATHS = [
     ("dynamo fp32 (loop)", "dynamo", "fp32", "ort"),
     ("mobius int4 (og)", "mobius", "int4", "genai"),
     ("mobius int4 (loop)", "mobius", "int4", "ort"),
+    ("mobius int4 (runner)", "mobius", "int4", "mobius"),
+    ("mobius int4-b64 (og)", "mobius", "int4-b64", "genai"),
+    ("mobius int4-b64 (runner)", "mobius", "int4-b64", "mobius"),
     ("genai int4 (og)", "genai", "int4", "genai"),
     ("genai int4 (loop)", "genai", "int4", "ort"),
     ("mobius gguf (og)", "mobius-gguf", "gguf", "genai"),
     ("mobius gguf (loop)", "mobius-gguf", "gguf", "ort"),
+    ("mobius gguf (runner)", "mobius-gguf", "gguf", "mobius"),
     ("llama.cpp gguf", "llama.cpp", "gguf", "llama_cpp"),
+    ("mobius q4_k_m (og)", "mobius-gguf-q4_k_m", "gguf", "genai"),
+    ("mobius q4_k_m (loop)", "mobius-gguf-q4_k_m", "gguf", "ort"),
+    ("mobius q4_k_m (runner)", "mobius-gguf-q4_k_m", "gguf", "mobius"),
+    ("llama.cpp q4_k_m", "llama.cpp-q4_k_m", "gguf", "llama_cpp"),
 ]
 
 
@@ -171,6 +184,27 @@ def child_genai(model_dir: str, ids: list[int]) -> dict:
     return timed(generate)
 
 
+def child_mobius(model_dir: str, ids: list[int]) -> dict:
+    """mobius's own runner (``mobius generate``'s ``TextGenerator``), greedy, no EOS stop."""
+    from mobius.generate import open_generator
+
+    generator = open_generator(model_dir, threads=THREADS)
+
+    def generate(new_tokens: int) -> tuple[list[int], float, float]:
+        out, start = [], time.perf_counter()
+        stream = generator.generate_ids(
+            ids, max_new_tokens=new_tokens, eos_token_ids=[], do_sample=False
+        )
+        for token in stream:
+            out.append(token)
+            if len(out) == 1:
+                prefill = time.perf_counter() - start
+                start = time.perf_counter()
+        return out, prefill * 1e3, (new_tokens - 1) / (time.perf_counter() - start)
+
+    return timed(generate)
+
+
 def child_eager(checkpoint_dir: str, ids: list[int]) -> dict:
     """PyTorch eager fp32 with the transformers KV cache."""
     import torch
@@ -197,16 +231,26 @@ def child_eager(checkpoint_dir: str, ids: list[int]) -> dict:
 
 
 def child_llama_cpp(gguf_path: str, ids: list[int]) -> dict:
-    """llama.cpp on the GGUF file itself (``llama-cpp-python``), greedy from the same ids."""
+    """llama.cpp on the GGUF file itself (``llama-cpp-python``), greedy from the same ids.
+
+    It runs in the ``llama.cpp`` peer environment: llama-cpp-python built for this
+    host's instruction sets but without llama.cpp's AMX kernels, which die with SIGSEGV
+    in the first decode on this VM (its CPU lists AMX; see ``_peers.PEER_BUILD_ENV``).
+    """
     from llama_cpp import Llama
 
     llm = Llama(
         model_path=gguf_path,
-        n_ctx=PROMPT_TOKENS + NEW_TOKENS + 8,
+        n_ctx=len(ids) + NEW_TOKENS + 8,
         n_threads=THREADS,
         n_threads_batch=THREADS,
         verbose=False,
     )
+    vocab = llm.n_vocab()
+
+    def last_logits() -> np.ndarray:
+        # Llama.eval keeps no logits unless logits_all; the context holds the last row.
+        return np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(vocab,))
 
     def generate(new_tokens: int) -> tuple[list[int], float, float]:
         llm.reset()
@@ -216,7 +260,7 @@ def child_llama_cpp(gguf_path: str, ids: list[int]) -> dict:
             if step == 1:
                 prefill = time.perf_counter() - start
                 start = time.perf_counter()
-            token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            token = int(np.argmax(last_logits()))
             out.append(token)
             if step + 1 < new_tokens:
                 llm.eval([token])
@@ -230,6 +274,7 @@ CHILDREN = {
     "genai": child_genai,
     "eager": child_eager,
     "llama_cpp": child_llama_cpp,
+    "mobius": child_mobius,
 }
 
 
@@ -256,6 +301,19 @@ def weight_bytes_per_token(model_dir: Path) -> int:
             continue  # an embedding lookup reads one row per token
         itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
         total += int(np.prod(tensor.dims, dtype=np.int64)) * itemsize
+    return total
+
+
+def gguf_bytes_per_token(path: Path) -> int:
+    """Bytes of a GGUF file's tensors one decode step reads: all of them, but one row of
+    ``token_embd`` when the file has its own ``output`` head (else it is the tied head)."""
+    from mobius.weights import GGUFFile
+
+    with GGUFFile.open(path) as gguf:
+        tensors = gguf.tensors
+        total = sum(tensor.nbytes for tensor in tensors.values())
+        if "output.weight" in tensors:
+            total -= tensors["token_embd.weight"].nbytes
     return total
 
 
@@ -304,7 +362,7 @@ def main() -> None:
     """Build what is missing, run every path, print the table, ratios and floor."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", choices=("smollm2", "llama1b"), default="smollm2")
-    tools = ("mobius", "genai", "optimum", "dynamo", "mobius-gguf", "llama.cpp")
+    tools = ("mobius", "genai", "optimum", "dynamo", "mobius-gguf", "llama.cpp", "q4_k_m")
     parser.add_argument(
         "--tools", nargs="+", choices=tools, default=list(tools), help="eager always runs"
     )
@@ -313,6 +371,12 @@ def main() -> None:
         type=int,
         default=5,
         help="run every path this many times, interleaved (default 5); medians are shown",
+    )
+    parser.add_argument(
+        "--prompt-tokens",
+        type=int,
+        default=PROMPT_TOKENS,
+        help=f"prompt length (default {PROMPT_TOKENS}); longer prompts repeat the text",
     )
     parser.add_argument(
         "--child", nargs=3, metavar=("RUNNER", "PATH", "IDS"), help=argparse.SUPPRESS
@@ -329,9 +393,12 @@ def main() -> None:
     source = _peers.checkpoint(args.checkpoint)
     ids = AutoTokenizer.from_pretrained(source)(PROMPT)["input_ids"][:PROMPT_TOKENS]
     assert len(ids) == PROMPT_TOKENS, len(ids)
+    ids = (ids * -(-args.prompt_tokens // PROMPT_TOKENS))[
+        : args.prompt_tokens
+    ]  # the text, repeated
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     print(
-        f"# decode_compare, {now}, {args.checkpoint}, {PROMPT_TOKENS}-token prompt, {NEW_TOKENS} new tokens,"
+        f"# decode_compare, {now}, {args.checkpoint}, {len(ids)}-token prompt, {NEW_TOKENS} new tokens,"
     )
     print(
         f"# greedy, {THREADS} threads, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}"
@@ -339,20 +406,31 @@ def main() -> None:
     print(f"mobius flags: fp32 {_peers.mobius_flags('fp32')}, int4 {_peers.mobius_flags('int4')}")
 
     builds, runs, results = {}, {}, {}
-    gguf_tools = ("mobius-gguf", "llama.cpp")  # the GGUF file SmolLM2's checkpoint comes from
-    paths = [
+    # The GGUF files (SmolLM2 only): the Q4_1 file the checkpoint comes from, and a
+    # Q4_K_M made from it; "q4_k_m" in --tools adds the second file's paths for both tools.
+    gguf_tools = ("mobius-gguf", "llama.cpp")
+    picked = [
         path
         for path in PATHS
-        if path[1] in (None, *args.tools)
-        and (args.checkpoint == "smollm2" or path[1] not in gguf_tools)
+        if path[1] is None
+        or path[1] in args.tools
+        or ("q4_k_m" in args.tools and path[1].removesuffix("-q4_k_m") in args.tools)
+    ]
+    paths = [
+        path
+        for path in picked
+        if args.checkpoint == "smollm2" or path[1].removesuffix("-q4_k_m") not in gguf_tools
     ]
     for label, tool, precision, runner in paths:
         if tool is None:
             runs[label] = (Path(sys.executable), source)
             continue
-        if tool == "llama.cpp":
-            gguf_dir, name = _peers._smollm2_gguf()
-            runs[label] = (Path(sys.executable), gguf_dir / name)
+        if tool.startswith("llama.cpp"):
+            try:
+                quant = "q4_k_m" if tool.endswith("q4_k_m") else "q4_1"
+                runs[label] = (_peers.peer_python("llama.cpp"), _peers.smollm2_gguf(quant))
+            except _peers.PeerUnavailable as error:
+                results[label] = {"error": str(error)}
             continue
         key = (tool, precision)
         if key not in builds:
@@ -385,9 +463,12 @@ def main() -> None:
             "prefill_ms": float(np.median([m["prefill_ms"] for m in measured])),
             "tok_s": float(np.median([m["tok_s"] for m in measured])),
             "rounds": [m["tok_s"] for m in measured],
+            "prefill_rounds": [m["prefill_ms"] for m in measured],
             "tokens": measured[0]["tokens"],
         }
-        if label not in ("eager fp32", "llama.cpp gguf"):
+        if label.startswith("llama.cpp"):
+            results[label]["weights"] = gguf_bytes_per_token(runs[label][1])
+        elif label != "eager fp32":
             results[label]["weights"] = weight_bytes_per_token(runs[label][1])
 
     one_thread, bandwidth = read_bandwidth(1), read_bandwidth(THREADS)
@@ -398,6 +479,9 @@ def main() -> None:
         "mobius int4 (loop)": "mobius fp32 (loop)",
         "genai int4 (og)": "genai fp32 (og)",
         "genai int4 (loop)": "genai fp32 (loop)",
+        "mobius int4-b64 (og)": "mobius fp32 (og)",
+        "mobius int4-b64 (runner)": "mobius fp32 (og)",
+        "mobius int4 (runner)": "mobius fp32 (og)",
     }
     header = (
         "path",
@@ -435,17 +519,21 @@ def main() -> None:
 
     print(f"tok/s: median of {args.rounds} rounds; ratios: median of the per-round ratios [range]")
 
-    def ratio(a: str, b: str, at_least: float = 1.0) -> None:
+    def ratio(a: str, b: str, at_least: float = 1.0, prefill: bool = False) -> None:
+        """a / b in decode tok/s, or with ``prefill`` b's prefill ms / a's (a speedup)."""
         if a not in results or b not in results:
             return  # a path left out with --tools
-        ra, rb = results[a].get("rounds"), results[b].get("rounds")
+        key = "prefill_rounds" if prefill else "rounds"
+        ra, rb = results[a].get(key), results[b].get(key)
         if not (ra and rb):
             print(f"{a} / {b}: n/a")
             return
-        paired = [x / y for x, y in zip(ra, rb, strict=True)]
+        pairs = zip(ra, rb, strict=True)
+        paired = [y / x for x, y in pairs] if prefill else [x / y for x, y in pairs]
         mid = float(np.median(paired))
+        what = "prefill speed" if prefill else "decode tok/s"
         print(
-            f"{a} / {b}: {mid:.2f}x [{min(paired):.2f}-{max(paired):.2f}] "
+            f"{a} / {b} ({what}): {mid:.2f}x [{min(paired):.2f}-{max(paired):.2f}] "
             f"(target >= {at_least:g}x: {mid >= at_least})"
         )
 
@@ -456,10 +544,24 @@ def main() -> None:
     # the same weights, dequantized) and against llama.cpp running the file itself.
     ratio("mobius gguf (og)", "genai int4 (og)")
     ratio("mobius gguf (loop)", "genai int4 (loop)")
-    ratio("mobius gguf (loop)", "llama.cpp gguf")
+    for quant, peer in (("gguf", "llama.cpp gguf"), ("q4_k_m", "llama.cpp q4_k_m")):
+        for runner in ("og", "loop", "runner"):
+            ratio(f"mobius {quant} ({runner})", peer)
+            ratio(f"mobius {quant} ({runner})", peer, prefill=True)
     ratio("mobius fp32 (loop)", "optimum fp32 (loop)")
     ratio("mobius fp32 (loop)", "dynamo fp32 (loop)")
     ratio("mobius fp32 (loop)", "eager fp32", at_least=3.0)
+    ratio("mobius int4 (runner)", "genai int4 (og)")
+
+    # Against the floor: the share of it each mobius path reaches, and llama.cpp's.
+    targets = {"fp32": 0.85, "int4": 0.70, "int4-b64": 0.70, "gguf": 0.70}
+    for label, _, precision, _ in paths:
+        r = results[label]
+        if "error" in r or not r.get("weights") or not label.startswith(("mobius", "llama")):
+            continue
+        share = r["tok_s"] / (bandwidth / r["weights"])
+        target = targets[precision]
+        print(f"{label}: {share:.0%} of the floor (target >= {target:.0%}: {share >= target})")
 
 
 if __name__ == "__main__":

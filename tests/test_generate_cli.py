@@ -103,6 +103,23 @@ def test_greedy_tokens_match_transformers(tiny_package):
     assert stats.stop_reason == "max_new_tokens" and stats.decode_tokens_per_s > 0
 
 
+def test_cpu_builds_update_the_cache_in_place(tiny_package):
+    """An --ep cpu build keeps its cache inside GroupQueryAttention, so the runner binds one
+    buffer per cache tensor as both past and present (no copy per step); its tokens equal
+    those of separate buffers and of transformers."""
+    generator, model, tokenizer = tiny_package
+    in_place = "gen-cpu" in str(generator.package_dir)
+    assert generator._share_buffers is in_place
+    prompt = [1] + [3 + i % (len(tokenizer) - 3) for i in range(100)]
+    shared = list(generator.generate_ids(prompt, max_new_tokens=8, eos_token_ids=[]))
+    generator._share_buffers = False
+    try:
+        copied = list(generator.generate_ids(prompt, max_new_tokens=8, eos_token_ids=[]))
+    finally:
+        generator._share_buffers = in_place
+    assert shared == copied == torch_greedy(model, prompt, 8, eos="ignore")
+
+
 def test_stops_at_eos(tiny_package):
     generator, model, _ = tiny_package
     prompt = [1, 40, 50, 60]

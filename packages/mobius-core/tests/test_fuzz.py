@@ -161,6 +161,20 @@ def test_mutated_gguf_opens_or_raises_checkpoint_error(valid_gguf, mutation):
         assert "\n" not in str(exc)
 
 
+def test_gguf_quantized_tensor_with_a_zero_dimension_reads_empty(valid_gguf):
+    """A header edit that makes a Q8_0 tensor's row count 0 (found by the fuzz case above
+    in a run with other files): no blocks, an empty array, not a reshape error."""
+    path = _SCRATCH / "zero-rows.gguf"
+    path.write_bytes(_mutate(valid_gguf, ([(358, 0)], None)))
+    try:
+        with GGUFFile.open(path) as file:
+            arrays = {name: tensor.numpy() for name, tensor in file.tensors.items()}
+    except CheckpointError as exc:
+        assert "\n" not in str(exc)
+    else:
+        assert any(array.size == 0 for array in arrays.values())
+
+
 # --- config.json -----------------------------------------------------------------------
 
 LLAMA = {

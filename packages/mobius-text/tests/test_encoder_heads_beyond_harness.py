@@ -6,8 +6,8 @@
   bare encoder's, and the span and choice heads need three separators per row
   (transformers asserts it): here the rows are ``<s> question </s></s> text </s>``
   and the states are compared with the head model's ``hidden_states[-1]``.
-- Funnel's sequence classification and a bare ``FunnelBaseModel`` checkpoint have no
-  decoder: ``last_hidden_state`` is the last block's pooled sequence.
+- Funnel's sequence classification, multiple choice and a bare ``FunnelBaseModel``
+  checkpoint have no decoder: ``last_hidden_state`` is the last block's pooled sequence.
 
 Same tolerance as the harness: fp32, max abs diff <= ``PARITY_ATOL``, every parameter perturbed.
 """
@@ -120,4 +120,33 @@ def test_funnel_base_model_states(head, tmp_path):
     diffs = {"states": np.abs(got["last_hidden_state"] - states.numpy()).max()}
     if head != "none":
         diffs["logits"] = np.abs(got["logits"] - out.logits.numpy()).max()
+    assert max(diffs.values()) <= PARITY_ATOL, diffs
+
+
+def test_funnel_multiple_choice(tmp_path):
+    """Each choice scored on its own pooled states: ``[batch, choices, pooled, hidden]``."""
+    import torch
+
+    config = AutoConfig.for_model("funnel", **FUNNEL)
+    model = make_random_encoder(config, "multiple-choice")
+    session, names = _session(model, tmp_path, "--head", "multiple-choice")
+    ids, mask, types = right_padded_batch([9, 6, 9, 8], 99, 3)  # 2 questions x 2 choices
+    feeds = {
+        name: value.reshape(2, 2, -1)
+        for name, value in {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "token_type_ids": types,
+        }.items()
+    }
+    got = dict(zip(names, session.run(None, feeds), strict=True))
+    with torch.no_grad():
+        out = model(**{k: torch.from_numpy(v) for k, v in feeds.items()}, output_hidden_states=True)
+    assert got["last_hidden_state"].shape == (2, 2, 5, 32)  # 9 tokens: <cls> and 4 pairs
+    states = got["last_hidden_state"].reshape(4, 5, 32)
+    diffs = {
+        "states": np.abs(states - out.hidden_states[-1].numpy()).max(),
+        "logits": np.abs(got["logits"] - out.logits.numpy()).max(),
+    }
+    assert got["logits"].shape == (2, 2)
     assert max(diffs.values()) <= PARITY_ATOL, diffs

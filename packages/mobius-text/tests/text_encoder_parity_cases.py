@@ -126,6 +126,15 @@ def first_causal_configs() -> dict[str, dict]:
     return first
 
 
+# The padding sides a bare class is compared on where not both ("sides" of a case).
+PADDING_SIDES = {
+    # transformers' CpmAntModel takes no attention_mask: it counts the ids that are not 0 and
+    # takes them to be the last positions (CPM-Ant's tokenizer pads left), so right-padded
+    # rows have their tokens masked out there.
+    "CpmAntModel": ("left",),
+}
+
+
 def causal_backbone_cases() -> dict[str, tuple]:
     """A case per bare class built through its causal LM (``models/causal_backbones.py``),
     saved bare, on its family's first causal-LM parity config: the last state only."""
@@ -134,7 +143,11 @@ def causal_backbone_cases() -> dict[str, tuple]:
     configs = first_causal_configs()
     spec = dict(options=[], states=(), whole=True)
     return {
-        key: (model_type, configs[model_type], dict(spec, model_class=key, saved=key))
+        key: (
+            model_type,
+            configs[model_type],
+            dict(spec, model_class=key, saved=key, sides=PADDING_SIDES.get(key, ("right", "left"))),
+        )
         for key, model_type in EMBEDDERS.items()
     }
 

@@ -34,6 +34,7 @@ from mobius.generate import (
     begin_suppress_tokens,
     suppress_tokens,
 )
+from mobius_audio import whisper_features
 from mobius_audio.audio_file import resample
 from mobius_audio.generate import SpeechToTextGenerator, extract_inputs
 from mobius_audio.longform import (
@@ -170,6 +171,8 @@ class WhisperGenerator(SpeechToTextGenerator):
         options = (
             dict(truncation=False, padding="longest") if window and audio.size > window else {}
         )
+        if whisper_features.supports(extractor):  # the same features, its frame loop vectorised
+            return whisper_features.whisper_log_mel(extractor, audio, **options)
         return extract_inputs(extractor, audio, target, **options)["input_features"]
 
     def _encode_window(self, features: np.ndarray, seek: int) -> dict[str, np.ndarray]:

@@ -559,6 +559,20 @@ class TextGenerator(_Generator):
                 raise PackageError(f"the graph has {past.name} but no {present} output")
         self._inputs = set(inputs)
         self._present_names = self._cache_outputs(self._past)
+        self._share_buffers = self._cache_shared_in_place()
+
+    def _cache_shared_in_place(self) -> bool:
+        """Whether the build marked the cache as updated in place (genai_config.json's
+        ``past_present_share_buffer``: every cache tensor is read and written only by
+        GroupQueryAttention) and each cache has a ``[batch, heads, length, head_size]``
+        shape with fixed heads and head size."""
+        search = _read_json(self.package_dir / "genai_config.json").get("search")
+        if not (isinstance(search, dict) and search.get("past_present_share_buffer") is True):
+            return False
+        return all(
+            len(past.shape) == 4 and all(isinstance(d, int) and d > 0 for d in past.shape[1::2])
+            for past in self._past
+        )
 
     # -- the loop --------------------------------------------------------------------
 
@@ -614,10 +628,16 @@ class TextGenerator(_Generator):
                 f"the prompt has {len(prompt)} tokens; the model takes at most {context}"
             )
         cache, position = self._empty_cache(), 0
+        if self._share_buffers:
+            shared = _SharedCacheStep(self, capacity=len(prompt) + max(int(max_new_tokens), 1))
 
         def step(ids: list[int]) -> np.ndarray:
             nonlocal cache, position
-            logits, cache = self._step(np.asarray([ids], dtype=np.int64), position, cache)
+            batch = np.asarray([ids], dtype=np.int64)
+            if self._share_buffers:
+                logits = shared(batch, position)
+            else:
+                logits, cache = self._step(batch, position, cache)
             position += len(ids)
             return logits
 
@@ -631,6 +651,55 @@ class TextGenerator(_Generator):
             max_new_tokens=max_new_tokens,
             **sampling,
         )
+
+
+class _SharedCacheStep:
+    """Causal-LM steps with each cache tensor in one preallocated buffer, bound as both
+    its ``past_key_values.*`` input and its ``present.*`` output.
+
+    GroupQueryAttention then writes the new keys and values into the buffer in place,
+    as onnxruntime-genai runs it (``past_present_share_buffer``): a step copies no
+    cache and allocates no cache outputs. ``capacity`` is the most positions the
+    generation fills (prompt plus new tokens).
+    """
+
+    def __init__(self, generator: TextGenerator, capacity: int) -> None:
+        ort = _import_onnxruntime()
+        self.generator = generator
+        self.binding = generator.session.io_binding()
+        self.binding.bind_output("logits")  # bound first: get_outputs()[0]
+        self.buffers = []
+        for past, present in zip(generator._past, generator._present_names, strict=True):
+            _, heads, _, head_size = past.shape
+            shape = (1, heads, capacity, head_size)
+            buffer = ort.OrtValue.ortvalue_from_numpy(
+                np.zeros(shape, dtype=ORT_FLOAT_TYPES[past.type])
+            )
+            self.binding.bind_ortvalue_input(past.name, buffer)
+            self.binding.bind_ortvalue_output(present, buffer)
+            self.buffers.append(buffer)  # the binding does not keep them alive
+
+    def __call__(self, ids: np.ndarray, start: int) -> np.ndarray:
+        """Run ``ids`` [1, n] at positions ``start..start+n-1``; returns the last logits."""
+        total = start + ids.shape[1]
+        feeds = {"input_ids": ids}
+        if "attention_mask" in self.generator._inputs:
+            feeds["attention_mask"] = np.ones((1, total), dtype=np.int64)
+        if "position_ids" in self.generator._inputs:
+            feeds["position_ids"] = np.arange(start, total, dtype=np.int64)[None, :]
+        for name, value in feeds.items():
+            self.binding.bind_cpu_input(name, value)
+        self.binding.bind_output("logits")  # anew: the last run's shape would be kept
+        try:
+            self.generator.session.run_with_iobinding(self.binding)
+        except Exception as exc:  # a graph whose cache is not GroupQueryAttention's alone
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise PackageError(
+                f"{self.generator.package_dir}: genai_config.json says the cache is updated in "
+                f"place, but ONNX Runtime refused it: {message}"
+            ) from None
+        logits = self.binding.get_outputs()[0].numpy()
+        return logits[0, -1].astype(np.float32)
 
 
 class Seq2SeqGenerator(_Generator):

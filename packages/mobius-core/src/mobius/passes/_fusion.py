@@ -70,18 +70,18 @@ def _last_axis(norm: ir.Node) -> bool:
     return axis == -1 or (rank is not None and axis == rank - 1)
 
 
-def fuse_skip_norms(model: ir.Model) -> int:
+def fuse_skip_norms(model: ir.Model, norms: tuple[str, ...] = tuple(_SKIP_NORMS)) -> int:
     """Fold ``norm(a + b)`` into ``Skip(Simplified)LayerNormalization(a, b)``.
 
     The residual sum stays available: the fused op's fourth output replaces the
     ``Add`` for its other consumers. Only last-axis norms of two computed
-    tensors are fused (the op wants hidden states, not a broadcast constant).
-    Returns how many norms were fused.
+    tensors are fused (the op wants hidden states, not a broadcast constant),
+    and only the norm op types in ``norms``. Returns how many norms were fused.
     """
     graph = model.graph
     count = 0
     for norm in list(graph):
-        if norm.domain != "" or norm.op_type not in _SKIP_NORMS or not _last_axis(norm):
+        if norm.domain != "" or norm.op_type not in norms or not _last_axis(norm):
             continue
         add = norm.inputs[0].producer()
         if add is None or add.op_type != "Add" or add.domain != "" or len(add.inputs) != 2:
@@ -438,9 +438,25 @@ def simplify_layout_ops(model: ir.Model) -> int:
     return count
 
 
-def fuse_for_runtime(model: ir.Model) -> None:
-    """The passes of an ``--ep cpu|cuda`` build, after the graph is made."""
-    fuse_skip_norms(model)
+def _has_kv_cache(graph: ir.Graph) -> bool:
+    """A graph that takes a key/value cache (a decoder, run one token per step)."""
+    return any(v.name and v.name.startswith("past_key_values") for v in graph.inputs)
+
+
+def fuse_for_runtime(model: ir.Model, ep: str) -> None:
+    """The passes of an ``--ep cpu|cuda`` build (``ep``), after the graph is made.
+
+    On ``cpu``, a graph without a key/value cache (an encoder: many tokens per
+    run) keeps ``LayerNormalization(a + b)`` as it is: ONNX Runtime 1.32's CPU
+    ``SkipLayerNormalization`` kernel is slower than the ``Add`` and
+    ``LayerNormalization`` it replaces (hidden 384, 128 and 4096 rows: 0.22 vs
+    0.04 ms and 15 vs 3 ms on one thread; all-MiniLM-L6-v2 runs about 10%
+    faster unfused, see benchmarks/encoder_compare.py).
+    """
+    norms = tuple(_SKIP_NORMS)
+    if ep == "cpu" and not _has_kv_cache(model.graph):
+        norms = tuple(n for n in norms if n != "LayerNormalization")
+    fuse_skip_norms(model, norms)
     RemoveUnusedNodesPass()(model)
     while simplify_layout_ops(model):  # each round exposes the next pair (T·T, then R·R)
         pass

@@ -63,7 +63,7 @@ def _keep_blocks(model, options, weights) -> None:
 
 
 PASSES: tuple[Pass, ...] = (
-    Pass("fuse-for-runtime", "graph", _fused, lambda m, o, w: fuse_for_runtime(m)),
+    Pass("fuse-for-runtime", "graph", _fused, lambda m, o, w: fuse_for_runtime(m, o.ep)),
     # q|k|v first: attention then takes them packed, with no Split.
     Pass("pack-qkv", "weights", _fused, lambda m, o, w: pack_qkv(m)),
     Pass("pack-parallel-matmuls", "weights", _fused, lambda m, o, w: pack_parallel_matmuls(m)),

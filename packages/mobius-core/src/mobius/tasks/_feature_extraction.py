@@ -143,9 +143,13 @@ class FeatureExtractionTask(ModelTask):
 
         hidden = outputs["last_hidden_state"]
         hidden_axes = ["batch", "sequence", config.hidden_size]
-        if choices:
-            per_choice = op.Concat(op.Shape(input_ids), op.Constant(value_ints=[-1]), axis=0)
-            hidden, hidden_axes = op.Reshape(hidden, per_choice), ["batch", *hidden_axes]
+        if choices:  # [batch*choices, sequence, hidden] -> [batch, choices, sequence, hidden]
+            # (the states' own sequence: a pooling encoder's, Funnel's, is shorter than the input)
+            per_choice = op.Concat(op.Shape(input_ids, end=2), op.Shape(hidden, start=1), axis=0)
+            hidden, hidden_axes = (
+                op.Reshape(hidden, per_choice),
+                ["batch", "choices", *hidden_axes[1:]],
+            )
             outputs["logits"] = op.Reshape(outputs["logits"], op.Shape(input_ids, end=2))
         set_output(builder, hidden, "last_hidden_state", dtype, hidden_axes)
         if config.head == "question-answering":  # [batch, sequence, 2]: the span's two ends

@@ -213,22 +213,49 @@ def compare_causal_lm(
     ``torch_full_ids``: the PyTorch model takes the whole sequence with its cache at every
     step and slices off the cached part itself (CPM-Ant); the ONNX graph takes the new tokens.
     """
+    steps = torch_reference_steps(
+        torch_model,
+        lengths,
+        decode_steps,
+        seed,
+        decode_attention_mask,
+        torch_cache,
+        torch_full_ids,
+    )
+    return compare_with_reference(onnx_model, steps)
+
+
+def torch_reference_steps(
+    torch_model,
+    lengths,
+    decode_steps=8,
+    seed=0,
+    decode_attention_mask: bool = True,
+    torch_cache=None,
+    torch_full_ids: bool = False,
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """PyTorch's side of :func:`compare_causal_lm`: per step, the ONNX feeds and torch's logits.
+
+    Each step is ``(input_ids, attention_mask, position_ids, torch_logits)``: what the ONNX
+    graph is fed at that step (the new tokens, the full mask, their positions) and the
+    logits PyTorch gave for them. Torch's greedy tokens drive every step, so the run does
+    not depend on the graph: one run serves every graph compared against it
+    (:func:`compare_with_reference`), the ``--ep default`` and ``--ep cpu`` builds alike.
+    """
     import torch
     from transformers import DynamicCache
 
     vocab = torch_model.config.vocab_size
-    input_ids, attention_mask, position_ids = left_padded_batch(lengths, vocab, seed)
-    real = attention_mask.astype(bool)
-    result = CausalLMParity()
+    input_ids, attention_mask, position_ids = left_padded_batch(list(lengths), vocab, seed)
     if torch_cache is not None:
         cache = torch_cache(torch_model, len(lengths))
     else:
         cache = DynamicCache(config=torch_model.config)
-    onnx_cache = onnx_model.empty_cache(len(lengths))
     parameters = inspect.signature(torch_model.forward).parameters
     takes_positions = "position_ids" in parameters
     takes_cache = bool({"cache", "past_key_values"} & set(parameters))
     all_ids, all_positions = input_ids, position_ids
+    steps = []
     for step in range(decode_steps + 1):
         if takes_cache:
             ids = all_ids if torch_full_ids else input_ids
@@ -243,21 +270,32 @@ def compare_causal_lm(
             )
         with torch.no_grad():
             out = torch_model(**inputs)
-        torch_logits = out.logits[:, -input_ids.shape[1] :].float().numpy()
+        torch_logits = out.logits[:, -input_ids.shape[1] :].float().numpy()  # (B, S, V)
+        steps.append((input_ids, attention_mask, position_ids, torch_logits))
+        torch_next = torch_logits[:, -1].argmax(-1)
+        input_ids = torch_next[:, None].astype(np.int64)  # (B, 1)
+        position_ids = position_ids[:, -1:] + 1
+        attention_mask = np.concatenate([attention_mask, np.ones_like(input_ids)], axis=1)
+        all_ids = np.concatenate([all_ids, input_ids], axis=1)
+        all_positions = np.concatenate([all_positions, position_ids], axis=1)
+    return steps
+
+
+def compare_with_reference(onnx_model: OnnxCausalLM, steps) -> CausalLMParity:
+    """The ONNX graph run through its cache on the feeds of :func:`torch_reference_steps`,
+    its logits compared with torch's at every step (prefill on real tokens only)."""
+    result = CausalLMParity()
+    real = steps[0][1].astype(bool)
+    onnx_cache = onnx_model.empty_cache(real.shape[0])
+    for step, (input_ids, attention_mask, position_ids, torch_logits) in enumerate(steps):
         onnx_logits, onnx_cache = onnx_model(input_ids, attention_mask, position_ids, onnx_cache)
         onnx_logits = onnx_logits.astype(np.float32)
         if step == 0:  # padded positions carry no meaning: compare real tokens only
             result.prefill_diff = float(np.abs(torch_logits - onnx_logits)[real].max())
         else:
             result.decode_diffs.append(float(np.abs(torch_logits - onnx_logits).max()))
-        torch_next = torch_logits[:, -1].argmax(-1)
-        result.torch_tokens.append(torch_next.tolist())
+        result.torch_tokens.append(torch_logits[:, -1].argmax(-1).tolist())
         result.onnx_tokens.append(onnx_logits[:, -1].argmax(-1).tolist())
-        input_ids = torch_next[:, None].astype(np.int64)
-        position_ids = position_ids[:, -1:] + 1
-        attention_mask = np.concatenate([attention_mask, np.ones_like(input_ids)], axis=1)
-        all_ids = np.concatenate([all_ids, input_ids], axis=1)
-        all_positions = np.concatenate([all_positions, position_ids], axis=1)
     return result
 
 
@@ -310,22 +348,24 @@ def check_causal_lm_parity(
         else:
             torch_model = text_model
     results = []
+    references = {}  # prompt lengths -> torch_reference_steps
     for ep in eps:
         out = build_with_cli(workdir / "hf", workdir / f"onnx-{ep}", "--ep", ep, *extra)
         if ep == "default":  # contrib ops are outside the ONNX checker's schemas
             onnx.checker.check_model(str(out / "model.onnx"), full_check=True)
         onnx_model = OnnxCausalLM(out / "model.onnx")
-        for lengths in batches:
-            result = compare_causal_lm(
-                torch_model,
-                onnx_model,
-                list(lengths),
-                decode_steps,
-                seed,
-                decode_attention_mask,
-                torch_cache,
-                torch_full_ids,
-            )
+        for lengths in map(tuple, batches):
+            if lengths not in references:  # torch's run is the same for every ep: once
+                references[lengths] = torch_reference_steps(
+                    torch_model,
+                    list(lengths),
+                    decode_steps,
+                    seed,
+                    decode_attention_mask,
+                    torch_cache,
+                    torch_full_ids,
+                )
+            result = compare_with_reference(onnx_model, references[lengths])
             result.ep = ep
             result.assert_close(atol)
             results.append(result)

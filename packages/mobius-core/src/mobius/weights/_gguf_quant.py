@@ -343,6 +343,8 @@ def dequantize(raw: np.ndarray, type_name: str, shape: tuple[int, ...]) -> np.nd
         return array if array.dtype.kind in "iu" else array.astype(np.float32, copy=False)
     block, size = block_layout(type_name)
     k = shape[-1]
+    if 0 in shape:  # no elements, so no blocks: nothing to reshape into rows
+        return np.zeros(shape, np.float32)
     rows = raw.reshape(-1, k // block * size)
     out = np.empty((len(rows), k), np.float32)
     step = max(1, (1 << 21) // k)  # rows per chunk: bounds the temporaries of large tensors

@@ -142,5 +142,15 @@ class BailingHybridForCausalLM(KimiLinearForCausalLM):
         mtp = range(c.num_hidden_layers, c.num_hidden_layers + c.num_mtp_layers)
         return (*super().ignored, *(f"model.layers.{n}.*" for n in mtp))
 
+    def sanitize(self, weights: dict) -> dict:
+        """A bare ``BailingHybridModel`` saved by transformers keeps its own ``embed_tokens``
+        (the rename back to ``word_embeddings`` is anchored on ``model.``): both are accepted."""
+        bare = "model.embed_tokens."
+        weights = {
+            f"model.word_embeddings.{name.removeprefix(bare)}" if name.startswith(bare) else name: t
+            for name, t in weights.items()
+        }
+        return super().sanitize(weights)
+
 
 MODEL_TYPES = {"bailing_hybrid": BailingHybridForCausalLM}

@@ -90,36 +90,57 @@ class CausalBackbone:
     #: The config field the family divides the state by on its way to the head
     #: (MiniCPM 3's ``logits_scaling``): the tapped input is multiplied back.
     state_divided_by: ClassVar[str | None] = None
+    #: Modules the head's output goes through on to the logits (the ModernBERT decoder's
+    #: ``decoder`` after its prediction head ``lm_head``): dropped with the head.
+    after_head: ClassVar[tuple[str, ...]] = ()
 
     @property
     def tapped_head(self) -> str:
-        """The family's ``head_name`` where it declares one (``embed_out``), else ``lm_head``."""
+        """The family's ``head_name`` where it declares one (``embed_out``), else ``lm_head``;
+        a dotted one (Inkling 2's ``model.llm.unembed``) is a head inside the backbone."""
         return getattr(self, "head_name", "lm_head")
+
+    def submodule(self, path: str):
+        """The module at the dotted ``path`` (``model.llm.unembed``), None where there is none."""
+        module = self
+        for name in path.split("."):
+            module = getattr(module, name, None)
+        return module
+
+    def replace_module(self, path: str, module: nn.Module) -> None:
+        """Put ``module`` at the dotted ``path``."""
+        holder, _, name = path.rpartition(".")
+        setattr(self.submodule(holder) if holder else self, name, module)
 
     def __init__(self, config) -> None:
         super().__init__(config)
         if config.hidden_states:
             raise ConfigError(f"--hidden-states: {type(self).__name__} outputs the last state only")
-        if not isinstance(getattr(self, self.tapped_head, None), nn.Module):
+        if not isinstance(self.submodule(self.tapped_head), nn.Module):
             raise TypeError(f"{type(self).__name__} has no LM head named {self.tapped_head!r}")
         self.keeps_head = bool(config.score_token_ids)  # a yes/no reranker reads the logits
-        if not self.keeps_head:
-            setattr(self, self.tapped_head, HeadInput())
+        for name in self.dropped_modules():
+            self.replace_module(name, HeadInput())
         self.head_inputs: list = []
-        record_input(getattr(self, self.tapped_head), self.head_inputs)
+        record_input(self.submodule(self.tapped_head), self.head_inputs)
+
+    def dropped_modules(self) -> tuple[str, ...]:
+        """The head and the modules after it (a bare checkpoint has none of them), each
+        replaced by a pass-through; none where the head is kept."""
+        return () if self.keeps_head else (self.tapped_head, *self.after_head)
 
     @property
     def ignored(self) -> tuple[str, ...]:
-        """The family's, and the LM head's tensors where it is not kept."""
-        ignored = super().ignored
-        return ignored if self.keeps_head else (*ignored, f"{self.tapped_head}.*")
+        """The family's, and the dropped modules' tensors."""
+        return (*super().ignored, *(f"{name}.*" for name in self.dropped_modules()))
 
     def output_shapes(self) -> dict[str, list]:
         return {}
 
     def prefill(self, op, input_ids, attention_mask):
         """``(state the head reads [batch, seq, hidden], logits [batch, seq, vocab])`` of the
-        prompt; the logits are left unused (and pruned) unless the head is kept."""
+        prompt; the logits are left unused (and pruned) unless the head is kept (a
+        ``scored_head`` classifier gets its head's output there instead)."""
         shape = op.Shape(input_ids)  # [batch, seq]
         if self.positions_from_mask:  # real tokens count from 0; pads sit at 1, as the LM's
             counted = op.Sub(op.CumSum(attention_mask, op.Constant(value_int=1)), attention_mask)
@@ -149,11 +170,14 @@ class CausalBackbone:
         return outputs
 
     def sanitize(self, weights: dict) -> dict:
-        """A bare model's tensors (``h.0.*``) get the backbone's prefix, then the family's rules."""
-        heads = {self.tapped_head, "score"}
+        """A bare model's tensors (``h.0.*``) get the backbone's prefix (a dotted head's
+        holder, ``model.llm``, where the head is inside it), then the family's rules."""
+        heads = {self.tapped_head, "score", *self.after_head}
         top = heads | {name for name, _ in self.named_children()}
         if not any(name.split(".", 1)[0] in top for name in weights):
             backbones = [name for name, _ in self.named_children() if name not in heads]
+            if "." in self.tapped_head:
+                backbones = [self.tapped_head.rpartition(".")[0]]
             if len(backbones) != 1:
                 raise ConfigError(f"{type(self).__name__}: no one backbone prefix among {top}")
             weights = {f"{backbones[0]}.{name}": tensor for name, tensor in weights.items()}
@@ -162,26 +186,42 @@ class CausalBackbone:
 
 class CausalClassifier(CausalBackbone):
     """Mixin before a causal LM class: ``score`` on the token transformers scores
-    (``score_name``: the checkpoint's name of it, ``classifier`` in CTRL)."""
+    (``score_name``: the checkpoint's name of it, ``classifier`` in CTRL).
+
+    ``scored_head``: where ``score`` reads the LM head's output rather than its input, the
+    classifier checkpoint's name of that head (the ModernBERT decoder's prediction head,
+    ``head``): it is kept, the modules after it dropped. ``score_bias``: the config field
+    that gives ``score`` a bias (``classifier_bias``), if any.
+    """
 
     task: ClassVar[str] = "text-classification"
     score_name: ClassVar[str] = "score"
+    scored_head: ClassVar[str | None] = None
+    score_bias: ClassVar[str | None] = None
 
     def __init__(self, config) -> None:
         super().__init__(config)
-        self.score = Linear(config.hidden_size, config.num_labels, bias=False)
+        bias = bool(getattr(config, self.score_bias)) if self.score_bias else False
+        self.score = Linear(config.hidden_size, config.num_labels, bias=bias)
+
+    def dropped_modules(self) -> tuple[str, ...]:
+        return self.after_head if self.scored_head else super().dropped_modules()
 
     def forward(self, op, input_ids, attention_mask, token_type_ids=None):
-        hidden, _ = self.prefill(op, input_ids, attention_mask)
-        scored = last_scored_token(op, hidden, input_ids, attention_mask, self.config.pad_token_id)
+        hidden, head_out = self.prefill(op, input_ids, attention_mask)
+        state = head_out if self.scored_head else hidden  # [batch, seq, hidden]
+        scored = last_scored_token(op, state, input_ids, attention_mask, self.config.pad_token_id)
         return {"last_hidden_state": hidden, "logits": self.score(op, scored)}
 
     def sanitize(self, weights: dict) -> dict:
-        prefix = f"{self.score_name}."
-        weights = {
-            "score." + name.removeprefix(prefix) if name.startswith(prefix) else name: tensor
-            for name, tensor in weights.items()
-        }
+        renames = {f"{self.score_name}.": "score."}
+        if self.scored_head:
+            renames[f"{self.scored_head}."] = f"{self.tapped_head}."
+        for name in list(weights):
+            for old, new in renames.items():
+                if name.startswith(old):
+                    weights[new + name.removeprefix(old)] = weights.pop(name)
+                    break
         return super().sanitize(weights)
 
 
@@ -215,6 +255,7 @@ EMBEDDERS: dict[str, str] = {
     "ApertusModel": "apertus",
     "ArceeModel": "arcee",
     "AriaTextModel": "aria_text",
+    "BailingHybridModel": "bailing_hybrid",
     "BambaModel": "bamba",
     "BeamModel": "beam",
     "BioGptModel": "biogpt",
@@ -226,6 +267,7 @@ EMBEDDERS: dict[str, str] = {
     "Cohere2MoeModel": "cohere2_moe",
     "CohereCompassTextModel": "cohere_compass_text",
     "CohereModel": "cohere",
+    "CpmAntModel": "cpmant",
     "CwmModel": "cwm",
     "DbrxModel": "dbrx",
     "DeepseekV2Model": "deepseek_v2",
@@ -234,6 +276,7 @@ EMBEDDERS: dict[str, str] = {
     "DeepseekV4Model": "deepseek_v4",
     "DiffLlamaModel": "diffllama",
     "DogeModel": "doge",
+    "DoryModel": "dory",
     "Dots1Model": "dots1",
     "Dots3NoteTextModel": "dots3_note_text",
     "Ernie4_5Model": "ernie4_5",
@@ -274,6 +317,9 @@ EMBEDDERS: dict[str, str] = {
     "HunYuanDenseV1Model": "hunyuan_v1_dense",
     "HunYuanMoEV1Model": "hunyuan_v1_moe",
     "HyperCLOVAXModel": "hyperclovax",
+    "Inkling2LoopTextModel": "inkling2_loop_text",
+    "Inkling2TextModel": "inkling2_text",
+    "InklingTextModel": "inkling_text",
     "Jais2Model": "jais2",
     "JambaModel": "jamba",
     "JetMoeModel": "jetmoe",
@@ -298,6 +344,7 @@ EMBEDDERS: dict[str, str] = {
     "MinistralModel": "ministral",
     "Mistral4Model": "mistral4",
     "MixtralModel": "mixtral",
+    "ModernBertDecoderModel": "modernbert-decoder",
     "MptModel": "mpt",
     "NanoChatModel": "nanochat",
     "NemotronHModel": "nemotron_h",
@@ -363,6 +410,7 @@ CLASSIFIERS: dict[str, str] = {
     "MiniMaxForSequenceClassification": "minimax",
     "Ministral3ForSequenceClassification": "ministral3",
     "Mistral4ForSequenceClassification": "mistral4",
+    "ModernBertDecoderForSequenceClassification": "modernbert-decoder",
     "MptForSequenceClassification": "mpt",
     "OPTForSequenceClassification": "opt",
     "OpenAIGPTForSequenceClassification": "openai-gpt",
@@ -382,6 +430,16 @@ ATTRIBUTES: dict[str, dict[str, Any]] = {
     "CTRLForSequenceClassification": {"score_name": "classifier"},
     "MiniCPM3Model": {"state_divided_by": "logits_scaling"},
     "MiniCPM3ForSequenceClassification": {"state_divided_by": "logits_scaling"},
+    "InklingTextModel": {"state_divided_by": "logits_mup_width_multiplier"},
+    "Inkling2TextModel": {"head_name": "model.llm.unembed"},
+    "Inkling2LoopTextModel": {"head_name": "model.llm.unembed"},
+    "ModernBertDecoderModel": {"after_head": ("decoder",)},
+    "ModernBertDecoderForSequenceClassification": {
+        "after_head": ("decoder",),
+        "score_name": "classifier",
+        "scored_head": "head",
+        "score_bias": "classifier_bias",
+    },
 }
 
 

@@ -220,8 +220,15 @@ class DoryForCausalLM(LlamaForCausalLM):
     def sanitize(self, weights: dict) -> dict:
         """Released checkpoints store layer ``i`` as two blocks, ``layers.{2i}.mixer`` (attention,
         rate ``attn_alpha``) and ``layers.{2i+1}.mixer`` (MLP, rate ``mlp_alpha``); transformers
-        (and its ``save_pretrained``) use ``layers.{i}.self_attn`` / ``mlp`` / ``lambda_1`` / ``lambda_2``."""
+        (and its ``save_pretrained``) use ``layers.{i}.self_attn`` / ``mlp`` / ``lambda_1`` / ``lambda_2``.
+        A bare ``DoryModel`` saved by transformers keeps its own ``embed_tokens`` (the rename
+        back to ``embeddings`` is anchored on the causal LM's prefix): both are accepted."""
+        bare = f"{self.backbone_name}.embed_tokens."
         for name in list(weights):
+            if name.startswith(bare):
+                renamed = f"{self.backbone_name}.embeddings.{name.removeprefix(bare)}"
+                weights[renamed] = weights.pop(name)
+                continue
             if (match := RELEASED_BLOCK.search(name)) is None:
                 continue
             index, part = int(match[1]), match[2]

@@ -396,12 +396,8 @@ class FunnelForFeatureExtraction(EncoderForFeatureExtraction):
             self.lm_head = VocabProjection(hidden, config.vocab_size, embeddings, tied)
         elif config.head == "sequence-classification":
             self.classifier = FunnelClassificationHead(hidden, labels)
-        elif config.head == "multiple-choice":  # the task reshapes the states per input token
-            raise ConfigError(
-                "--head multiple-choice is not built for funnel: FunnelBaseModel's states are "
-                "pooled, and the multiple-choice contract reshapes last_hidden_state to the "
-                "input's [batch, choices, sequence]"
-            )
+        elif config.head == "multiple-choice":  # one score per choice, on the pooled states
+            self.classifier = FunnelClassificationHead(hidden, 1)
         elif config.head == "token-classification":
             self.classifier = Linear(hidden, labels, bias=True)
         elif config.head == "question-answering":
