@@ -419,7 +419,9 @@ def main() -> None:
     paths = [
         path
         for path in picked
-        if args.checkpoint == "smollm2" or path[1].removesuffix("-q4_k_m") not in gguf_tools
+        if args.checkpoint == "smollm2"
+        or path[1] is None
+        or path[1].removesuffix("-q4_k_m") not in gguf_tools
     ]
     for label, tool, precision, runner in paths:
         if tool is None:
