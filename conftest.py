@@ -20,6 +20,7 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import onnxruntime as _ort  # noqa: E402
+import pytest  # noqa: E402
 import transformers.models.auto.image_processing_auto as _auto_image_processing  # noqa: E402
 
 _resolve_backend = _auto_image_processing._resolve_backend
@@ -35,21 +36,26 @@ _auto_image_processing._resolve_backend = _pil_unless_asked
 
 
 _SPINNING = "session.intra_op.allow_spinning"
-_session_init = _ort.InferenceSession.__init__
 
 
-def _session_without_spinning(self, path_or_bytes, sess_options=None, *args, **kwargs):
-    """``InferenceSession`` whose intra-op threads sleep between runs (unless a test asks)."""
-    if sess_options is None:
-        sess_options = _ort.SessionOptions()
-    try:
-        sess_options.get_session_config_entry(_SPINNING)
-    except RuntimeError:  # not set by the caller
-        sess_options.add_session_config_entry(_SPINNING, "0")
-    _session_init(self, path_or_bytes, sess_options, *args, **kwargs)
+@pytest.fixture(scope="session", autouse=True)
+def ort_threads_sleep_between_runs():
+    """Every ``InferenceSession`` of the run: intra-op threads sleep between runs unless the
+    test's session options say otherwise."""
+    session_init = _ort.InferenceSession.__init__
 
+    def without_spinning(self, path_or_bytes, sess_options=None, *args, **kwargs):
+        if sess_options is None:
+            sess_options = _ort.SessionOptions()
+        try:
+            sess_options.get_session_config_entry(_SPINNING)
+        except RuntimeError:  # not set by the caller
+            sess_options.add_session_config_entry(_SPINNING, "0")
+        session_init(self, path_or_bytes, sess_options, *args, **kwargs)
 
-_ort.InferenceSession.__init__ = _session_without_spinning
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_ort.InferenceSession, "__init__", without_spinning)
+        yield
 
 
 def pytest_configure(config):

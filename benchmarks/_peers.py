@@ -152,6 +152,35 @@ def short_error(text: str, limit: int = 160) -> str:
     return (lines[-1] if lines else "no output")[:limit]
 
 
+def run_child(
+    python: Path | str,
+    script: str,
+    args: list[str],
+    *,
+    env: dict | None = None,
+    timeout: float = 3600,
+) -> dict:
+    """``python script --child ARGS`` in its own process (outside this venv): the JSON its
+    last line prints, or ``{"error": ...}`` with the last line of its stderr."""
+    environment = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    environment.update(env or {})
+    command = [str(python), script, "--child", *map(str, args)]
+    run = subprocess.run(command, capture_output=True, text=True, env=environment, timeout=timeout)
+    if run.returncode:
+        return {"error": short_error(run.stderr)}
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def match_length(tokens: list[int], reference: list[int]) -> int:
+    """How many leading tokens agree (a check that two paths decode the same model alike)."""
+    n = 0
+    for a, b in zip(tokens, reference, strict=False):
+        if a != b:
+            break
+        n += 1
+    return n
+
+
 # --- checkpoints ---------------------------------------------------------------
 
 

@@ -31,7 +31,6 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -336,28 +335,6 @@ def read_bandwidth(threads: int) -> float:
     return array.nbytes / best
 
 
-def match_length(tokens: list[int], reference: list[int]) -> int:
-    """How many leading tokens agree."""
-    n = 0
-    for a, b in zip(tokens, reference, strict=False):
-        if a != b:
-            break
-        n += 1
-    return n
-
-
-def run_child(python: Path, runner: str, target: Path, ids: list[int]) -> dict:
-    """Run one path in its own process; returns its JSON or {"error": ...}."""
-    import _peers
-
-    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
-    command = [str(python), __file__, "--child", runner, str(target), json.dumps(ids)]
-    run = subprocess.run(command, capture_output=True, text=True, env=env, timeout=3600)
-    if run.returncode:
-        return {"error": _peers.short_error(run.stderr)}
-    return json.loads(run.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     """Build what is missing, run every path, print the table, ratios and floor."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -455,7 +432,9 @@ def main() -> None:
         print(f"round {round_index + 1}/{args.rounds} ...", file=sys.stderr, flush=True)
         for label in order:
             python, target = runs[label]
-            per_round[label].append(run_child(python, runner_of(label), target, ids))
+            per_round[label].append(
+                _peers.run_child(python, __file__, [runner_of(label), target, json.dumps(ids)])
+            )
     for label, measured in per_round.items():
         failed = [m for m in measured if "error" in m]
         if failed:
@@ -507,8 +486,8 @@ def main() -> None:
             label,
             f"{r['prefill_ms']:.1f}",
             f"{r['tok_s']:.1f}",
-            f"{match_length(r['tokens'], reference)}/{NEW_TOKENS}" if reference else "-",
-            f"{match_length(r['tokens'], fp32)}/{NEW_TOKENS}" if fp32 else "-",
+            f"{_peers.match_length(r['tokens'], reference)}/{NEW_TOKENS}" if reference else "-",
+            f"{_peers.match_length(r['tokens'], fp32)}/{NEW_TOKENS}" if fp32 else "-",
             f"{weights / 1e9:.3f}" if weights else "-",
             f"{bandwidth / weights:.0f}" if weights else "-",
         ]

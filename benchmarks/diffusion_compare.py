@@ -294,16 +294,10 @@ def build(tool: str, model: str, checkpoint: Path) -> tuple[Path, str | None, li
 
 
 def run_child(args: list[str]) -> dict:
-    """Run one child of this script in its own process (this venv's onnxruntime)."""
+    """One child of this script in its own process (this venv's onnxruntime)."""
     import _peers
 
-    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
-    run = subprocess.run(
-        [sys.executable, __file__, "--child", *args], capture_output=True, text=True, env=env
-    )
-    if run.returncode:
-        return {"error": _peers.short_error(run.stderr)}
-    return json.loads(run.stdout.strip().splitlines()[-1])
+    return _peers.run_child(sys.executable, __file__, args)
 
 
 def op_counts(path: Path) -> dict[str, int]:

@@ -25,7 +25,6 @@ import datetime
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -264,28 +263,17 @@ def child_profile(model_dir: str, prefix: str) -> dict:
 CHILDREN = {"ort": child_ort, "eager": child_eager, "profile": child_profile}
 
 
+# --- parent --------------------------------------------------------------------
+
+
 def run_child(runner: str, target: Path, extra: str) -> dict:
-    """Run one child in its own process (this interpreter); returns its JSON or {"error": ...}."""
+    """One child in its own process (this interpreter): its JSON, or {"error": ...}."""
     import _peers
 
     batches = [str(b) for b in BATCHES]
-    command = [
-        sys.executable,
-        __file__,
-        "--child",
-        runner,
-        str(target),
-        extra,
-        "--batches",
-        *batches,
-    ]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=3600)
-    if run.returncode:
-        return {"error": _peers.short_error(run.stderr)}
-    return json.loads(run.stdout.strip().splitlines()[-1])
-
-
-# --- parent --------------------------------------------------------------------
+    return _peers.run_child(
+        sys.executable, __file__, [runner, target, extra, "--batches", *batches]
+    )
 
 
 def print_profile(name: str, dirs: dict[str, Path]) -> None:

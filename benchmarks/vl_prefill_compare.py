@@ -39,7 +39,6 @@ import datetime
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -383,16 +382,11 @@ CHILDREN = {"runner": child_runner, "og": child_og, "decoder": child_decoder}
 
 
 def run_child(python: Path, runner: str, *args: str, repeats: int = REPEATS) -> dict:
-    """Run one path in its own process; its JSON, or {"error": ...}."""
+    """One path in its own process, timed ``repeats`` times; its JSON, or {"error": ...}."""
     import _peers
 
-    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
-    env["VL_PREFILL_REPEATS"] = str(repeats)
-    command = [str(python), __file__, "--child", runner, *args]
-    run = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800)
-    if run.returncode:
-        return {"error": _peers.short_error(run.stderr)}
-    return json.loads(run.stdout.strip().splitlines()[-1])
+    env = {"VL_PREFILL_REPEATS": str(repeats)}
+    return _peers.run_child(python, __file__, [runner, *args], env=env, timeout=1800)
 
 
 def main() -> None:

@@ -89,25 +89,14 @@ def _write_tokenizer(directory: Path) -> None:
     depend on the text), then the special tokens. ``tokenizer_class`` is
     ``WhisperTokenizer`` so that onnxruntime-extensions (genai's processor) reads it.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers import pre_tokenizers
+
+    from mobius_audio.testing import save_whisper_bpe_tokenizer
 
     vocab = {piece: i for i, piece in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
     vocab.update({f"<filler{i}>": i for i in range(len(vocab), EOT)})
     special = _special_tokens()
-    vocab.update(special)
-    backend = Tokenizer(models.BPE(vocab, []))
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = decoders.ByteLevel()
-    end = "<|endoftext|>"
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend, bos_token=end, eos_token=end, pad_token=end
-    )
-    tokenizer.add_special_tokens({"additional_special_tokens": list(special)[1:]})
-    tokenizer.save_pretrained(directory)
-    path = directory / "tokenizer_config.json"
-    config = json.loads(path.read_text())
-    path.write_text(json.dumps(dict(config, tokenizer_class="WhisperTokenizer")))
+    save_whisper_bpe_tokenizer(directory, {**vocab, **special}, list(special))
 
 
 def make_checkpoint(name: str) -> Path:
@@ -452,28 +441,6 @@ def child_optimum(package: str, wav: str) -> dict:
 CHILDREN = {"mobius": child_mobius, "genai": child_genai, "optimum": child_optimum}
 
 
-def match_length(tokens: list[int], reference: list[int]) -> int:
-    """How many leading tokens agree (a check that the paths decode the same model alike)."""
-    n = 0
-    for a, b in zip(tokens, reference, strict=False):
-        if a != b:
-            break
-        n += 1
-    return n
-
-
-def run_child(python: Path, tool: str, package: Path, wav: Path) -> dict:
-    """One path in its own process: its JSON, or {"error": ...}."""
-    import _peers
-
-    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
-    command = [str(python), __file__, "--child", tool, str(package), str(wav)]
-    run = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800)
-    if run.returncode:
-        return {"error": _peers.short_error(run.stderr)}
-    return json.loads(run.stdout.strip().splitlines()[-1])
-
-
 # --- parent -----------------------------------------------------------------------------
 
 
@@ -527,7 +494,9 @@ def main() -> None:
             print(f"round {index + 1}/{args.rounds} ...", file=sys.stderr, flush=True)
             for tool in order:
                 python, package = runs[tool]
-                per_round[tool].append(run_child(python, tool, package, wav))
+                per_round[tool].append(
+                    _peers.run_child(python, __file__, [tool, package, wav], timeout=1800)
+                )
         results = dict(errors)
         for tool, measured in per_round.items():
             failed = [m for m in measured if "error" in m]
@@ -559,7 +528,7 @@ def main() -> None:
                 f"{r['encoder_ms']:.1f}",
                 f"{r['first_ms']:.1f}",
                 f"{r['tok_s']:.1f}",
-                f"{match_length(r['tokens'], reference)}/{NEW_TOKENS}" if reference else "-",
+                f"{_peers.match_length(r['tokens'], reference)}/{NEW_TOKENS}" if reference else "-",
             ]
             print("| " + " | ".join(cells) + " |")
         print(f"RTF: median of {args.rounds} rounds; first-token ms: encoder start to the first "

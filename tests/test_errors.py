@@ -18,35 +18,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from huggingface_hub import constants
 from safetensors.numpy import load_file, save_file
 
 from mobius._package import ModelPackage
 from mobius.cli import main
 from mobius_text.testing import write_tiny_llama
 
-
-@pytest.fixture(autouse=True)
-def _offline_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    home = tmp_path / "hf_home"
-    monkeypatch.setenv("HF_HOME", str(home))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(constants, "HF_HOME", str(home))
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(home / "hub"))
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-
-
-@pytest.fixture
-def model_dir(tmp_path: Path) -> Path:
-    return write_tiny_llama(tmp_path / "model")
-
-
-@pytest.fixture
-def outputs(tmp_path: Path) -> Path:
-    """The parent of every output directory: empty, so leftovers are easy to see."""
-    path = tmp_path / "outputs"
-    path.mkdir()
-    return path
+pytestmark = pytest.mark.usefixtures("offline_hub")
 
 
 def leftovers(parent: Path, name: str) -> list[str]:

@@ -18,7 +18,6 @@ import onnx_ir as ir
 import pytest
 
 from mobius.cli import main
-from mobius_text.testing import write_tiny_llama
 
 # ``mobius build`` whose writes pause after every tensor, so a signal lands mid-save.
 SLOW_BUILD = """
@@ -46,13 +45,9 @@ run()
 """
 
 
-@pytest.fixture
-def model_dir(tmp_path: Path) -> Path:
-    return write_tiny_llama(tmp_path / "model")
-
-
 def staging_dirs(parent: Path, name: str) -> list[Path]:
-    return sorted(p for p in parent.iterdir() if p.name.startswith(f".{name}."))
+    """The staging and backup directories beside ``parent/name`` (not its lock file)."""
+    return sorted(p for p in parent.iterdir() if p.name.startswith(f".{name}.") and p.is_dir())
 
 
 def start_slow_build(model_dir: Path, out: Path) -> subprocess.Popen:
@@ -87,8 +82,7 @@ def test_ctrl_c_while_saving_leaves_nothing(capsys, model_dir: Path, tmp_path: P
     child = start_slow_build(model_dir, out)
     child.send_signal(signal.SIGINT)
     _, stderr = child.communicate(timeout=120)
-    assert child.returncode == 130, stderr
-    assert stderr.strip().splitlines()[-1] == "mobius: interrupted"
+    assert (child.returncode, stderr) == (130, "mobius: interrupted\n")
     assert not out.exists()
     assert staging_dirs(tmp_path, "out") == []
     assert_builds(capsys, model_dir, out)
@@ -104,24 +98,26 @@ def test_sigkill_leaves_only_a_temporary_directory_that_the_next_run_removes(
     (left,) = staging_dirs(tmp_path, "out")
     assert left.name.startswith(f".out.mobius-{child.pid}-") and left.name.endswith(".tmp")
     assert not out.exists()  # nothing that looks like a finished model
+    assert (tmp_path / ".out.mobius-lock").is_file()  # its lock file, which the kernel let go
 
     err = assert_builds(capsys, model_dir, out)
+    assert sorted(os.listdir(tmp_path)) == ["model", "out"]
     assert (
         f"mobius: note: removed {left}, left by an interrupted build (process {child.pid})" in err
     )
     assert not left.exists()
 
 
-def test_a_running_builds_directory_is_left_alone(capsys, model_dir: Path, tmp_path: Path) -> None:
-    """Another live process's staging directory is named, not deleted."""
+def test_a_running_builds_output_is_left_alone(capsys, model_dir: Path, tmp_path: Path) -> None:
+    """A second build into the output of a running one fails at once and touches nothing."""
     out = tmp_path / "out"
     child = start_slow_build(model_dir, out)
     try:
         (theirs,) = staging_dirs(tmp_path, "out")
         code = main(["build", "--model", str(model_dir), str(tmp_path / "out"), "-q"])
         _, err = capsys.readouterr()
-        assert code == 0, err
-        assert f"another build (process {child.pid}) is writing {theirs}" in err
+        assert code == 1, err
+        assert err == f"mobius: error: another mobius build is writing {out} (pid {child.pid})\n"
         assert theirs.exists() or child.poll() is not None
     finally:
         child.kill()

@@ -172,7 +172,9 @@ def test_every_package_builds_a_wheel_with_its_version_and_plugin_entry_point(
         assert re.search(rf"^Version: {re.escape(version)}$", metadata, re.M), metadata
         if dist == "mobius-core":
             # Core owns the registry and the CLI; the domain packages are its plugins.
-            assert re.search(r"^mobius\s*=\s*mobius\.cli:run", entry_points, re.M), entry_points
+            assert re.search(r"^mobius\s*=\s*mobius\.__main__:main", entry_points, re.M), (
+                entry_points
+            )
             # `pip install mobius-core[run]` can chat: chat templates render with jinja2.
             for needed in ("onnxruntime", "jinja2"):
                 pattern = rf"^Requires-Dist: {needed}\b.*extra == ['\"]run['\"]"

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from mobius.testing import perturb_parameters, tiny_tokenizer
+from mobius_audio.testing import tone_clip
 
 VOCAB = 128
 SPECIAL = {
@@ -92,8 +91,4 @@ def save_model(directory: Path, model_class=None, config=None, made=None):
     return model
 
 
-def clip(seconds: float, seed: int) -> np.ndarray:
-    """A tone with noise, float32 mono at 16 kHz."""
-    t = np.arange(int(seconds * RATE)) / RATE
-    noise = np.random.default_rng(seed).standard_normal(t.shape)
-    return (0.4 * np.sin(2 * np.pi * (220 + 110 * seed) * t) + 0.05 * noise).astype(np.float32)
+clip = tone_clip  # a tone with noise, float32 mono at 16 kHz

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from mobius.testing import perturb_parameters, tiny_tokenizer
+from mobius_audio.testing import tone_clip
 
 VOCAB = 128
 SPECIAL = {
@@ -80,11 +81,7 @@ def save_model(directory: Path):
     return model
 
 
-def clip(seconds: float, seed: int) -> np.ndarray:
-    """A tone with noise, float32 mono at 16 kHz."""
-    t = np.arange(int(seconds * RATE)) / RATE
-    noise = np.random.default_rng(seed).standard_normal(t.shape)
-    return (0.4 * np.sin(2 * np.pi * (220 + 110 * seed) * t) + 0.05 * noise).astype(np.float32)
+clip = tone_clip  # a tone with noise, float32 mono at 16 kHz
 
 
 def write_wav(path: Path, samples: np.ndarray) -> np.ndarray:

@@ -23,6 +23,7 @@ import pytest
 from transformers import AutoConfig, WhisperFeatureExtractor
 
 from mobius.testing import build_with_cli, make_random_seq2seq
+from mobius_audio.testing import save_whisper_bpe_tokenizer
 
 if sys.version_info < (3, 11):
     # Not a dev dependency there: onnxruntime-genai 0.18 needs onnxruntime >= 1.31,
@@ -187,29 +188,9 @@ def test_no_genai_config_for_speech_families_the_generator_lacks(tmp_path, capsy
 
 
 def _bpe_tokenizer(directory) -> None:
-    """A byte-level BPE tokenizer with Whisper's special tokens that onnxruntime-extensions reads.
-
-    Extensions read no word-level ``tokenizer.json``; ``tokenizer_class`` is
-    ``WhisperTokenizer``, a class they know.
-    """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
+    """Letters and Whisper's special tokens, in a form onnxruntime-extensions reads."""
     vocab = {piece: i for i, piece in enumerate("abcdefghijklmnopqrstuvwxyz")}
-    vocab.update(SPECIAL)
-    backend = Tokenizer(models.BPE(vocab, []))
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = decoders.ByteLevel()
-    end = "<|endoftext|>"
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend, bos_token=end, eos_token=end, pad_token=end
-    )
-    tokenizer.add_special_tokens({"additional_special_tokens": list(SPECIAL)[1:]})
-    tokenizer.save_pretrained(directory)
-    path = directory / "tokenizer_config.json"
-    path.write_text(
-        json.dumps(dict(json.loads(path.read_text()), tokenizer_class="WhisperTokenizer"))
-    )
+    save_whisper_bpe_tokenizer(directory, {**vocab, **SPECIAL}, list(SPECIAL))
 
 
 def _write_wav(path, audio: np.ndarray) -> None:

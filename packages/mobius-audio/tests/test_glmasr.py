@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mobius.testing import build_with_cli, perturb_parameters, tiny_tokenizer
-from mobius_audio.testing._audio_language_parity import compare_audio_language
+from mobius.testing import build_with_cli, tiny_tokenizer
+from mobius_audio.testing import check_batch_and_generate, save_perturbed, tone_clip
 
 torch = pytest.importorskip("torch")
 
@@ -48,11 +48,7 @@ def processor():
     return GlmAsrProcessor(extractor, tiny_tokenizer(VOCAB, SPECIAL))
 
 
-def clip(seconds: float, seed: int) -> np.ndarray:
-    """A tone with noise, float32 mono at 16 kHz."""
-    t = np.arange(int(seconds * RATE)) / RATE
-    noise = np.random.default_rng(seed).standard_normal(t.shape)
-    return (0.4 * np.sin(2 * np.pi * (220 + 110 * seed) * t) + 0.05 * noise).astype(np.float32)
+clip = tone_clip
 
 
 @pytest.fixture(scope="module")
@@ -60,11 +56,7 @@ def source(tmp_path_factory):
     from transformers import GlmAsrForConditionalGeneration
 
     root = tmp_path_factory.mktemp("glmasr")
-    torch.manual_seed(0)
-    model = GlmAsrForConditionalGeneration(hf_config()).float().eval()
-    perturb_parameters(model, seed=0)
-    model.save_pretrained(root / "src")
-    return root, model
+    return root, save_perturbed(GlmAsrForConditionalGeneration, hf_config(), root / "src")
 
 
 @pytest.fixture(scope="module", params=["default", "cpu"])
@@ -85,19 +77,6 @@ def test_parity_batch_of_two(built):
         "input_features": inputs["input_features"].numpy().astype(np.float32),
         "input_features_mask": inputs["input_features_mask"].numpy().astype(np.int64),
     }
-    feeds = {name: torch.from_numpy(value) for name, value in audio.items()}
-    with torch.no_grad():
-        reference = model.get_audio_features(**feeds).pooler_output.numpy()
-    parity = compare_audio_language(model, package, ids, mask, audio, reference)
-    parity.assert_close()
-    with torch.no_grad():
-        out = model.generate(
-            input_ids=torch.from_numpy(ids),
-            attention_mask=torch.from_numpy(mask),
-            **feeds,
-            do_sample=False,
-            max_new_tokens=4,
-            eos_token_id=None,
-            pad_token_id=SPECIAL["<|endoftext|>"],
-        )
-    np.testing.assert_array_equal(out[:, ids.shape[1] :].numpy(), np.stack(parity.tokens, axis=1))
+    check_batch_and_generate(
+        model, package, ids, mask, audio, pad_token_id=SPECIAL["<|endoftext|>"]
+    )

@@ -13,10 +13,6 @@ its tokenizer (a GLM-like chat template) and Whisper extractor, built once throu
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 from _cli import one_line_error
@@ -24,8 +20,14 @@ from _qwen2_audio_tiny import write_wav
 from test_glmasr import SPECIAL, VOCAB, clip, hf_config
 
 from mobius.cli import main
-from mobius.testing import build_with_cli, perturb_parameters, tiny_tokenizer
+from mobius.testing import build_with_cli, tiny_tokenizer
 from mobius_audio.glmasr_features import GlmAsrInputs
+from mobius_audio.testing import (
+    check_python_m_generate,
+    check_validate_passes,
+    save_perturbed,
+    transformers_text,
+)
 
 torch = pytest.importorskip("torch")
 
@@ -58,12 +60,14 @@ def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("glmasr_generate")
     config = hf_config()
     config.text_config.initializer_range = 0.2  # greedy tokens that vary (0.02: one repeated)
-    torch.manual_seed(0)
-    model = GlmAsrForConditionalGeneration(config).float().eval()
-    perturb_parameters(model, seed=0)
-    model.generation_config.eos_token_id = SPECIAL["<|endoftext|>"]
-    model.generation_config.pad_token_id = SPECIAL["<|endoftext|>"]
-    model.save_pretrained(root / "src")
+
+    def stop_tokens(model):
+        model.generation_config.eos_token_id = SPECIAL["<|endoftext|>"]
+        model.generation_config.pad_token_id = SPECIAL["<|endoftext|>"]
+
+    model = save_perturbed(
+        GlmAsrForConditionalGeneration, config, root / "src", prepare=stop_tokens
+    )
     made = processor()
     made.tokenizer.chat_template = TEMPLATE  # as a hub tokenizer_config.json holds it
     made.tokenizer.save_pretrained(root / "src")
@@ -101,13 +105,8 @@ def test_processor_matches_transformers(built, chat_template, seconds):
     np.testing.assert_allclose(got["input_features"], features, atol=1e-5)
 
 
-def transformers_text(model, text: str, clips) -> str:
-    made = processor()
-    inputs = made(text=[text], audio=clips)
-    with torch.no_grad():
-        out = model.generate(**inputs, do_sample=False, max_new_tokens=MAX_NEW_TOKENS)
-    new = out[0, inputs["input_ids"].shape[1] :].tolist()
-    return made.tokenizer.decode(new, skip_special_tokens=True)
+def reference_text(model, text: str, clips) -> str:
+    return transformers_text(model, processor(), text, clips, MAX_NEW_TOKENS)
 
 
 def test_generate_through_the_cli(built, tmp_path, capsys):
@@ -115,12 +114,12 @@ def test_generate_through_the_cli(built, tmp_path, capsys):
     wav = tmp_path / "two_windows.wav"
     read = write_wav(wav, clip(2.6, 2))
     args = ["generate", str(package), "w3 w4", "--max-new-tokens", str(MAX_NEW_TOKENS)]
-    expected = transformers_text(model, chat("w3 w4"), [read])
+    expected = reference_text(model, chat("w3 w4"), [read])
     capsys.readouterr()
     assert main([*args, "--audio", str(wav)]) == 0
     assert capsys.readouterr().out.rstrip("\n") == expected
     # without the chat template: the placeholder goes in front of the prompt
-    expected = transformers_text(model, "<|pad|>w3 w4", [read])
+    expected = reference_text(model, "<|pad|>w3 w4", [read])
     assert main([*args, "--audio", str(wav), "--no-chat-template"]) == 0
     assert capsys.readouterr().out.rstrip("\n") == expected
     err = one_line_error(capsys, *args, "--audio", wav, "--audio", wav)
@@ -131,19 +130,10 @@ def test_python_m_mobius_generate(built, tmp_path):
     _, package, model = built
     wav = tmp_path / "short.wav"
     samples = write_wav(wav, clip(0.8, 3))
-    expected = transformers_text(model, chat("w7"), [samples])
-    run = subprocess.run(
-        [sys.executable, "-m", "mobius", "generate", str(package), "w7", "--audio", str(wav),
-         "--max-new-tokens", str(MAX_NEW_TOKENS)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.rstrip("\n") == expected
+    expected = reference_text(model, chat("w7"), [samples])
+    check_python_m_generate(package, "w7", wav, expected, MAX_NEW_TOKENS)
 
 
 def test_validate_against_transformers(built, tmp_path):
-    from mobius.validate import validate_package
-
     source, package, _ = built
-    report = validate_package(shutil.copytree(package, tmp_path / "copy"), source)
-    assert report.passed and report.tokens_agree, report
+    check_validate_passes(package, source, tmp_path)

@@ -18,8 +18,6 @@ the hub lays it out and built once through the CLI, serves every test:
 
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
 import pytest
 from _cli import broken_config_error, one_line_error
@@ -31,14 +29,18 @@ from _granite_speech_tiny import (
     clip,
     save_model,
     tokenizer,
-    transformers_extractor,
+    transformers_processor,
     write_wav,
 )
 
 from mobius.cli import main
 from mobius.testing import build_with_cli
 from mobius_audio.granite_speech_features import GraniteSpeechFeatures, GraniteSpeechInputs
-from mobius_audio.testing._audio_language_parity import compare_audio_language
+from mobius_audio.testing import (
+    check_hub_layout_builds_alike,
+    check_validate_passes,
+    compare_audio_language,
+)
 
 torch = pytest.importorskip("torch")
 AUDIO = "<|audio|>"
@@ -47,11 +49,8 @@ AUDIO = "<|audio|>"
 @pytest.fixture(scope="module")
 def hf_processor():
     """transformers' ``GraniteSpeechProcessor`` (its extractor's torchaudio stood in for)."""
-    from transformers import GraniteSpeechProcessor
-
-    patch = pytest.MonkeyPatch()
-    yield GraniteSpeechProcessor(transformers_extractor(patch), tokenizer())
-    patch.undo()
+    with pytest.MonkeyPatch.context() as patch:
+        yield transformers_processor(patch)
 
 
 @pytest.fixture(scope="module")
@@ -179,39 +178,19 @@ def test_broken_config_is_refused(built, tmp_path, capsys, change, message):
 def test_transformers_5_layout_builds_the_same_package(built, tmp_path):
     """``model.encoder.*``, ``model.projector.*``, ``model.language_model.*``, ``lm_head.*``
     (transformers 5's names in memory) build the package the hub's layout builds."""
-    from safetensors.numpy import load_file, save_file
-
-    from mobius_audio.audio_language import OnnxAudioLanguage
-
     source, package, _ = built
-    moved = shutil.copytree(source, tmp_path / "moved")
     renames = {
         "encoder.": "model.encoder.",
         "projector.": "model.projector.",
         "language_model.model.": "model.language_model.",
         "language_model.lm_head.": "lm_head.",
     }
-    weights = load_file(moved / "model.safetensors")
-    renamed = {}
-    for name, tensor in weights.items():
-        old = next(prefix for prefix in renames if name.startswith(prefix))
-        renamed[renames[old] + name[len(old) :]] = tensor
-    save_file(renamed, moved / "model.safetensors", metadata={"format": "pt"})
-    again = build_with_cli(moved, tmp_path / "out")
     inputs = ours(package, "w5", [clip(0.4, 2)])
-    audio = {k: v for k, v in inputs.items() if k != "input_ids"}
-    ids = inputs["input_ids"]
-    assert (ids == SPECIAL[AUDIO]).sum() == audio["input_features_mask"].sum()
-    mask, positions = np.ones_like(ids), np.arange(ids.shape[1])[None]
-    runs = [OnnxAudioLanguage(p) for p in (package, again)]
-    (first, _), (second, _) = (r(ids, audio, mask, positions, r.empty_cache(1)) for r in runs)
-    np.testing.assert_array_equal(first, second)
+    assert (inputs["input_ids"] == SPECIAL[AUDIO]).sum() == inputs["input_features_mask"].sum()
+    check_hub_layout_builds_alike(source, package, tmp_path, renames, inputs)
 
 
 def test_validate_against_transformers(built, tmp_path):
     """``mobius build --validate``'s check (Granite's own audio sample) passes the package."""
-    from mobius.validate import validate_package
-
     source, package, _ = built
-    report = validate_package(shutil.copytree(package, tmp_path / "copy"), source)
-    assert report.passed and report.tokens_agree, report
+    check_validate_passes(package, source, tmp_path)

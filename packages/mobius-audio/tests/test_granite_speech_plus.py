@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _granite_speech_tiny import clip, hf_config, save_model, tokenizer
+from _granite_speech_tiny import clip, hf_config, save_model, tokenizer, transformers_processor
 
 from mobius.testing import build_with_cli
 from mobius_audio.testing._audio_language_parity import compare_audio_language
@@ -40,12 +40,8 @@ def plus_config():
 @pytest.fixture(scope="module")
 def hf_processor():
     """transformers' ``GraniteSpeechProcessor`` (its extractor's torchaudio stood in for)."""
-    from _granite_speech_tiny import transformers_extractor
-    from transformers import GraniteSpeechProcessor
-
-    patch = pytest.MonkeyPatch()
-    yield GraniteSpeechProcessor(transformers_extractor(patch), tokenizer())
-    patch.undo()
+    with pytest.MonkeyPatch.context() as patch:
+        yield transformers_processor(patch)
 
 
 @pytest.fixture(scope="module")

@@ -38,7 +38,11 @@ from mobius.errors import MobiusError
 from mobius.testing import build_with_cli
 from mobius_audio.audio_language import AudioLanguageGenerator
 from mobius_audio.audio_language_processor import Qwen2AudioInputs
-from mobius_audio.testing._audio_language_parity import compare_audio_language
+from mobius_audio.testing import (
+    check_hub_layout_builds_alike,
+    check_validate_passes,
+    compare_audio_language,
+)
 
 torch = pytest.importorskip("torch")
 
@@ -198,39 +202,18 @@ def test_broken_config_is_refused(built, tmp_path, capsys, change, message):
 def test_transformers_5_layout_builds_the_same_package(built, tmp_path):
     """``model.audio_tower.*``, ``model.language_model.*``, ``lm_head.*`` (what transformers 5
     names in memory) build the package the hub's layout builds."""
-    from safetensors.numpy import load_file, save_file
-
-    from mobius_audio.audio_language import OnnxAudioLanguage
-
     source, package, _ = built
-    moved = tmp_path / "moved"
-    shutil.copytree(source, moved)
     renames = {
         "audio_tower.": "model.audio_tower.",
         "multi_modal_projector.": "model.multi_modal_projector.",
         "language_model.model.": "model.language_model.",
         "language_model.lm_head.": "lm_head.",
     }
-    weights = load_file(moved / "model.safetensors")
-    renamed = {}
-    for name, tensor in weights.items():
-        old = next(prefix for prefix in renames if name.startswith(prefix))
-        renamed[renames[old] + name[len(old) :]] = tensor
-    save_file(renamed, moved / "model.safetensors", metadata={"format": "pt"})
-    again = build_with_cli(moved, tmp_path / "out")
     inputs = ours(package, "w5", [clip(0.4, 2)])
-    audio = {k: v for k, v in inputs.items() if k != "input_ids"}
-    ids = inputs["input_ids"]
-    mask, positions = np.ones_like(ids), np.arange(ids.shape[1])[None]
-    runs = [OnnxAudioLanguage(p) for p in (package, again)]
-    (first, _), (second, _) = (r(ids, audio, mask, positions, r.empty_cache(1)) for r in runs)
-    np.testing.assert_array_equal(first, second)
+    check_hub_layout_builds_alike(source, package, tmp_path, renames, inputs)
 
 
 def test_validate_against_transformers(built, tmp_path):
     """The ``--validate`` check (its feature-mask path) passes the package."""
-    from mobius.validate import validate_package
-
     source, package, _ = built
-    report = validate_package(shutil.copytree(package, tmp_path / "copy"), source)
-    assert report.passed and report.tokens_agree, report
+    check_validate_passes(package, source, tmp_path)

@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mobius.testing import build_with_cli, perturb_parameters
-from mobius_audio.testing._audio_language_parity import compare_audio_language
+from mobius.testing import build_with_cli
+from mobius_audio.testing import check_batch_and_generate, save_perturbed
 
 torch = pytest.importorskip("torch")
 
@@ -47,11 +47,7 @@ def source(tmp_path_factory):
     from transformers import VoxtralForConditionalGeneration
 
     root = tmp_path_factory.mktemp("voxtral")
-    torch.manual_seed(0)
-    model = VoxtralForConditionalGeneration(hf_config()).float().eval()
-    perturb_parameters(model, seed=0)
-    model.save_pretrained(root / "src")
-    return root, model
+    return root, save_perturbed(VoxtralForConditionalGeneration, hf_config(), root / "src")
 
 
 @pytest.fixture(scope="module", params=["default", "cpu"])
@@ -76,21 +72,7 @@ def test_parity_batch_of_two(built):
     rng = np.random.default_rng(0)
     features = rng.uniform(-1, 1, (2, 16, 40)).astype(np.float32)  # log-mel's range
     audio = {"input_features": features}
-    with torch.no_grad():
-        reference = model.get_audio_features(torch.from_numpy(features)).pooler_output.numpy()
-    parity = compare_audio_language(model, package, ids, mask, audio, reference)
-    parity.assert_close()
-    with torch.no_grad():
-        out = model.generate(
-            input_ids=torch.from_numpy(ids),
-            attention_mask=torch.from_numpy(mask),
-            input_features=torch.from_numpy(features),
-            do_sample=False,
-            max_new_tokens=4,
-            eos_token_id=None,
-            pad_token_id=PAD,
-        )
-    np.testing.assert_array_equal(out[:, width:].numpy(), np.stack(parity.tokens, axis=1))
+    check_batch_and_generate(model, package, ids, mask, audio, pad_token_id=PAD)
 
 
 def test_generate_without_tekken_is_one_line(built, tmp_path, capsys):

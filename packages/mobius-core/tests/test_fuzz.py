@@ -29,7 +29,7 @@ from mobius.weights._safetensors import SafetensorsCheckpoint
 FUZZ_EXAMPLES = int(os.environ.get("MOBIUS_FUZZ_EXAMPLES", "400"))
 FUZZ = settings(
     max_examples=FUZZ_EXAMPLES,
-    deadline=None,
+    deadline=30_000,  # ms: no hostile case may take over 30 s (issue 30)
     derandomize=not os.environ.get("MOBIUS_FUZZ_EXAMPLES"),  # CI: the same cases every run
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
@@ -173,6 +173,60 @@ def test_gguf_quantized_tensor_with_a_zero_dimension_reads_empty(valid_gguf):
         assert "\n" not in str(exc)
     else:
         assert any(array.size == 0 for array in arrays.values())
+
+
+# --- pickles (--allow-pickle) ----------------------------------------------------------
+
+# A GLOBAL opcode naming a callable that would run a command, spliced into the pickle
+# stream: the reader must refuse it (find_class) before anything from the file runs.
+_MARKER = _SCRATCH / "pickle-ran-code"
+_CALLS = [
+    b"cos\nsystem\n(Vtouch " + str(_MARKER).encode() + b"\ntR.",
+    b"cbuiltins\nexec\n(Vopen(" + repr(str(_MARKER)).encode() + b", 'w')\ntR.",
+    b"csubprocess\ncall\n((Vtouch\nV" + str(_MARKER).encode() + b"\nltR.",
+]
+
+
+@pytest.fixture(scope="module")
+def valid_pickle() -> dict[str, bytes]:
+    """The members of a ``torch.save`` zip of a small state dict (a view included)."""
+    import zipfile
+
+    torch = pytest.importorskip("torch")  # writes the reference file (a dev dependency)
+    base = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    path = _SCRATCH / "valid.bin"
+    torch.save({"w": base, "v": base[1:, 2:], "i": torch.ones(3, dtype=torch.int64)}, path)
+    with zipfile.ZipFile(path) as archive:
+        return {name: archive.read(name) for name in archive.namelist()}
+
+
+@FUZZ
+@given(edits, st.one_of(st.none(), st.tuples(st.integers(0, 2**16), st.sampled_from(_CALLS))))
+def test_mutated_pickles_open_or_raise_checkpoint_error(valid_pickle, mutation, call):
+    """Byte edits, cuts and spliced calls in ``data.pkl``: the file reads, or a one-line
+    CheckpointError; the code a spliced call names never runs."""
+    import zipfile
+
+    from mobius.weights._pickle import PickleCheckpoint
+
+    members = dict(valid_pickle)
+    name = next(n for n in members if n.endswith("data.pkl"))
+    payload = _mutate(members[name], mutation)
+    if call is not None:
+        at = call[0] % (len(payload) + 1)
+        payload = payload[:at] + call[1] + payload[at:]
+    members[name] = payload
+    path = _SCRATCH / "pytorch_model.bin"
+    with zipfile.ZipFile(path, "w") as archive:
+        for member, data in members.items():
+            archive.writestr(member, data)
+    try:
+        with PickleCheckpoint.open(path) as checkpoint:
+            for tensor in checkpoint.values():
+                assert tensor.numpy().shape == tuple(tensor.shape)
+    except CheckpointError as exc:
+        assert "\n" not in str(exc)
+    assert not _MARKER.exists(), "a pickle ran code"
 
 
 # --- config.json -----------------------------------------------------------------------

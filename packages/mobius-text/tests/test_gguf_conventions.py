@@ -21,7 +21,7 @@ import pytest
 from transformers import AutoConfig
 
 import mobius
-from mobius.errors import ModelSourceError
+from mobius.errors import CheckpointError, ModelSourceError
 from mobius.testing import OnnxCausalLM, make_random_model
 from mobius.testing._parity import compare_causal_lm
 from mobius.weights import GGUFFile
@@ -227,8 +227,11 @@ def test_end_of_generation_ids_as_llama_cpp():
     # EOS first, then the header's EOT and EOM, then the tokens llama.cpp knows by name.
     assert end_of_generation_ids(_vocabulary(eot=3, eom=6)) == [2, 3, 6, 4, 5]
     assert end_of_generation_ids(_vocabulary()) == [2, 3, 4, 5]
-    # An id outside the vocabulary, or not an integer, is no token.
-    assert end_of_generation_ids(_vocabulary(eot=999, eom=True)) == [2, 3, 4, 5]
+    # An id outside the vocabulary is no token (llama.cpp ignores it); one that is not an
+    # integer is a corrupt header.
+    assert end_of_generation_ids(_vocabulary(eot=999)) == [2, 3, 4, 5]
+    with pytest.raises(CheckpointError, match="eom_token_id = True is not a token id"):
+        end_of_generation_ids(_vocabulary(eom=True))
     # GPT-OSS ends a message with <|end|>, not generation, beside <|return|> and <|call|>.
     harmony = {"tokenizer.ggml.tokens": ["<|end|>", "<|return|>", "<|call|>", "x"]}
     assert end_of_generation_ids(harmony) == [1, 2]

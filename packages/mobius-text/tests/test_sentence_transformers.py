@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import mobius
-from mobius.errors import ConfigError
+from mobius.errors import ConfigError, UnsafePathError
 
 BERT = {
     "model_type": "bert",
@@ -187,5 +187,5 @@ def test_a_module_path_outside_the_directory_is_refused(tmp_path, escape):
         {"type": "sentence_transformers.models.Pooling", "path": escape},
     ]
     (model_dir / "modules.json").write_text(json.dumps(modules))
-    with pytest.raises(ConfigError, match="module path"):
+    with pytest.raises(UnsafePathError, match="modules.json"):
         sentence_transformers_pooling(model_dir)

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from mobius.errors import MobiusError
-from mobius_audio.audio_prompts import check_placeholders, expand_placeholders
+from mobius_audio.audio_prompts import check_placeholders, expand_placeholders, render_user_turn
 from mobius_audio.audioflamingo3_features import AudioFlamingo3Inputs, MusicFlamingoInputs
 from mobius_audio.glmasr_features import GlmAsrInputs
 from mobius_audio.granite_speech_features import GraniteSpeechInputs
@@ -82,6 +82,7 @@ class Qwen2AudioInputs:
     audio_start, audio_end = "<|audio_bos|>", "<|audio_eos|>"
 
     def __init__(self, package_dir: Path, tokenizer, chat_template: str | None) -> None:
+        self.package_dir = Path(package_dir)
         self.tokenizer = tokenizer
         self.template = chat_template
         self.feature_extractor = whisper_feature_extractor(package_dir)
@@ -99,12 +100,7 @@ class Qwen2AudioInputs:
         """The text the processor tokenizes, before the placeholders are expanded."""
         if chat_template and self.template:
             audio = [{"type": "audio", "audio_url": f"clip{i}"} for i in range(clips)]
-            messages = [{"role": "user", "content": [*audio, {"type": "text", "text": prompt}]}]
-            if system is not None:
-                messages.insert(0, {"role": "system", "content": system})
-            return self.tokenizer.apply_chat_template(
-                messages, chat_template=self.template, tokenize=False, add_generation_prompt=True
-            )
+            return render_user_turn(self, [*audio, {"type": "text", "text": prompt}], system)
         if system is not None:
             raise MobiusError("a system message needs a chat template")
         if clips and self.audio_token not in prompt:

@@ -27,10 +27,10 @@ from pathlib import Path
 import numpy as np
 
 from mobius.errors import MobiusError
-from mobius_audio.audio_prompts import check_placeholders
+from mobius_audio.audio_prompts import OneClipPrompt, render_user_turn
 
 
-class AudioFlamingo3Inputs:
+class AudioFlamingo3Inputs(OneClipPrompt):
     """``AudioFlamingo3Processor`` in numpy (module docstring), over a package's files; the
     processor :data:`mobius_audio.audio_language_processor.PROCESSORS` holds for it."""
 
@@ -43,6 +43,7 @@ class AudioFlamingo3Inputs:
     def __init__(self, package_dir: Path, tokenizer, chat_template: str | None) -> None:
         from mobius_audio.audio_language_processor import _read_object, whisper_feature_extractor
 
+        self.package_dir = Path(package_dir)
         self.tokenizer = tokenizer
         self.template = chat_template
         self.feature_extractor = whisper_feature_extractor(Path(package_dir))
@@ -74,12 +75,7 @@ class AudioFlamingo3Inputs:
         """The text the processor tokenizes, before the placeholders are expanded."""
         if chat_template and self.template:
             audio = [{"type": "audio", "path": f"clip{i}.wav"} for i in range(clips)]
-            messages = [{"role": "user", "content": self.user_content(prompt, audio)}]
-            if system is not None:
-                messages.insert(0, {"role": "system", "content": system})
-            return self.tokenizer.apply_chat_template(
-                messages, chat_template=self.template, tokenize=False, add_generation_prompt=True
-            )
+            return render_user_turn(self, self.user_content(prompt, audio), system)
         if system is not None:
             raise MobiusError("a system message needs a chat template")
         if clips and self.audio_token not in prompt:
@@ -115,22 +111,11 @@ class AudioFlamingo3Inputs:
             )
         return {"input_features": features["input_features"], "input_features_mask": mask}, tokens
 
-    def __call__(
-        self, prompt: str, clips: list, *, chat_template: bool = True, system: str | None = None
-    ) -> dict[str, np.ndarray]:
-        """``input_ids`` [1, sequence] and, with a clip, its windows' features and mask."""
-        if len(clips) > 1:  # transformers' processor pairs each text with one clip
-            raise MobiusError(f"{self.name} takes one audio clip a prompt, not {len(clips)}")
-        clips = [np.asarray(clip, np.float32).reshape(-1) for clip in clips]
-        text = self.prompt_text(prompt, len(clips), chat_template=chat_template, system=system)
-        check_placeholders(text, self.audio_token, len(clips))
-        audio = {}
-        if clips:
-            audio, tokens = self.audio_features(clips[0])
-            before, after = text.split(self.audio_token)
-            text = before + self.replacement(tokens) + after
-        ids = np.asarray([self.tokenizer(text)["input_ids"]], np.int64)
-        return {"input_ids": ids, **audio}
+    def with_audio(self, text: str, clip: np.ndarray) -> tuple[str, dict[str, np.ndarray]]:
+        """The placeholder replaced by the clip's windows' tokens; their features and mask."""
+        audio, tokens = self.audio_features(clip)
+        before, after = text.split(self.audio_token)
+        return before + self.replacement(tokens) + after, audio
 
 
 class MusicFlamingoInputs(AudioFlamingo3Inputs):

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from mobius.errors import MobiusError
-from mobius.generate import load_tokenizer
+from mobius.generate import load_session, load_tokenizer
 from mobius_audio.bark_settings import BarkSettings, VoicePreset, check_setting, read_optional_json
 from mobius_audio.tasks_bark import GRAPHS
 from mobius_audio.tts import write_wav
@@ -97,10 +97,7 @@ class Bark:
         if threads:
             options.intra_op_num_threads = threads
         self.sessions = {
-            name: ort.InferenceSession(
-                str(self.package / name / "model.onnx"), options, providers=["CPUExecutionProvider"]
-            )
-            for name in GRAPHS
+            name: load_session(self.package / name / "model.onnx", options) for name in GRAPHS
         }
         self.settings = BarkSettings.read(self.package)
         config = read_optional_json(self.package / "config.json")

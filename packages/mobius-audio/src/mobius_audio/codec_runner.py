@@ -31,18 +31,14 @@ import numpy as np
 
 from mobius.classification import open_session
 from mobius.errors import MobiusError
-from mobius.generate import PackageError, _read_json
+from mobius.generate import PackageError, _read_json, read_graph
 from mobius_audio.audio_file import read_audio
 from mobius_audio.codec_features import CodecFeatures
 
 
 def _graph_inputs(graph: Path) -> list[str]:
-    import onnx
 
-    try:
-        model = onnx.load(str(graph), load_external_data=False)
-    except Exception as exc:  # onnx's DecodeError and friends: not a model
-        raise PackageError(f"cannot read {graph} as an ONNX model: {exc}") from None
+    model = read_graph(graph)  # PackageError if not ONNX
     return [i.name for i in model.graph.input]
 
 

@@ -45,6 +45,7 @@ from mobius.generate import (
     _read_json,
     _refuse_plugin_options,
     load_tokenizer,
+    read_graph,
     refuse_output_file,
 )
 from mobius_audio.audio_file import read_audio, resample
@@ -87,12 +88,8 @@ def is_audio_encoder_package(package_dir: str | os.PathLike) -> bool:
     graph = Path(package_dir) / "model.onnx"
     if not graph.is_file():
         return False
-    import onnx
 
-    try:
-        model = onnx.load(str(graph), load_external_data=False)
-    except Exception as exc:  # onnx's DecodeError and friends: not a model
-        raise PackageError(f"cannot read {graph} as an ONNX model: {exc}") from None
+    model = read_graph(graph)  # PackageError if not ONNX
     inputs = [i.name for i in model.graph.input]
     # AST's fixed window of fbank frames has no mask
     return bool(inputs) and inputs[0] in SOURCES and inputs[1:] in (["attention_mask"], [])

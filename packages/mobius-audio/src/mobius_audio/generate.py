@@ -34,6 +34,7 @@ from mobius.generate import (
     Seq2SeqGenerator,
     begin_suppress_tokens,
     force_token,
+    read_graph,
     stream_to_stdout,
     suppress_tokens,
 )
@@ -90,10 +91,9 @@ def is_speech_package(package: str | os.PathLike) -> bool:
     encoder, decoder = (Path(package) / part / "model.onnx" for part in ("encoder", "decoder"))
     if not encoder.is_file() or not decoder.is_file():
         return False
-    import onnx
 
     def inputs(graph: Path) -> set[str]:
-        return {i.name for i in onnx.load(str(graph), load_external_data=False).graph.input}
+        return {i.name for i in read_graph(graph).graph.input}
 
     return bool(inputs(encoder) & set(SOURCES)) and "input_ids" in inputs(decoder)
 

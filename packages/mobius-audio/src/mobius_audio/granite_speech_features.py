@@ -27,7 +27,7 @@ import numpy as np
 
 from mobius.errors import MobiusError
 from mobius.lora import read_merge_record
-from mobius_audio.audio_prompts import check_placeholders, expand_placeholders
+from mobius_audio.audio_prompts import check_placeholders, expand_placeholders, render_user_turn
 
 #: preprocessor_config.json's settings: (default, low, high).
 SETTINGS = {
@@ -151,6 +151,7 @@ class GraniteSpeechInputs:
     processor :data:`mobius_audio.audio_language_processor.PROCESSORS` holds for it."""
 
     def __init__(self, package_dir: Path, tokenizer, chat_template: str | None) -> None:
+        self.package_dir = Path(package_dir)
         self.tokenizer = tokenizer
         self.template = chat_template
         self.features = GraniteSpeechFeatures.from_package(Path(package_dir))
@@ -168,12 +169,7 @@ class GraniteSpeechInputs:
         if clips and self.audio_token not in prompt:
             prompt = self.audio_token * clips + prompt
         if chat_template and self.template:
-            messages = [{"role": "user", "content": prompt}]
-            if system is not None:
-                messages.insert(0, {"role": "system", "content": system})
-            return self.tokenizer.apply_chat_template(
-                messages, chat_template=self.template, tokenize=False, add_generation_prompt=True
-            )
+            return render_user_turn(self, prompt, system)
         if system is not None:
             raise MobiusError("a system message needs a chat template")
         return prompt

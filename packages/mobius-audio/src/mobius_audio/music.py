@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from mobius.errors import MobiusError
-from mobius.generate import load_tokenizer, sample_next_token
+from mobius.generate import load_tokenizer, read_graph, sample_next_token
 from mobius_audio.tasks_music import GRAPHS
 from mobius_audio.tts import open_sessions, write_wav
 
@@ -342,9 +342,8 @@ def open_music_generator(package_dir, threads: int | None = None) -> MusicGenera
     """The generator of the package's form: cross-attention (MusicGen) or prefix (Melody)."""
     if not is_music_package(package_dir):
         return MusicGenerator(package_dir, threads)  # refuses it, naming what is missing
-    import onnx
 
-    decoder = onnx.load(str(Path(package_dir) / "decoder" / "model.onnx"), load_external_data=False)
+    decoder = read_graph(Path(package_dir) / "decoder" / "model.onnx")
     prefix = any(i.name == "conditioning" for i in decoder.graph.input)
     return (PrefixMusicGenerator if prefix else MusicGenerator)(package_dir, threads)
 

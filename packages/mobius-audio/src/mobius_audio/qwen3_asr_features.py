@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from mobius.errors import MobiusError
-from mobius_audio.audio_prompts import check_placeholders, expand_placeholders
+from mobius_audio.audio_prompts import OneClipPrompt, expand_placeholders, render_user_turn
 
 #: preprocessor_config.json's settings: (default, low, high).
 SETTINGS = {
@@ -114,14 +114,17 @@ class Qwen3AsrFeatures:
         return {"input_features": features, "input_features_mask": mask}
 
 
-class Qwen3AsrInputs:
+class Qwen3AsrInputs(OneClipPrompt):
     """``Qwen3ASRProcessor`` in numpy (module docstring), over a package's files; the
     processor :data:`mobius_audio.audio_language_processor.PROCESSORS` holds for ``qwen3_asr``."""
+
+    name = "Qwen3-ASR"
 
     def __init__(self, package_dir: Path, tokenizer, chat_template: str | None) -> None:
         from mobius_audio.audio_language_processor import _read_object
 
         package_dir = Path(package_dir)
+        self.package_dir = package_dir
         self.tokenizer = tokenizer
         self.template = chat_template
         audio = _read_object(package_dir / "config.json").get("audio_config")
@@ -147,35 +150,18 @@ class Qwen3AsrInputs:
         if chat_template and self.template:
             audio = [{"type": "audio", "path": f"clip{i}.wav"} for i in range(clips)]
             content = [*audio, {"type": "text", "text": prompt}] if prompt else audio
-            messages = [{"role": "user", "content": content}]
-            if system is not None:
-                messages.insert(0, {"role": "system", "content": system})
-            return self.tokenizer.apply_chat_template(
-                messages, chat_template=self.template, tokenize=False, add_generation_prompt=True
-            )
+            return render_user_turn(self, content, system)
         if system is not None:
             raise MobiusError("a system message needs a chat template")
         if clips and self.audio_token not in prompt:
             return f"{self.audio_bos_token}{self.audio_token}{self.audio_eos_token}" + prompt
         return prompt
 
-    def __call__(
-        self, prompt: str, clips: list, *, chat_template: bool = True, system: str | None = None
-    ) -> dict[str, np.ndarray]:
-        """``input_ids`` [1, sequence] and, with a clip, its features and mask."""
-        if len(clips) > 1:  # transformers' Qwen3ASRProcessor pairs each text with one clip
-            raise MobiusError(f"Qwen3-ASR takes one audio clip a prompt, not {len(clips)}")
-        clips = [np.asarray(clip, np.float32).reshape(-1) for clip in clips]
-        text = self.prompt_text(prompt, len(clips), chat_template=chat_template, system=system)
-        check_placeholders(text, self.audio_token, len(clips))
-        audio = {}
-        if clips:
-            audio = self.features(clips[0])
-            frames = int(audio["input_features_mask"].sum())
-            count = audio_tokens(frames, self.features.n_window)
-            text = expand_placeholders(text, self.audio_token, [count])
-        ids = np.asarray([self.tokenizer(text)["input_ids"]], np.int64)
-        return {"input_ids": ids, **audio}
+    def with_audio(self, text: str, clip: np.ndarray) -> tuple[str, dict[str, np.ndarray]]:
+        """The placeholder expanded to the clip's tokens; its features and mask."""
+        audio = self.features(clip)
+        count = audio_tokens(int(audio["input_features_mask"].sum()), self.features.n_window)
+        return expand_placeholders(text, self.audio_token, [count]), audio
 
 
 def validation_audio(config: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from mobius.errors import MobiusError
-from mobius.generate import GenerationStats, PackageError, _as_ids, decode_loop
+from mobius.generate import GenerationStats, PackageError, _as_ids, decode_loop, read_graph
 from mobius_audio.models.seamless_m4t_text import SEAMLESS_TYPES
 from mobius_audio.seamless_generate import SeamlessM4TGenerator
 from mobius_audio.seamless_text_generate import SeamlessM4TTextGenerator
@@ -250,12 +250,10 @@ class SeamlessM4TSpeechToSpeech(UnitSpeech, SeamlessM4TGenerator):
 
 def open_speech_translator(package_dir, *, threads: int | None = None) -> UnitSpeech:
     """The translator of a speech-output package: by its encoder's source, text or audio."""
-    import onnx
-
     encoder = Path(package_dir) / "encoder" / "model.onnx"
     if not encoder.is_file():
         raise PackageError(f"no encoder/model.onnx in {package_dir}: not a package built by mobius")
-    inputs = {i.name for i in onnx.load(str(encoder), load_external_data=False).graph.input}
+    inputs = {i.name for i in read_graph(encoder).graph.input}
     kind = SeamlessM4TTextToSpeech if "input_ids" in inputs else SeamlessM4TSpeechToSpeech
     if has_character_units(package_dir):
         from mobius_audio import seamless_v2_speech_generate as v2
@@ -270,12 +268,10 @@ def open_speech_translator(package_dir, *, threads: int | None = None) -> UnitSp
 
 def has_character_units(package_dir) -> bool:
     """Whether the package's unit decoder is v2's non-autoregressive one (it reads characters)."""
-    import onnx
-
     decoder = Path(package_dir) / "t2u_decoder" / "model.onnx"
     if not decoder.is_file():
         return False  # the translator names the missing graph when it opens
-    graph = onnx.load(str(decoder), load_external_data=False).graph
+    graph = read_graph(decoder).graph
     return "char_input_ids" in {i.name for i in graph.input}
 
 

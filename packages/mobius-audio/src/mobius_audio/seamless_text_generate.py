@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from mobius.errors import MobiusError
-from mobius.generate import PackageError, Seq2SeqGenerator, stream_to_stdout
+from mobius.generate import PackageError, Seq2SeqGenerator, read_graph, stream_to_stdout
 from mobius_audio.models.seamless_m4t_text import SEAMLESS_TYPES
 from mobius_audio.seamless_generate import TargetLanguage
 
@@ -33,9 +33,8 @@ def is_seamless_text_package(package: str | os.PathLike) -> bool:
         return False  # not ours to judge: the runner that takes it names the broken file
     if not isinstance(config, dict) or config.get("model_type") not in SEAMLESS_TYPES:
         return False
-    import onnx
 
-    inputs = {i.name for i in onnx.load(str(encoder), load_external_data=False).graph.input}
+    inputs = {i.name for i in read_graph(encoder).graph.input}
     return "input_ids" in inputs
 
 

@@ -37,7 +37,7 @@ import numpy as np
 
 from mobius.classification import label_names
 from mobius.errors import MobiusError
-from mobius.generate import PackageError
+from mobius.generate import PackageError, read_graph
 from mobius_audio.encoders import AudioEncoder, is_audio_encoder_package
 from mobius_audio.heads import graph_head
 
@@ -165,9 +165,7 @@ def _package_head(package_dir) -> str | None:
         return None
     import json
 
-    import onnx
-
-    model = onnx.load(str(Path(package_dir) / "model.onnx"), load_external_data=False)
+    model = read_graph(Path(package_dir) / "model.onnx")
     ranks = {o.name: len(o.type.tensor_type.shape.dim) for o in model.graph.output}
     try:
         config = json.loads((Path(package_dir) / "config.json").read_text(encoding="utf-8"))

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from mobius.errors import MobiusError
-from mobius.generate import load_tokenizer
+from mobius.generate import load_session, load_tokenizer
 from mobius.source import read_json
 
 STAGES = ("encoder", "decoder", "postnet")
@@ -139,9 +139,7 @@ class SpeechT5Speaker:
         self.vocoder_dir = Path(vocoder_dir) if vocoder_dir else self.package / "vocoder"
 
     def _session(self, path: Path):
-        import onnxruntime as ort
-
-        return ort.InferenceSession(str(path), self._options, providers=["CPUExecutionProvider"])
+        return load_session(path, self._options)
 
     @property
     def tokenizer(self):

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from mobius.errors import MobiusError
+from mobius.generate import load_session
 
 STAGES = ("text_encoder", "vocoder")
 DEFAULT_OUTPUT = "speech.wav"
@@ -87,12 +88,7 @@ def open_sessions(package: Path, graphs, threads: int | None = None) -> dict:
     options = ort.SessionOptions()
     if threads:
         options.intra_op_num_threads = threads
-    return {
-        graph: ort.InferenceSession(
-            str(package / graph / "model.onnx"), options, providers=["CPUExecutionProvider"]
-        )
-        for graph in graphs
-    }
+    return {graph: load_session(package / graph / "model.onnx", options) for graph in graphs}
 
 
 class TextToAudio:

@@ -19,6 +19,7 @@ import logging
 from pathlib import Path
 
 from mobius.errors import MobiusError
+from mobius.safe_paths import join_inside
 from mobius.source import ModelSource, model_source, read_json
 
 logger = logging.getLogger(__name__)
@@ -44,8 +45,8 @@ class VoxtralSource(ModelSource):
     def build(self, options, registry):
         package = super().build(options, registry)
         tekken = self.path / TEKKEN
-        if tekken.is_file():
-            package.extra_files[TEKKEN] = tekken
+        if tekken.is_file():  # copied into the package: never through a symlink out of it
+            package.extra_files[TEKKEN] = join_inside(self.path, TEKKEN, source=self.path)
         else:
             logger.warning(
                 "%s has no %s (mistral-common's tokenizer): the package builds, but "

@@ -32,7 +32,7 @@ import numpy as np
 
 from mobius.classification import format_line, open_session, ranked, softmax
 from mobius.errors import MobiusError
-from mobius.generate import PackageError, _read_json, load_tokenizer
+from mobius.generate import PackageError, _read_json, load_tokenizer, read_graph
 from mobius_audio.audio_file import read_audio
 from mobius_audio.clap_features import ClapFeatures
 
@@ -46,12 +46,8 @@ def is_zero_shot_audio_package(package_dir: str | os.PathLike) -> bool:
     graph = Path(package_dir) / "model.onnx"
     if not graph.is_file():
         return False
-    import onnx
 
-    try:
-        model = onnx.load(str(graph), load_external_data=False)
-    except Exception as exc:  # onnx's DecodeError and friends: not a model
-        raise PackageError(f"cannot read {graph} as an ONNX model: {exc}") from None
+    model = read_graph(graph)  # PackageError if not ONNX
     return any(o.name == OUTPUT for o in model.graph.output)
 
 

@@ -15,20 +15,16 @@ from pathlib import Path
 
 import numpy as np
 
-from mobius.generate import PackageError, _import_onnxruntime
+from mobius.generate import PackageError, _import_onnxruntime, load_session
 
 
 def open_session(graph: Path, threads: int | None = None):
-    """An ONNX Runtime CPU session of ``graph``; one line of error when it cannot load."""
-    ort = _import_onnxruntime()
-    options = ort.SessionOptions()
+    """An ONNX Runtime CPU session of ``graph``; one line of error when it cannot load
+    (:func:`mobius.generate.load_session`)."""
+    options = _import_onnxruntime().SessionOptions()
     if threads:
         options.intra_op_num_threads = int(threads)
-    try:
-        return ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # ORT raises its own pybind classes: corrupt, truncated, bad ops
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise PackageError(f"ONNX Runtime cannot load {graph}: {message}") from None
+    return load_session(graph, options)
 
 
 def label_names(config: dict, count: int) -> list[str]:

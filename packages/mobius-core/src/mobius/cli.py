@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import signal
 import sys
 import traceback
 
@@ -89,9 +91,13 @@ def build_options(args: argparse.Namespace):
 
 def _build(args: argparse.Namespace) -> int:
     from mobius._build import build
-    from mobius._package import check_output
+    from mobius._package import check_output, output_lock
 
-    check_output(args.output, overwrite=args.overwrite)  # refuse before a long build
+    # Refuse before a long build; the package's save checks again with what the build read
+    # (a hub id's snapshot is known only then).
+    local = [args.model, *(path for paths in args.adapter or () for path in paths)]
+    sources = [path for path in local if os.path.exists(path)]
+    check_output(args.output, overwrite=args.overwrite, sources=sources)
     options = build_options(args)
     if args.atol is not None and not args.validate:
         raise MobiusError("--atol is the tolerance of --validate: give --validate too")
@@ -102,8 +108,9 @@ def _build(args: argparse.Namespace) -> int:
             "--validate compares with the source model, which lacks the merged --adapter; "
             "drop --validate (mobius-text's tests check merged adapters against peft)"
         )
-    package = build(args.model, options)
-    out = package.save(args.output, progress=not args.quiet, overwrite=args.overwrite)
+    with output_lock(args.output):  # one build per output: a second one fails at once
+        package = build(args.model, options)
+        out = package.save(args.output, progress=not args.quiet, overwrite=args.overwrite)
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(f"wrote {out} ({_megabytes(size)})")
     if args.validate:
@@ -353,7 +360,9 @@ def make_parser(plugins: bool = True) -> argparse.ArgumentParser:
             "Build MODEL into OUTPUT_DIR: model.onnx, model.onnx.data (external weights), "
             "and the config, generation config and tokenizer files. The output appears "
             "only once complete: a failure or Ctrl-C leaves nothing. A non-empty "
-            "OUTPUT_DIR is refused unless --overwrite." + source_help
+            "OUTPUT_DIR is refused unless --overwrite, and always when it is, holds or lies "
+            "inside the model, or is or holds the current or home directory. One build at "
+            "a time writes an OUTPUT_DIR." + source_help
         ),
         parents=[common],
     )
@@ -546,7 +555,8 @@ def make_parser(plugins: bool = True) -> argparse.ArgumentParser:
     build.add_argument(
         "--overwrite",
         action="store_true",
-        help="replace a non-empty OUTPUT_DIR (only once the new build is complete)",
+        help="replace a non-empty OUTPUT_DIR (only once the new build is complete); never "
+        "the model itself, a folder holding it or inside it, '.', '~' or '/'",
     )
     build.add_argument(
         "--allow-pickle",
@@ -821,10 +831,51 @@ def hide_torch_from_transformers() -> None:
 
 
 def run() -> None:
-    """The ``mobius`` console command and ``python -m mobius``."""
-    if "--validate" not in sys.argv[1:]:  # validating runs the source model, in torch
-        hide_torch_from_transformers()
-    raise SystemExit(main())
+    """The ``mobius`` console command and ``python -m mobius``: exits with :func:`main`'s code.
+
+    Ctrl-C exits 130 with one line wherever it lands in here: in :func:`main` (which says
+    so) or just around it (a second Ctrl-C while main prints its line). ``python -m mobius``
+    (:mod:`mobius.__main__`) also covers the loading of this module and Python's exit.
+    """
+    try:
+        if "--validate" not in sys.argv[1:]:  # validating runs the source model, in torch
+            hide_torch_from_transformers()
+        code = main()
+    except KeyboardInterrupt:
+        code = _interrupted()
+    raise SystemExit(code)
+
+
+# Whether this run of main has printed its "interrupted" line: a second Ctrl-C says nothing.
+_said_interrupted = False
+
+
+def _interrupted() -> int:
+    """Say (once) that Ctrl-C stopped the command; returns its exit code, 130."""
+    global _said_interrupted
+    if not _said_interrupted:
+        _said_interrupted = True
+        print("mobius: interrupted", file=sys.stderr, flush=True)
+    return 130
+
+
+def exit_on_interrupt() -> None:
+    """From now on, Ctrl-C ends the process at once with exit code 130 (and the one line).
+
+    For the process's last moments, once :func:`run` is done: Python's exit flushes files
+    and waits for threads, and its own handler would print a traceback there. A program
+    that started mobius with SIGINT ignored keeps it ignored.
+    """
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _exit_interrupted)
+
+
+def _exit_interrupted(signum, frame) -> None:
+    """SIGINT while the process exits: exit 130 at once, without the rest of the exit."""
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        _interrupted()
+    os._exit(130)
 
 
 class _NoteFormatter(logging.Formatter):
@@ -857,6 +908,8 @@ def main(argv: list[str] | None = None) -> int:
     (:class:`mobius.errors.MobiusError`), 2 a usage error, 3 an internal error
     (a bug in mobius), 130 interrupted.
     """
+    global _said_interrupted
+    _said_interrupted = False
     argv = sys.argv[1:] if argv is None else list(argv)
     # Only build, generate, classify and the domains' own commands (and the command list of
     # --help) need the domain packages: the others start without loading them.
@@ -864,7 +917,10 @@ def main(argv: list[str] | None = None) -> int:
     plugins = command not in ("embed", "list", "info")
     if command is None:  # ``mobius --version`` needs none; ``mobius --help`` lists their commands
         plugins = "-h" in argv or "--help" in argv
-    args = make_parser(plugins=plugins).parse_args(argv)
+    try:
+        args = make_parser(plugins=plugins).parse_args(argv)
+    except KeyboardInterrupt:  # loading the domain packages for the parser takes a while
+        return _interrupted()
     verbose = getattr(args, "verbose", False)
     handler = _log_notes(progress=args.command == "build" and not getattr(args, "quiet", False))
     try:
@@ -875,8 +931,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mobius: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("mobius: interrupted", file=sys.stderr)
-        return 130
+        return _interrupted()
     except BrokenPipeError:  # output piped into a reader that stopped (``mobius list | head``)
         sys.stderr.close()
         return 0

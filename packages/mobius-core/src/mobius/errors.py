@@ -31,9 +31,20 @@ class CheckpointError(MobiusError):
     """A checkpoint file is missing, truncated or corrupt."""
 
 
+class UnsafePathError(CheckpointError):
+    """A file name read from a checkpoint, pipeline or package would lead outside its folder:
+    absolute, with a ``..`` segment, or through a symlink that leaves it (see
+    :mod:`mobius.safe_paths`)."""
+
+
 class WeightMismatchError(MobiusError):
     """The checkpoint does not fit the graph: missing, unexpected, wrong-shape or wrong-dtype tensors."""
 
 
 class OutputError(MobiusError):
     """The output directory cannot be written."""
+
+
+class ChatTemplateError(MobiusError):
+    """A tokenizer's chat template refuses the conversation (its own ``raise_exception``), fails,
+    or goes over the time or size limits it is rendered with (see :mod:`mobius.chat_template`)."""

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mobius.chat_template import render_chat_template
 from mobius.errors import MobiusError
 from mobius.weights._resolve import SENTENCEPIECE_FILES
 
@@ -52,10 +53,14 @@ __all__ = [
     "TextGenerator",
     "TextStream",
     "begin_suppress_tokens",
+    "check_tokenizer_files",
     "decode_loop",
     "force_token",
     "generate_text",
+    "load_session",
+    "load_tokenizer",
     "open_generator",
+    "read_graph",
     "sample_next_token",
     "stream_to_stdout",
     "suppress_tokens",
@@ -402,13 +407,7 @@ class _Generator:
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = int(threads)
-        try:
-            return ort.InferenceSession(
-                str(model_path), options, providers=list(providers or ["CPUExecutionProvider"])
-            )
-        except Exception as exc:  # ORT raises its own pybind classes: corrupt, truncated, bad ops
-            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise PackageError(f"ONNX Runtime cannot load {model_path}: {message}") from None
+        return load_session(model_path, options, providers)
 
     @staticmethod
     def _cache_outputs(past: list) -> list[str]:
@@ -484,8 +483,8 @@ class _Generator:
             messages = [{"role": "user", "content": prompt}]
             if system is not None:
                 messages.insert(0, {"role": "system", "content": system})
-            text = tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True
+            text = render_chat_template(
+                tokenizer, messages, source=self.package_dir, add_generation_prompt=True
             )
             # The template writes the special tokens (BOS included) itself.
             return list(tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -900,6 +899,126 @@ def run_text_cli(package_dir: str | os.PathLike, prompt: str, options: dict) -> 
     return stream_to_stdout(generator, prompt, options)
 
 
+def load_session(model_path: str | os.PathLike, options=None, providers=None):
+    """An ONNX Runtime session of the graph at ``model_path`` (on the CPU unless
+    ``providers`` name others), with ``options`` (an ``onnxruntime.SessionOptions``).
+
+    Every runner opens its graphs here, so a package with a corrupt graph is refused
+    the same way everywhere.
+
+    Raises:
+        RuntimeMissingError: ONNX Runtime is not installed.
+        PackageError: ONNX Runtime cannot load the file (truncated, not ONNX, its
+            external data missing or short, an unknown op); one line naming the file.
+    """
+    ort = _import_onnxruntime()
+    try:
+        return ort.InferenceSession(
+            str(model_path),
+            options or ort.SessionOptions(),
+            providers=list(providers or ["CPUExecutionProvider"]),
+        )
+    except Exception as exc:  # ORT raises its own pybind classes: corrupt, truncated, bad ops
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise PackageError(f"ONNX Runtime cannot load {model_path}: {message}") from None
+
+
+def read_graph(model_path: str | os.PathLike):
+    """The ``onnx.ModelProto`` at ``model_path`` without its weights (they stay in the
+    external data file): its inputs, outputs, nodes and metadata, for a runner to tell
+    what the package is.
+
+    Raises:
+        PackageError: The file is missing or is not an ONNX model (garbage, truncated).
+    """
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    try:
+        return onnx.load(str(model_path), load_external_data=False)
+    except (OSError, DecodeError, ValueError) as exc:
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise PackageError(f"{model_path} is not a readable ONNX model: {reason}") from None
+
+
+def _json_object(path: Path) -> dict | None:
+    """``path`` parsed as a JSON object, None when absent; PackageError naming it otherwise."""
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise PackageError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise PackageError(f"{path} is not a JSON object")
+    return data
+
+
+def _check_bpe_merges(path: Path, model: dict) -> None:
+    """A BPE model's merges must join tokens of its vocabulary into one: ``tokenizers``
+    panics (a Rust abort, not an error) on a merge whose result it cannot find."""
+    vocab, merges = model.get("vocab"), model.get("merges", [])
+    if not isinstance(vocab, dict) or not isinstance(merges, list):
+        raise PackageError(f"{path}: model.vocab must be an object and model.merges a list")
+    prefix = model.get("continuing_subword_prefix") or ""
+    prefix = prefix if isinstance(prefix, str) else ""
+    for index, merge in enumerate(merges):
+        pair = merge.split(" ", 1) if isinstance(merge, str) else merge
+        if not (
+            isinstance(pair, list)
+            and len(pair) == 2
+            and all(isinstance(part, str) and part in vocab for part in pair)
+        ):
+            raise PackageError(f"{path}: model.merges[{index}] is not two tokens of the vocabulary")
+        left, right = pair
+        if not right.startswith(prefix):  # tokenizers cuts the prefix off the right part
+            raise PackageError(
+                f"{path}: model.merges[{index}] does not start its second part with the "
+                f"continuing-subword prefix {prefix!r}"
+            )
+        joined = left + right[len(prefix) :]
+        if joined not in vocab:
+            raise PackageError(
+                f"{path}: model.merges[{index}] makes {joined[:60]!r}, which is not in the vocabulary"
+            )
+
+
+def check_tokenizer_files(package_dir: str | os.PathLike) -> None:
+    """Refuse a package's ``tokenizer.json`` / ``tokenizer_config.json`` that would crash the
+    loaders rather than fail: not JSON, not an object, ``added_tokens`` missing or not a list
+    of ``{id: int, content: str}``, a BPE merge outside the vocabulary.
+
+    Raises:
+        PackageError: One line naming the file and what is wrong.
+    """
+    directory = Path(package_dir)
+    _json_object(directory / "tokenizer_config.json")
+    path = directory / "tokenizer.json"
+    tokenizer = _json_object(path)
+    if tokenizer is None:
+        return
+    added = tokenizer.get("added_tokens")
+    if not isinstance(added, list):
+        raise PackageError(f"{path}: added_tokens must be a list (of {{id, content}} objects)")
+    for index, token in enumerate(added):
+        if not (
+            isinstance(token, dict)
+            and isinstance(token.get("id"), int)
+            and not isinstance(token.get("id"), bool)
+            and token["id"] >= 0
+            and isinstance(token.get("content"), str)
+        ):
+            raise PackageError(
+                f"{path}: added_tokens[{index}] is not an object with an id (an integer "
+                "from 0) and a content (a string)"
+            )
+    model = tokenizer.get("model")
+    if not isinstance(model, dict):
+        raise PackageError(f"{path}: model must be an object")
+    if model.get("type") == "BPE":
+        _check_bpe_merges(path, model)
+
+
 def load_tokenizer(package_dir: str | os.PathLike):
     """The package's tokenizer (``transformers.AutoTokenizer``, never the repository's code).
 
@@ -908,9 +1027,13 @@ def load_tokenizer(package_dir: str | os.PathLike):
     """
     from transformers import AutoTokenizer
 
+    check_tokenizer_files(package_dir)
     try:
         return AutoTokenizer.from_pretrained(str(package_dir), trust_remote_code=False)
-    except (OSError, ValueError, TypeError, ImportError) as exc:  # (JSONDecodeError: ValueError)
+    except Exception as exc:
+        # The files are a stranger's: transformers raises KeyError, AttributeError...
+        # on odd values, and ``tokenizers`` a bare Exception for anything its Rust
+        # deserializer refuses. Each is the files' fault, not a bug of mobius.
         reason = " ".join(str(exc).split()) or type(exc).__name__
         raise PackageError(f"cannot load the tokenizer of {package_dir}: {reason}") from None
 

@@ -27,10 +27,11 @@ _ORT_TYPES = {
 
 
 def cpu_session(path: Path):
-    """An ONNX Runtime session of ``path`` on the CPU with ONNX Runtime's default options."""
-    import onnxruntime as ort
+    """An ONNX Runtime session of ``path`` on the CPU with ONNX Runtime's default options
+    (:func:`mobius.generate.load_session`: a corrupt graph is a one-line PackageError)."""
+    from mobius.generate import load_session
 
-    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return load_session(path)
 
 
 def empty_input(info) -> np.ndarray:

@@ -158,25 +158,47 @@ def hf_config_from_dict(fields: dict) -> Any:
         raise ConfigError(f"unusable model config: {one_line(exc)}") from exc
 
 
-def check_sizes(hf_config: Any, source: Path | str) -> None:
-    """Refuse a config whose sizes are not non-negative integers within :data:`SIZE_LIMITS`.
+def _flat_sizes(value: Any) -> list[Any]:
+    """The entries of a size: itself, or those of a (nested) per-layer or per-block list."""
+    entries, pending = [], [value]
+    while pending:  # a loop, not recursion: a file may nest lists deeply
+        item = pending.pop()
+        if isinstance(item, (list, tuple)):
+            pending.extend(reversed(item))
+        else:
+            entries.append(item)
+    return entries
 
-    A size may also be a per-layer list of such integers.
+
+def check_sizes(
+    hf_config: Any, source: Path | str, limits: Mapping[str, int | tuple[int, int]] | None = None
+) -> None:
+    """Refuse a config whose sizes are not integers within their limits.
+
+    ``limits`` maps field names to their largest value (the smallest is 0) or to a
+    ``(smallest, largest)`` pair; by default those the config's class declares (a
+    ``size_limits`` class attribute: a domain package's config class, such as a
+    diffusers component's), else :data:`SIZE_LIMITS`. A size may also be a list (per
+    layer, per block; nested lists too) of such integers, or null.
     """
-    for name, limit in SIZE_LIMITS.items():
+    if limits is None:  # the class's, never the instance's: a config file cannot set it
+        limits = getattr(type(hf_config), "size_limits", SIZE_LIMITS)
+    for name, bounds in limits.items():
+        low, limit = bounds if isinstance(bounds, tuple) else (0, bounds)
         try:
             value = getattr(hf_config, name, None)
         except Exception:  # a per-layer attribute that the config will not give globally
             continue
-        values = value if isinstance(value, (list, tuple)) else [value]
-        for v in values:
+        for v in _flat_sizes(value):
             if v is None:
                 continue
             if isinstance(v, float) and v.is_integer():  # MusicFlamingo's rope_theta (1200.0)
                 v = int(v)
-            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= limit:
+            if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= limit:
+                listed = isinstance(value, (list, tuple))
+                shown = f"{name} holds {v!r}" if listed else f"{name} = {value!r}"
                 raise ConfigError(
-                    f"config of {source}: {name} = {value!r} is not an integer from 0 to {limit}"
+                    f"config of {source}: {shown} is not an integer from {low} to {limit}"
                 )
 
 

@@ -237,13 +237,16 @@ def load_reference(
     import transformers
 
     model_class = getattr(transformers, auto_class)
-    arguments = dict(dtype=torch.float32, trust_remote_code=False, **keywords)
+    arguments = dict(dtype=torch.float32, **keywords)
     if source.is_file():
         arguments["gguf_file"] = source.name
         source = source.parent
     try:
         model = model_class.from_pretrained(
-            str(source), attn_implementation=attn_implementation, **arguments
+            str(source),
+            attn_implementation=attn_implementation,
+            trust_remote_code=False,
+            **arguments,
         )
     except Exception as exc:  # the reference's own refusal: say whose and why, in one line
         raise MobiusError(

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mobius.errors import ConfigError, MobiusError, ModelSourceError
+from mobius.safe_paths import join_inside
 from mobius.source import Source, open_source, read_json
 from mobius_diffusion.decoder_text_encoders import (
     check_hidden_states,
@@ -250,7 +251,8 @@ class PipelineSource(Source):
         for name, (library, class_name) in sorted(components.items()):
             if name in skip or _folded(name, components):
                 continue
-            component_dir = model_dir / name
+            # A component name is a folder of the pipeline and of the package: never "../x".
+            component_dir = join_inside(model_dir, name, source=model_dir / INDEX)
             if not component_dir.is_dir():
                 raise ModelSourceError(
                     f"pipeline component {name!r} ({class_name}) has no directory {component_dir}"
@@ -269,13 +271,14 @@ class PipelineSource(Source):
         ip_adapter = check_ip_adapter_plan(plugin, {n for n, k in plan.items() if k})
 
         package = ModelPackage(models={}, config=index, task="pipeline")
-        package.extra_files[INDEX] = model_dir / INDEX
+        package.extra_files[INDEX] = join_inside(model_dir, INDEX, source=model_dir)
         for name, key in plan.items():
-            component_dir = model_dir / name
+            component_dir = join_inside(model_dir, name, source=model_dir / INDEX)
             if key is None:
                 for path in sorted(component_dir.iterdir()):
-                    if path.is_file():
-                        package.extra_files[f"{name}/{path.name}"] = path
+                    if path.is_file():  # a symlink out of the folder is refused, not copied
+                        copied = join_inside(component_dir, path.name, source=component_dir)
+                        package.extra_files[f"{name}/{path.name}"] = copied
                 continue
             part_plugin = component_plugin(
                 plugin, registry.get(key).task, index.get("_class_name"), name

@@ -28,7 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
+from mobius.chat_template import render_chat_template
 from mobius.errors import MobiusError
+from mobius.generate import read_graph
 
 # Markers of a chat template that reads content as a list of typed parts (sentence-transformers'
 # test of the message format: otherwise the content is the text itself).
@@ -46,9 +48,8 @@ def is_reranker(package_dir: str | os.PathLike) -> bool:
     graph = Path(package_dir) / "model.onnx"
     if not graph.is_file():
         return False
-    import onnx
 
-    model = onnx.load(str(graph), load_external_data=False)
+    model = read_graph(graph)
     for output in model.graph.output:
         dims = output.type.tensor_type.shape.dim
         if output.name == "logits" and len(dims) == 2 and dims[1].dim_value == 1:
@@ -103,14 +104,19 @@ def _chat_logits(embedder, query: str, documents: Sequence[str]) -> np.ndarray |
     def message(role: str, text: str) -> dict:
         return {"role": role, "content": [{"type": "text", "text": text}] if structured else text}
 
-    conversations = [[message("query", query), message("document", d)] for d in documents]
-    try:
-        batch = tokenizer.apply_chat_template(
-            conversations, tokenize=True, return_dict=True, padding=True, truncation=True
+    texts = [
+        render_chat_template(
+            tokenizer,
+            [message("query", query), message("document", d)],
+            source=embedder.package_dir,
         )
-    except Exception as exc:  # a template error (jinja2's own classes), a tokenizer refusal
+        for d in documents
+    ]
+    try:  # the template writes the special tokens itself, as transformers' tokenize=True
+        batch = tokenizer(texts, padding=True, truncation=True, add_special_tokens=False)
+    except Exception as exc:  # a tokenizer refusal (a pad token missing)
         reason = " ".join(str(exc).split()) or type(exc).__name__
-        raise MobiusError(f"the chat template of {embedder.package_dir} fails: {reason}") from None
+        raise MobiusError(f"the tokenizer of {embedder.package_dir} fails: {reason}") from None
     feeds = {n: np.asarray(batch[n], np.int64) for n in embedder.inputs if n in batch}
     if set(feeds) != set(embedder.inputs):
         raise MobiusError(f"the chat template of {embedder.package_dir} gives no {embedder.inputs}")

@@ -36,7 +36,7 @@ import numpy as np
 
 from mobius.classification import format_line, label_names, open_session, ranked, softmax
 from mobius.errors import MobiusError
-from mobius.generate import ORT_FLOAT_TYPES, PackageError, _read_json
+from mobius.generate import ORT_FLOAT_TYPES, PackageError, _read_json, read_graph
 from mobius_vision.processing._settings import load_tokenizer
 from mobius_vision.processing.classification import load_image_processor
 
@@ -52,12 +52,8 @@ def graph_io(package_dir: str | os.PathLike) -> tuple[list[str], list[str]] | No
     graph = Path(package_dir) / "model.onnx"
     if not graph.is_file():
         return None
-    import onnx
 
-    try:
-        model = onnx.load(str(graph), load_external_data=False)
-    except Exception as exc:  # onnx's DecodeError and friends: not a model
-        raise PackageError(f"cannot read {graph} as an ONNX model: {exc}") from None
+    model = read_graph(graph)  # PackageError if not ONNX
     return [i.name for i in model.graph.input], [o.name for o in model.graph.output]
 
 

@@ -35,8 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
+from mobius.chat_template import render_chat_template
 from mobius.errors import MobiusError
-from mobius.generate import GenerationStats, PackageError, _Generator, stream_to_stdout
+from mobius.generate import GenerationStats, PackageError, _Generator, read_graph, stream_to_stdout
 
 
 def is_vision_language_package(package_dir: str | os.PathLike) -> bool:
@@ -47,9 +48,8 @@ def is_vision_language_package(package_dir: str | os.PathLike) -> bool:
     graph = package / "model.onnx"
     if not graph.is_file():
         return False
-    import onnx
 
-    model = onnx.load(str(graph), load_external_data=False)
+    model = read_graph(graph)
     return any(i.name.startswith("pixel_values") for i in model.graph.input)
 
 
@@ -142,8 +142,12 @@ class VisionLanguageGenerator(_Generator):
                 messages.insert(
                     0, {"role": "system", "content": [{"type": "text", "text": system}]}
                 )
-            return self.tokenizer.apply_chat_template(
-                messages, chat_template=template, tokenize=False, add_generation_prompt=True
+            return render_chat_template(
+                self.tokenizer,
+                messages,
+                source=self.package_dir,
+                chat_template=template,
+                add_generation_prompt=True,
             )
         if system is not None:
             raise MobiusError(

@@ -31,7 +31,7 @@ import numpy as np
 
 from mobius.classification import format_line, label_names, open_session
 from mobius.errors import MobiusError
-from mobius.generate import ORT_FLOAT_TYPES, PackageError, _read_json
+from mobius.generate import ORT_FLOAT_TYPES, PackageError, _read_json, read_graph
 from mobius_vision.processing._image import BILINEAR, ImageSettings, to_chw
 from mobius_vision.processing.classification import (
     FAMILIES,
@@ -57,12 +57,8 @@ def graph_signature(package_dir: str | os.PathLike) -> tuple[list[str], dict[str
     graph = Path(package_dir) / "model.onnx"
     if not graph.is_file():
         return None
-    import onnx
 
-    try:
-        model = onnx.load(str(graph), load_external_data=False)
-    except Exception as exc:  # onnx's DecodeError and friends: not a model
-        raise PackageError(f"cannot read {graph} as an ONNX model: {exc}") from None
+    model = read_graph(graph)  # PackageError if not ONNX
     ranks = {o.name: len(o.type.tensor_type.shape.dim) for o in model.graph.output}
     return [i.name for i in model.graph.input], ranks
 

@@ -37,7 +37,7 @@ import numpy as np
 
 from mobius.classification import format_line, open_session
 from mobius.errors import MobiusError
-from mobius.generate import ORT_FLOAT_TYPES, PackageError
+from mobius.generate import ORT_FLOAT_TYPES, PackageError, read_graph
 from mobius_vision.classifier import parse_labels
 from mobius_vision.detection_runner import pixels_of
 from mobius_vision.processing._settings import load_tokenizer, read_settings
@@ -62,11 +62,10 @@ def is_text_prompted_segmentation_package(package_dir: str | os.PathLike) -> boo
     image = package / "image" / "model.onnx"
     if not ((package / "text" / "model.onnx").is_file() and image.is_file()):
         return False
-    import onnx
 
     try:
-        graph = onnx.load(str(image), load_external_data=False).graph
-    except Exception:  # not an ONNX model: no runner of this kind takes it
+        graph = read_graph(image).graph
+    except PackageError:  # not an ONNX model: no runner of this kind takes it
         return False
     return any(i.name == "conditional_embeddings" for i in graph.input)
 

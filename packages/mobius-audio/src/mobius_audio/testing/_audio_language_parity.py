@@ -95,3 +95,117 @@ def compare_audio_language(
         logits, cache = onnx(following, None, mask, generate_positions(mask)[:, -1:], cache)
         result.decode_diffs.append(float(np.abs(logits[:, -1] - expected[:, -1]).max()))
     return result
+
+
+def tone_clip(seconds: float, seed: int, rate: int = 16_000) -> np.ndarray:
+    """A tone with noise, float32 mono at ``rate``: each seed its own pitch and noise."""
+    t = np.arange(int(seconds * rate)) / rate
+    noise = np.random.default_rng(seed).standard_normal(t.shape)
+    return (0.4 * np.sin(2 * np.pi * (220 + 110 * seed) * t) + 0.05 * noise).astype(np.float32)
+
+
+def save_perturbed(model_class, config, directory: Path, *, prepare=None):
+    """A transformers ``model_class(config)`` at fp32, every parameter perturbed (seed 0),
+    saved to ``directory``; ``prepare(model)`` may set its generation config first."""
+    import torch
+
+    from mobius.testing import perturb_parameters
+
+    torch.manual_seed(0)
+    model = model_class(config).float().eval()
+    perturb_parameters(model, seed=0)
+    if prepare is not None:
+        prepare(model)
+    model.save_pretrained(directory)
+    return model
+
+
+def check_batch_and_generate(
+    model, package: Path, ids, mask, audio: dict, *, pad_token_id: int, reference=None
+) -> AudioLanguageParity:
+    """:func:`compare_audio_language` on one batch, then transformers' greedy ``generate``
+    on it: the package's four tokens must be transformers' own.
+
+    ``reference`` defaults to ``model.get_audio_features(**audio).pooler_output``.
+    """
+    import torch
+
+    feeds = {name: torch.from_numpy(value) for name, value in audio.items()}
+    if reference is None:
+        with torch.no_grad():
+            reference = model.get_audio_features(**feeds).pooler_output.numpy()
+    parity = compare_audio_language(model, package, ids, mask, audio, reference)
+    parity.assert_close()
+    with torch.no_grad():
+        out = model.generate(
+            input_ids=torch.from_numpy(ids),
+            attention_mask=torch.from_numpy(mask),
+            **feeds,
+            do_sample=False,
+            max_new_tokens=len(parity.tokens),
+            eos_token_id=None,
+            pad_token_id=pad_token_id,
+        )
+    np.testing.assert_array_equal(out[:, ids.shape[1] :].numpy(), np.stack(parity.tokens, axis=1))
+    return parity
+
+
+def check_hub_layout_builds_alike(source: Path, package: Path, workdir: Path, renames, inputs):
+    """The source's weights under other prefixes (``renames``: old prefix -> new, e.g.
+    transformers 5's in-memory names against the hub's) build a package whose prefill
+    logits on ``inputs`` (the processor's ids and audio feeds) equal ``package``'s."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    from mobius.testing import build_with_cli
+    from mobius_audio.audio_language import OnnxAudioLanguage
+
+    moved = shutil.copytree(source, workdir / "moved")
+    renamed = {}
+    for name, tensor in load_file(moved / "model.safetensors").items():
+        old = next(prefix for prefix in renames if name.startswith(prefix))
+        renamed[renames[old] + name[len(old) :]] = tensor
+    save_file(renamed, moved / "model.safetensors", metadata={"format": "pt"})
+    again = build_with_cli(moved, workdir / "out")
+    audio = {k: v for k, v in inputs.items() if k != "input_ids"}
+    ids = inputs["input_ids"]
+    mask, positions = np.ones_like(ids), np.arange(ids.shape[1])[None]
+    runs = [OnnxAudioLanguage(p) for p in (package, again)]
+    (first, _), (second, _) = (r(ids, audio, mask, positions, r.empty_cache(1)) for r in runs)
+    np.testing.assert_array_equal(first, second)
+
+
+def transformers_text(model, processor, text: str, clips, max_new_tokens: int) -> str:
+    """What transformers' greedy ``generate`` writes after ``text`` over ``clips``, decoded."""
+    import torch
+
+    inputs = processor(text=[text], audio=clips)
+    with torch.no_grad():
+        out = model.generate(**inputs, do_sample=False, max_new_tokens=max_new_tokens)
+    new = out[0, inputs["input_ids"].shape[1] :].tolist()
+    return processor.tokenizer.decode(new, skip_special_tokens=True)
+
+
+def check_python_m_generate(package: Path, prompt: str, wav: Path, expected: str, new_tokens: int):
+    """``python -m mobius generate PACKAGE PROMPT --audio WAV`` prints ``expected``."""
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-m", "mobius", "generate", str(package), prompt, "--audio", str(wav),
+         "--max-new-tokens", str(new_tokens)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.rstrip("\n") == expected
+
+
+def check_validate_passes(package: Path, source: Path, workdir: Path) -> None:
+    """``mobius.validate.validate_package`` passes a copy of ``package`` against ``source``."""
+    import shutil
+
+    from mobius.validate import validate_package
+
+    report = validate_package(shutil.copytree(package, workdir / "copy"), source)
+    assert report.passed and report.tokens_agree, report

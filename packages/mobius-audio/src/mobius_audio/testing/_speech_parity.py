@@ -196,3 +196,30 @@ def check_speech_to_text_parity(
         result.assert_close(atol)
         results.append(result)
     return results
+
+
+def save_whisper_bpe_tokenizer(directory, vocab: dict[str, int], special: list[str]) -> None:
+    """A byte-level BPE tokenizer without merges (``vocab``: pieces and ``special`` tokens,
+    ``<|endoftext|>`` first) that onnxruntime-extensions reads as Whisper's.
+
+    Extensions read no word-level ``tokenizer.json``; ``tokenizer_class`` is
+    ``WhisperTokenizer``, a class they know.
+    """
+    import json
+    from pathlib import Path
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.BPE(vocab, []))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    end = special[0]
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, bos_token=end, eos_token=end, pad_token=end
+    )
+    tokenizer.add_special_tokens({"additional_special_tokens": list(special[1:])})
+    tokenizer.save_pretrained(directory)
+    path = Path(directory) / "tokenizer_config.json"
+    config = json.loads(path.read_text())
+    path.write_text(json.dumps(dict(config, tokenizer_class="WhisperTokenizer")))

@@ -9,6 +9,7 @@ from mobius.components._attention import (
     repeat_kv,
     scaled_dot_product_attention,
 )
+from mobius.components._budget import CONSTANT_BUDGET, check_constant_size
 from mobius.components._compose import embeddings_given, merge_image_features, module_path
 from mobius.components._conv import BatchNorm, Conv2d, Conv3d, GroupNorm
 from mobius.components._cross_attention import CrossAttention, Seq2SeqAttention
@@ -65,6 +66,8 @@ from mobius.components._scope import module_scope, realize_parameters
 
 __all__ = [
     "ACTIVATIONS",
+    "CONSTANT_BUDGET",
+    "check_constant_size",
     "default_inv_freq",
     "embeddings_given",
     "EXECUTION_PROVIDERS",

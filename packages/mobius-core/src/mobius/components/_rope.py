@@ -15,6 +15,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
+from mobius.components._budget import check_constant_size
 from mobius.config import RopeConfig
 from mobius.errors import ConfigError
 
@@ -100,11 +101,22 @@ class RotaryTable:
     max_positions: int
 
     def cos_sin(self) -> tuple[np.ndarray, np.ndarray]:
-        """``cos, sin [max_positions, rotary_dim/2]`` in float32, as the graph computes them."""
+        """``cos, sin [max_positions, rotary_dim/2]`` in float32, as the graph computes them.
+
+        Raises:
+            ConfigError: the table is over :data:`~mobius.components.CONSTANT_BUDGET`
+                (checked before anything is allocated).
+        """
+        shape = (self.max_positions, len(self.inv_freq))
+        check_constant_size(shape, 4, "rotary cos/sin table", "max_position_embeddings")
         positions = np.arange(self.max_positions, dtype=np.float32)[:, None]
         freqs = positions * self.inv_freq[None, :]
         scaling = np.float32(self.attention_scaling)
-        return np.cos(freqs) * scaling, np.sin(freqs) * scaling
+        sin = np.sin(freqs)
+        cos = np.cos(freqs, out=freqs)  # in place: the table is the largest array of a build
+        cos *= scaling
+        sin *= scaling
+        return cos, sin
 
 
 class RotaryEmbedding(nn.Module):

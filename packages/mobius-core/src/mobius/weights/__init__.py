@@ -2,7 +2,7 @@
 
 from mobius.weights._apply import DerivedTensor, apply_weights, parameters, rename_prefixes
 from mobius.weights._closing import Closing
-from mobius.weights._gguf import GGUFFile, GGUFTensor
+from mobius.weights._gguf import GGUFFile, GGUFMetadata, GGUFTensor
 from mobius.weights._gguf_quant import REPACKABLE, RepackedWeight
 from mobius.weights._open import open_checkpoint
 from mobius.weights._resolve import resolve_model
@@ -14,6 +14,7 @@ __all__ = [
     "Closing",
     "DerivedTensor",
     "GGUFFile",
+    "GGUFMetadata",
     "GGUFTensor",
     "RepackedWeight",
     "SafetensorsCheckpoint",

@@ -19,6 +19,7 @@ import math
 import mmap
 import os
 import struct
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +121,130 @@ class _Cursor:
         return [self.value(etype, f"{what}[{i}]", depth + 1) for i in range(n)]
 
 
+# The largest integer a typed read accepts unless told otherwise: every count and size a
+# model has fits, and the graph builders' int32 arithmetic cannot overflow on it.
+_MAX_INT = (1 << 31) - 1
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    """``repr(value)``, cut short: a metadata value may be a long array."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+class GGUFMetadata(Mapping[str, Any]):
+    """A GGUF file's metadata by key, with reads that check each value's type and range.
+
+    The header is a stranger's input: a key mobius uses is read through ``get_int``,
+    ``get_str_list``... which return the value (or ``default`` when the key is absent)
+    and raise a one-line :class:`~mobius.errors.CheckpointError` naming the file, the
+    key, the value and what was expected when it is of the wrong type or out of range.
+    Plain mapping reads (``metadata[key]``) give the raw values.
+    """
+
+    def __init__(self, values: Mapping[str, Any], source: str | os.PathLike[str]) -> None:
+        self._values = dict(values)
+        self.source = str(source)
+
+    @classmethod
+    def of(cls, metadata: Mapping[str, Any]) -> GGUFMetadata:
+        """``metadata`` itself when it is a :class:`GGUFMetadata`, else wrapped as one."""
+        return metadata if isinstance(metadata, GGUFMetadata) else cls(metadata, "GGUF metadata")
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def error(self, key: str, value: Any, expected: str) -> CheckpointError:
+        """The error for ``key`` holding ``value`` where ``expected`` belongs."""
+        return CheckpointError(f"{self.source}: metadata {key} = {_shown(value)} is not {expected}")
+
+    def get_int(
+        self, key: str, default: Any = None, *, min: int = 0, max: int = _MAX_INT
+    ) -> int | Any:
+        """An integer in ``[min, max]`` (a bool is not one)."""
+        if key not in self._values:
+            return default
+        value = self._values[key]
+        if not _is_int(value) or not min <= value <= max:
+            raise self.error(key, value, f"an integer from {min} to {max}")
+        return value
+
+    def get_float(self, key: str, default: Any = None, *, positive: bool = False) -> float | Any:
+        """A finite number (above 0 when ``positive``), as a float; an integer is one."""
+        if key not in self._values:
+            return default
+        value = self._values[key]
+        if not _is_finite(value) or (positive and value <= 0):
+            raise self.error(key, value, "a positive number" if positive else "a finite number")
+        return float(value)
+
+    def get_bool(self, key: str, default: Any = None) -> bool | Any:
+        """A GGUF bool (an integer is not one: llama.cpp reads bool keys by their type)."""
+        if key not in self._values:
+            return default
+        value = self._values[key]
+        if not isinstance(value, bool):
+            raise self.error(key, value, "a bool")
+        return value
+
+    def get_str(self, key: str, default: Any = None) -> str | Any:
+        """A string."""
+        if key not in self._values:
+            return default
+        value = self._values[key]
+        if not isinstance(value, str):
+            raise self.error(key, value, "a string")
+        return value
+
+    def _list(self, key: str, valid, item: str, length: int | None) -> list | None:
+        """The list at ``key`` whose every element passes ``valid`` (``item`` says what it is)."""
+        if key not in self._values:
+            return None
+        value = self._values[key]
+        if not isinstance(value, list):
+            raise self.error(key, value, f"a list (each item {item})")
+        bad = next((i for i, element in enumerate(value) if not valid(element)), None)
+        if bad is not None:
+            raise self.error(f"{key}[{bad}]", value[bad], item)
+        if length is not None and len(value) != length:
+            raise CheckpointError(
+                f"{self.source}: metadata {key} has {len(value)} entries, expected {length}"
+            )
+        return value
+
+    def get_str_list(self, key: str, *, length: int | None = None) -> list[str] | None:
+        """A list of strings (of ``length`` entries, when given), or None when absent."""
+        return self._list(key, lambda v: isinstance(v, str), "a string", length)
+
+    def get_int_list(
+        self, key: str, *, min: int = 0, max: int = _MAX_INT, length: int | None = None
+    ) -> list[int] | None:
+        """A list of integers in ``[min, max]``, or None when absent."""
+
+        def valid(item: Any) -> bool:
+            return _is_int(item) and min <= item <= max
+
+        return self._list(key, valid, f"an integer from {min} to {max}", length)
+
+    def get_float_list(self, key: str, *, length: int | None = None) -> list[float] | None:
+        """A list of finite numbers, or None when absent."""
+        return self._list(key, _is_finite, "a finite number", length)
+
+
 class GGUFTensor:
     """One tensor of a GGUF file, read lazily.
 
@@ -205,7 +330,8 @@ class GGUFFile(Closing):
     Attributes:
         path: The file.
         version: 2 or 3.
-        metadata: Every metadata entry, by key (arrays as lists).
+        metadata: Every metadata entry, by key (arrays as lists), with typed reads
+            (:class:`GGUFMetadata`).
         tensors: Every tensor, by GGUF name, in file order.
         alignment: The data alignment in bytes.
     """
@@ -225,13 +351,14 @@ class GGUFFile(Closing):
         # Smallest entries: name length, n_dims, type, offset; key length, type, a byte.
         n_tensors = cur.count("tensor count", 24, _MAX_ENTRIES)
         n_kv = cur.count("metadata count", 13, _MAX_ENTRIES)
-        self.metadata: dict[str, Any] = {}
+        values: dict[str, Any] = {}
         for i in range(n_kv):
             key = cur.string(f"metadata key #{i}", _MAX_KEY)
-            if key in self.metadata:
+            if key in values:
                 raise cur.fail(f"metadata key {key!r} appears twice")
-            self.metadata[key] = cur.value(cur.scalar(4, f"type of {key!r}"), f"metadata {key!r}")
-        self.alignment = self.metadata.get("general.alignment", 32)
+            values[key] = cur.value(cur.scalar(4, f"type of {key!r}"), f"metadata {key!r}")
+        self.metadata = GGUFMetadata(values, path)
+        self.alignment = values.get("general.alignment", 32)
         if (
             not isinstance(self.alignment, int)
             or not 0 < self.alignment <= _MAX_ALIGNMENT

@@ -27,6 +27,7 @@ import numpy as np
 import onnx_ir as ir
 
 from mobius.errors import CheckpointError
+from mobius.safe_paths import join_inside
 from mobius.weights._closing import Closing
 from mobius.weights._tracking import note_read
 
@@ -282,7 +283,7 @@ def _directory_files(directory: Path) -> list[Path]:
             names = sorted(set(weight_map.values()))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise CheckpointError(f"{index}: unreadable index ({e})") from None
-        files = [directory / name for name in names]
+        files = [join_inside(directory, name, source=index) for name in names]
         missing = [f.name for f in files if not f.is_file()]
         if missing:
             raise CheckpointError(f"{directory}: missing checkpoint shards: {', '.join(missing)}")

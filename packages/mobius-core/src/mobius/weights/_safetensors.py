@@ -6,6 +6,10 @@ optional ``__metadata__`` entry), then the raw little-endian data. Opening a
 checkpoint reads only the headers; tensor data is returned as zero-copy, read-only
 numpy views of memory-mapped files.
 
+The header is held to the format as strictly as the reference loader holds it: no
+name twice, ``__metadata__`` maps names to strings, and the tensors' data cover the
+data section exactly (contiguous, no gap, no overlap, nothing after the last).
+
 Each tensor gets a mapping of its own, which is unmapped as soon as the last array
 viewing it is freed. A build reads every tensor once: with one mapping per file,
 every page it touched would stay resident, and the process's RSS would grow to the
@@ -27,6 +31,7 @@ import numpy as np
 import onnx_ir as ir
 
 from mobius.errors import CheckpointError
+from mobius.safe_paths import join_inside
 from mobius.weights._closing import Closing
 from mobius.weights._tracking import note_read
 
@@ -64,13 +69,9 @@ class _File:
         self.size, self.data_start, header = _read_header(path)
         self.tensors: dict[str, CheckpointTensor] = {}
         entries = [(name, entry) for name, entry in header.items() if name != _METADATA_KEY]
-        end = self.data_start
         for name, entry in sorted(entries, key=_begin_offset):
-            tensor = _parse_entry(self, name, entry)
-            if tensor.nbytes and tensor._offset < end:
-                raise CheckpointError(f"{path}: tensor {name!r} overlaps the tensor before it")
-            end = max(end, tensor._offset + tensor.nbytes)
-            self.tensors[name] = tensor
+            self.tensors[name] = _parse_entry(self, name, entry)
+        _check_coverage(path, self.tensors.values(), self.data_start, self.size)
         self._closed = False
         note_read(path)
 
@@ -313,7 +314,7 @@ def _open_index(index: Path) -> SafetensorsCheckpoint:
 
     files: dict[str, _File] = {}
     for shard in dict.fromkeys(weight_map.values()):
-        shard_path = index.parent / shard
+        shard_path = join_inside(index.parent, shard, source=index)  # no /abs or ../ shards
         if not shard_path.is_file():
             raise CheckpointError(f"missing shard {shard_path} (listed in {index.name})")
         files[shard] = _File(shard_path)
@@ -330,6 +331,42 @@ def _open_index(index: Path) -> SafetensorsCheckpoint:
         for name, tensor in f.tensors.items():
             tensors.setdefault(name, tensor)
     return SafetensorsCheckpoint(list(files.values()), tensors)
+
+
+class _DuplicateName(ValueError):
+    """A JSON object of the header names one key twice (``json`` would keep the last)."""
+
+
+def _unique_names(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """``object_pairs_hook`` for the header: a dict, refusing any key given twice."""
+    result: dict[str, object] = {}
+    for key, value in pairs:
+        if key in result:
+            raise _DuplicateName(key)
+        result[key] = value
+    return result
+
+
+def _check_coverage(path: Path, tensors, data_start: int, size: int) -> None:
+    """The tensors' data must tile the data section: each starts where the one before
+    it ends, the first at its start and the last at the end of the file (the format's
+    rule, which the reference loader enforces; a gap could hide anything)."""
+    position = 0
+    for tensor in sorted(tensors, key=lambda t: (t._offset, t.nbytes)):
+        begin = tensor._offset - data_start
+        if begin > position:
+            raise CheckpointError(
+                f"{path}: bytes {position} to {begin} of the data section belong to no tensor "
+                f"(a hole before tensor {tensor.name!r})"
+            )
+        if begin < position:
+            raise CheckpointError(f"{path}: tensor {tensor.name!r} overlaps the tensor before it")
+        position = begin + tensor.nbytes
+    if data_start + position != size:
+        raise CheckpointError(
+            f"{path}: the data section has {size - data_start} bytes but its tensors "
+            f"cover {position}"
+        )
 
 
 def _read_header(path: Path) -> tuple[int, int, dict[str, object]]:
@@ -353,11 +390,22 @@ def _read_header(path: Path) -> tuple[int, int, dict[str, object]]:
     except OSError as e:
         raise CheckpointError(f"{path}: cannot read ({e.strerror or e})") from e
     try:
-        header = json.loads(raw)
+        header = json.loads(raw, object_pairs_hook=_unique_names)
+    except _DuplicateName as e:
+        raise CheckpointError(f"{path}: the header names {e.args[0]!r} twice") from None
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise CheckpointError(f"{path}: invalid JSON header ({e})") from e
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: invalid JSON header (not an object)")
+    metadata = header.get(_METADATA_KEY)
+    if metadata is not None:  # the reference reads it as a map of strings, or null
+        if not isinstance(metadata, dict):
+            raise CheckpointError(f"{path}: {_METADATA_KEY} is not an object")
+        for key, value in metadata.items():
+            if not isinstance(value, str):
+                raise CheckpointError(
+                    f"{path}: {_METADATA_KEY} entry {key!r} is {type(value).__name__}, not a string"
+                )
     return size, 8 + header_len, header
 
 
@@ -375,7 +423,7 @@ def _parse_entry(file: _File, name: str, entry: object) -> CheckpointTensor:
     if not isinstance(entry, dict):
         raise CheckpointError(f"{path}: header entry for tensor {name!r} is not an object")
     dtype_name, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-    if dtype_name not in _DTYPES:
+    if not isinstance(dtype_name, str) or dtype_name not in _DTYPES:
         raise CheckpointError(f"{path}: tensor {name!r} has unknown dtype {dtype_name!r}")
     if not isinstance(shape, list) or not all(_is_count(d) for d in shape):
         raise CheckpointError(f"{path}: tensor {name!r} has invalid shape {shape!r}")

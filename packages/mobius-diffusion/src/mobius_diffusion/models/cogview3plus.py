@@ -29,7 +29,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius.components import Linear
+from mobius.components import Linear, check_constant_size
 from mobius.errors import ConfigError
 from mobius.model import Model
 from mobius_diffusion.models._attention import Attention
@@ -93,6 +93,7 @@ class CogView3PlusConfig:
 
 def sincos_table(positions: int, dim: int) -> np.ndarray:
     """``[positions, dim]`` (sin | cos) of ``0..positions-1``: diffusers' float64 table, float32."""
+    check_constant_size((positions, dim), 8, "sin-cos position table", "pos_embed_max_size")
     omega = 1.0 / 10000 ** (np.arange(dim // 2, dtype=np.float64) / (dim / 2.0))
     angles = np.outer(np.arange(positions, dtype=np.float64), omega)
     return np.concatenate([np.sin(angles), np.cos(angles)], axis=1).astype(np.float32)

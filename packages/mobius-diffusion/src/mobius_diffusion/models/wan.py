@@ -46,7 +46,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius.components import Conv3d, LayerNorm, Linear, RMSNorm
+from mobius.components import Conv3d, LayerNorm, Linear, RMSNorm, check_constant_size
 from mobius.errors import ConfigError
 from mobius.model import Model
 from mobius_diffusion.models._attention import FeedForward
@@ -155,6 +155,8 @@ class WanRotaryTables(nn.Module):
     def __init__(self, head_dim: int, max_positions: int, theta: float = 10000.0) -> None:
         super().__init__()
         side = 2 * (head_dim // 6)
+        # float64 angles of every axis: max_positions x head_dim/2 entries at most
+        check_constant_size((max_positions, head_dim // 2), 8, "rotary table", "rope_max_seq_len")
         positions = np.arange(max_positions, dtype=np.float64)
         self.pairs = head_dim // 2
         self.axes = []

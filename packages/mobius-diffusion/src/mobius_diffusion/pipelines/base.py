@@ -65,7 +65,7 @@ class PipelineRunner:
     def session(self, graph: str):
         """The ONNX Runtime session of ``<graph>.onnx`` (``"unet/model"``), opened once."""
         if graph not in self._sessions:
-            from mobius.generate import _import_onnxruntime
+            from mobius.generate import _import_onnxruntime, load_session
 
             ort = _import_onnxruntime()
             path = self.package_dir / f"{graph}.onnx"
@@ -77,7 +77,7 @@ class PipelineRunner:
             if graph in NO_ARENA_GRAPHS:
                 options.enable_cpu_mem_arena = False
             providers = list(self._providers or ["CPUExecutionProvider"])
-            self._sessions[graph] = ort.InferenceSession(str(path), options, providers=providers)
+            self._sessions[graph] = load_session(path, options, providers)
         return self._sessions[graph]
 
     def run(self, graph: str, feeds: dict[str, np.ndarray], output: str) -> np.ndarray:
@@ -129,11 +129,9 @@ class PipelineRunner:
         """The tokenizer in folder ``component`` (``transformers.AutoTokenizer``), loaded once."""
         key = f"tokenizer:{component}"
         if key not in self._sessions:
-            from transformers import AutoTokenizer
+            from mobius.generate import load_tokenizer
 
-            self._sessions[key] = AutoTokenizer.from_pretrained(
-                str(self.package_dir / component), trust_remote_code=False
-            )
+            self._sessions[key] = load_tokenizer(self.package_dir / component)
         return self._sessions[key]
 
     def vae_scale_factor(self) -> int:

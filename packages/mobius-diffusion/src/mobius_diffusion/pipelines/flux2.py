@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mobius.chat_template import render_chat_template
 from mobius.errors import ConfigError
 from mobius_diffusion.pipelines.base import PipelineRunner, guide, read_json
 
@@ -92,9 +93,10 @@ class Flux2KleinRunner(PipelineRunner):
         if not tokenizer.chat_template:
             raise ConfigError("tokenizer/ has no chat template: the Flux.2 Klein prompt needs one")
         chats = [
-            tokenizer.apply_chat_template(
+            render_chat_template(
+                tokenizer,
                 [{"role": "user", "content": text}],
-                tokenize=False,
+                source=self.package_dir / "tokenizer",
                 add_generation_prompt=True,
                 enable_thinking=False,
             )
@@ -254,13 +256,14 @@ class Flux2Runner(Flux2KleinRunner):
         tokenizer = self.tokenizer("tokenizer")
         template = self.chat_template()
         chats = [
-            tokenizer.apply_chat_template(
+            render_chat_template(
+                tokenizer,
                 [
                     {"role": "system", "content": [{"type": "text", "text": SYSTEM_MESSAGE}]},
                     {"role": "user", "content": [{"type": "text", "text": text}]},
                 ],
+                source=self.package_dir / "tokenizer",
                 chat_template=template,
-                tokenize=False,
                 add_generation_prompt=False,
             )
             for text in (t.replace("[IMG]", "") for t in texts)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mobius.chat_template import render_chat_template
 from mobius.errors import ConfigError
 from mobius_diffusion.pipelines.base import PipelineRunner, one_per_prompt
 from mobius_diffusion.pipelines.flux import calculate_shift
@@ -74,9 +75,10 @@ class ZImageRunner(PipelineRunner):
         if not tokenizer.chat_template:
             raise ConfigError("tokenizer/ has no chat template: the Z-Image prompt needs one")
         chats = [
-            tokenizer.apply_chat_template(
+            render_chat_template(
+                tokenizer,
                 [{"role": "user", "content": text}],
-                tokenize=False,
+                source=self.package_dir / "tokenizer",
                 add_generation_prompt=True,
                 enable_thinking=True,
             )

@@ -65,31 +65,35 @@ GEMMA = ("gemma", "gemma2", "gemma3")
 # Architectures without (standard) attention heads: no head_dim or rotary fields to fill.
 _NO_HEADS = ("mamba", "deepseek2")
 
-# Metadata value kinds, each checked before use: the header is a stranger's input.
-INT, FLOAT, BOOL = "int", "float", "bool"
+# Metadata value kinds, each checked before use: the header is a stranger's input. A size
+# or count the graph divides by or allocates with is a COUNT (at least 1); INT allows 0
+# where llama.cpp reads 0 as "none" (no window, no experts).
+INT, COUNT, BOOL = "int", "count", "bool"
+FLOAT, POSITIVE = "float", "positive"
+_EXPECTED = {COUNT: "int (at least 1)", POSITIVE: "float (above 0)"}
 _MAX_INT = 1 << 31
 
 # "{arch}.<key>" -> (HF config field, kind), read for every architecture.
 _COMMON_KEYS = {
-    "context_length": ("max_position_embeddings", INT),
-    "embedding_length": ("hidden_size", INT),
-    "feed_forward_length": ("intermediate_size", INT),
-    "block_count": ("num_hidden_layers", INT),
-    "vocab_size": ("vocab_size", INT),
-    "attention.head_count": ("num_attention_heads", INT),
-    "attention.head_count_kv": ("num_key_value_heads", INT),
-    "attention.layer_norm_rms_epsilon": ("rms_norm_eps", FLOAT),
-    "attention.key_length": ("head_dim", INT),
+    "context_length": ("max_position_embeddings", COUNT),
+    "embedding_length": ("hidden_size", COUNT),
+    "feed_forward_length": ("intermediate_size", COUNT),
+    "block_count": ("num_hidden_layers", COUNT),
+    "vocab_size": ("vocab_size", COUNT),
+    "attention.head_count": ("num_attention_heads", COUNT),
+    "attention.head_count_kv": ("num_key_value_heads", COUNT),
+    "attention.layer_norm_rms_epsilon": ("rms_norm_eps", POSITIVE),
+    "attention.key_length": ("head_dim", COUNT),
     "attention.sliding_window": ("sliding_window", INT),
-    "rope.freq_base": ("rope_theta", FLOAT),
-    "attn_logit_softcapping": ("attn_logit_softcapping", FLOAT),
-    "final_logit_softcapping": ("final_logit_softcapping", FLOAT),
+    "rope.freq_base": ("rope_theta", POSITIVE),
+    "attn_logit_softcapping": ("attn_logit_softcapping", POSITIVE),
+    "final_logit_softcapping": ("final_logit_softcapping", POSITIVE),
 }
 _QWEN_MOE_KEYS = {
     "expert_count": ("num_experts", INT),
     "expert_used_count": ("num_experts_per_tok", INT),
-    "expert_feed_forward_length": ("moe_intermediate_size", INT),
-    "expert_shared_feed_forward_length": ("shared_expert_intermediate_size", INT),
+    "expert_feed_forward_length": ("moe_intermediate_size", COUNT),
+    "expert_shared_feed_forward_length": ("shared_expert_intermediate_size", COUNT),
 }
 # Where an architecture differs from _COMMON_KEYS (None: a key it does not take as is).
 _ARCH_KEYS = {
@@ -99,14 +103,14 @@ _ARCH_KEYS = {
     },
     "qwen2moe": _QWEN_MOE_KEYS,
     "qwen3moe": _QWEN_MOE_KEYS,
-    "phi2": {"attention.layer_norm_epsilon": ("layer_norm_eps", FLOAT)},
-    "starcoder2": {"attention.layer_norm_epsilon": ("norm_epsilon", FLOAT)},
+    "phi2": {"attention.layer_norm_epsilon": ("layer_norm_eps", POSITIVE)},
+    "starcoder2": {"attention.layer_norm_epsilon": ("norm_epsilon", POSITIVE)},
     "falcon": {
-        "attention.layer_norm_epsilon": ("layer_norm_epsilon", FLOAT),
-        "feed_forward_length": ("ffn_hidden_size", INT),
+        "attention.layer_norm_epsilon": ("layer_norm_epsilon", POSITIVE),
+        "feed_forward_length": ("ffn_hidden_size", COUNT),
     },
     "granite": {
-        "logit_scale": ("logits_scaling", FLOAT),
+        "logit_scale": ("logits_scaling", POSITIVE),  # the logits are divided by it
         "embedding_scale": ("embedding_multiplier", FLOAT),
         "residual_scale": ("residual_multiplier", FLOAT),
         "attention.scale": ("attention_multiplier", FLOAT),
@@ -115,22 +119,22 @@ _ARCH_KEYS = {
         "attention.head_count": None,
         "attention.head_count_kv": None,
         "feed_forward_length": None,
-        "attention.layer_norm_rms_epsilon": ("layer_norm_epsilon", FLOAT),
-        "ssm.conv_kernel": ("conv_kernel", INT),
-        "ssm.inner_size": ("intermediate_size", INT),
-        "ssm.state_size": ("state_size", INT),
-        "ssm.time_step_rank": ("time_step_rank", INT),
+        "attention.layer_norm_rms_epsilon": ("layer_norm_epsilon", POSITIVE),
+        "ssm.conv_kernel": ("conv_kernel", COUNT),
+        "ssm.inner_size": ("intermediate_size", COUNT),
+        "ssm.state_size": ("state_size", COUNT),
+        "ssm.time_step_rank": ("time_step_rank", COUNT),
         "ssm.dt_b_c_rms": ("use_dt_b_c_norm", BOOL),
     },
     "deepseek2": {
         "attention.key_length": None,  # MLA: see _deepseek2
-        "attention.q_lora_rank": ("q_lora_rank", INT),
-        "attention.kv_lora_rank": ("kv_lora_rank", INT),
+        "attention.q_lora_rank": ("q_lora_rank", COUNT),
+        "attention.kv_lora_rank": ("kv_lora_rank", COUNT),
         "leading_dense_block_count": ("first_k_dense_replace", INT),
         "expert_count": ("n_routed_experts", INT),
         "expert_used_count": ("num_experts_per_tok", INT),
         "expert_shared_count": ("n_shared_experts", INT),
-        "expert_feed_forward_length": ("moe_intermediate_size", INT),
+        "expert_feed_forward_length": ("moe_intermediate_size", COUNT),
         "expert_weights_scale": ("routed_scaling_factor", FLOAT),
         "expert_weights_norm": ("norm_topk_prob", BOOL),
         "expert_group_count": ("n_group", INT),
@@ -138,6 +142,8 @@ _ARCH_KEYS = {
     },
 }
 _TOKEN_KEYS = {"bos": "bos_token_id", "eos": "eos_token_id", "padding": "pad_token_id"}
+# The expert count's field in each family's config (Mixtral, Qwen MoE, DeepSeek-V2).
+_EXPERT_COUNTS = ("num_local_experts", "num_experts", "n_routed_experts")
 
 
 def architecture(file: GGUFFile) -> str:
@@ -173,11 +179,16 @@ def _checked(value: Any, kind: str, key: str, file: GGUFFile) -> Any:
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if kind == BOOL and isinstance(value, bool):
         return value
-    if kind == INT and number and isinstance(value, int) and 0 <= value < _MAX_INT:
+    least = 1 if kind == COUNT else 0
+    if kind in (INT, COUNT) and number and isinstance(value, int) and least <= value < _MAX_INT:
         return value
-    if kind == FLOAT and number and math.isfinite(value):
+    finite = number and math.isfinite(value)
+    if (kind == FLOAT and finite) or (kind == POSITIVE and finite and value > 0):
         return float(value)
-    raise ModelSourceError(f"{file.path}: metadata {key} = {shown(value)} is not a valid {kind}")
+    expected = _EXPECTED.get(kind, kind)
+    raise ModelSourceError(
+        f"{file.path}: metadata {key} = {shown(value)} is not a valid {expected}"
+    )
 
 
 def metadata_value(file: GGUFFile, key: str, kind: str) -> Any:
@@ -215,6 +226,7 @@ def gguf_config(file: GGUFFile) -> dict[str, Any]:
     for key in ("hidden_size", "num_hidden_layers"):
         if key not in config:
             raise ModelSourceError(f"{file.path}: metadata has no value for {key}")
+    _check_experts(file, arch, config)
     if arch not in _NO_HEADS:
         _attention(file, arch, config)
     _vocabulary(file, config)
@@ -225,6 +237,17 @@ def gguf_config(file: GGUFFile) -> dict[str, Any]:
     if rope_scaling:
         config["rope_scaling"] = rope_scaling
     return config
+
+
+def _check_experts(file: GGUFFile, arch: str, config: dict[str, Any]) -> None:
+    """A mixture of experts routes each token to 1 up to all of its experts."""
+    count = next((config[k] for k in _EXPERT_COUNTS if config.get(k)), None)
+    used = config.get("num_experts_per_tok")
+    if count and used is not None and not 1 <= used <= count:
+        raise ModelSourceError(
+            f"{file.path}: metadata {arch}.expert_used_count = {used} is not from 1 to "
+            f"{arch}.expert_count ({count})"
+        )
 
 
 def _attention(file: GGUFFile, arch: str, config: dict[str, Any]) -> None:
@@ -241,6 +264,11 @@ def _attention(file: GGUFFile, arch: str, config: dict[str, Any]) -> None:
     config.setdefault("num_key_value_heads", heads)  # llama.cpp: n_head_kv defaults to n_head
     # llama.cpp: n_embd_head_k = n_embd / n_head unless key_length says otherwise.
     config.setdefault("head_dim", hidden // heads)
+    if rotary and rotary > config["head_dim"]:
+        raise ModelSourceError(
+            f"{file.path}: metadata {arch}.rope.dimension_count = {rotary} is larger than "
+            f"the head size {config['head_dim']}"
+        )
     if rotary and rotary != config["head_dim"]:
         config["partial_rotary_factor"] = rotary / config["head_dim"]
     config.setdefault("rope_theta", 10000.0)  # llama.cpp's rope_freq_base default
@@ -404,11 +432,11 @@ def _deepseek2(file: GGUFFile, config: dict[str, Any]) -> None:
     if not heads:
         raise ModelSourceError(f"{file.path}: metadata has no value for num_attention_heads")
     rope = metadata_value(file, f"{arch}.rope.dimension_count", INT)
-    key = metadata_value(file, f"{arch}.attention.key_length_mla", INT)
-    value = metadata_value(file, f"{arch}.attention.value_length_mla", INT)
+    key = metadata_value(file, f"{arch}.attention.key_length_mla", COUNT)
+    value = metadata_value(file, f"{arch}.attention.value_length_mla", COUNT)
     if key is None:
-        key = metadata_value(file, f"{arch}.attention.key_length", INT)
-        value = metadata_value(file, f"{arch}.attention.value_length", INT)
+        key = metadata_value(file, f"{arch}.attention.key_length", COUNT)
+        value = metadata_value(file, f"{arch}.attention.value_length", COUNT)
     if rope is None or key is None or value is None or key <= rope:
         raise ModelSourceError(f"{file.path}: incomplete MLA head sizes in the metadata")
     gating = metadata_value(file, f"{arch}.expert_gating_func", INT)
@@ -490,7 +518,9 @@ def _rope_scaling(file: GGUFFile, arch: str, config: dict[str, Any]) -> dict[str
     if not isinstance(kind, str) or kind not in _ROPE_SCALING_TYPES:
         raise ModelSourceError(f"{file.path}: unknown rope.scaling.type {shown(kind)}")
     factor = metadata_value(file, f"{arch}.rope.scaling.factor", FLOAT)
-    if kind == "none" or not factor or factor == 1.0:  # llama.cpp: no factor is scale 1
+    if factor is not None and factor < 0:
+        raise ModelSourceError(f"{file.path}: rope.scaling.factor {factor} is negative")
+    if kind == "none" or not factor or factor == 1.0:  # llama.cpp: no factor (or 0) is scale 1
         return None
     scaling: dict[str, Any] = {"rope_type": kind, "factor": factor}
     if kind == "yarn":

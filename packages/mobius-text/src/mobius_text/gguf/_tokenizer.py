@@ -16,6 +16,11 @@ pre-tokenizer of a byte-level vocabulary, and the ``*_token_id`` and
 
 Other vocabularies raise :class:`UnsupportedTokenizerError`: guessing one would
 make a package that tokenizes wrongly without saying so.
+
+Every value is read through :class:`~mobius.weights.GGUFMetadata`'s typed reads: a
+token list that is not strings, a score that is not a number, a token type out of
+range or a merge that is not two tokens of the vocabulary is a one-line
+:class:`~mobius.errors.CheckpointError` naming the key.
 """
 
 from __future__ import annotations
@@ -24,10 +29,13 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from mobius.errors import MobiusError
+from mobius.errors import CheckpointError, MobiusError
+from mobius.weights import GGUFMetadata
 
-# llama.cpp's token types (``tokenizer.ggml.token_type``).
+# llama.cpp's token types (``tokenizer.ggml.token_type``); 0 is its UNDEFINED.
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+_TOKENS, _TYPES = "tokenizer.ggml.tokens", "tokenizer.ggml.token_type"
+_SCORES, _MERGES = "tokenizer.ggml.scores", "tokenizer.ggml.merges"
 
 SPIECE_SPACE = "\u2581"  # "▁", SentencePiece's word marker
 
@@ -89,7 +97,9 @@ def gguf_tokenizer_files(metadata: Mapping[str, Any]) -> dict[str, str]:
         UnsupportedTokenizerError: No vocabulary, or one of a kind not supported
             (``tokenizer.ggml.model`` other than ``gpt2`` / ``llama``, or a byte-level
             vocabulary with an unknown ``tokenizer.ggml.pre``).
+        CheckpointError: A ``tokenizer.*`` value has the wrong type or range.
     """
+    metadata = GGUFMetadata.of(metadata)
     tokenizer = build_tokenizer(metadata)
     files = {
         "tokenizer.json": tokenizer.to_str(pretty=True),
@@ -144,25 +154,37 @@ _EOG_EXCEPTIONS = [
 ]
 
 
-def _token_id(metadata: Mapping[str, Any], key: str, n_tokens: int | None) -> int | None:
-    """A ``tokenizer.ggml.<key>`` id, if it is an integer naming a token of the vocabulary."""
-    value = metadata.get(f"tokenizer.ggml.{key}")
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+def _token_id(metadata: GGUFMetadata, key: str, n_tokens: int | None) -> int | None:
+    """A ``tokenizer.ggml.<key>`` id, if it names a token of the vocabulary.
+
+    An id outside the vocabulary is ignored, as llama.cpp ignores it; one that is not
+    an integer is refused.
+    """
+    name = f"tokenizer.ggml.{key}"
+    value = metadata.get(name)
+    if value is None:
         return None
-    return value if n_tokens is None or value < n_tokens else None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise metadata.error(name, value, "a token id (an integer)")
+    return value if value >= 0 and (n_tokens is None or value < n_tokens) else None
+
+
+def _tokens(metadata: GGUFMetadata) -> list[str]:
+    """``tokenizer.ggml.tokens``, checked to be strings; empty when absent."""
+    return metadata.get_str_list(_TOKENS) or []
 
 
 def end_of_generation_ids(metadata: Mapping[str, Any]) -> list[int]:
     """Every id llama.cpp ends generation at: EOS first, then EOT, EOM, the FIM
     pad/repo/separator tokens and the tokens spelled as :data:`EOG_TEXTS`, by id."""
-    tokens = metadata.get("tokenizer.ggml.tokens")
-    tokens = tokens if isinstance(tokens, list) else []
+    metadata = GGUFMetadata.of(metadata)
+    tokens = _tokens(metadata)
     n_tokens = len(tokens) or None
     ids = [_token_id(metadata, f"{key}_token_id", n_tokens) for key in ("eos", "eot", "eom")]
     wanted = EOG_TEXTS.union(*_FIM_EOG.values())
     by_text: dict[str, int] = {}  # the first id of each wanted spelling
     for index, token in enumerate(tokens):
-        if isinstance(token, str) and token in wanted:
+        if token in wanted:
             by_text.setdefault(token, index)
     for key, texts in _FIM_EOG.items():
         found = _token_id(metadata, f"{key}_token_id", n_tokens)
@@ -182,8 +204,8 @@ def gguf_generation_config(metadata: Mapping[str, Any]) -> dict[str, Any]:
     ``eos_token_id`` is a list when llama.cpp would stop at more than one token (a
     chat model's end of turn beside its EOS), as HF's generation configs write it.
     """
-    tokens = metadata.get("tokenizer.ggml.tokens")
-    n_tokens = len(tokens) if isinstance(tokens, list) and tokens else None
+    metadata = GGUFMetadata.of(metadata)
+    n_tokens = len(_tokens(metadata)) or None
     generation: dict[str, Any] = {}
     bos = _token_id(metadata, "bos_token_id", n_tokens)
     if bos is not None:
@@ -199,8 +221,9 @@ def gguf_generation_config(metadata: Mapping[str, Any]) -> dict[str, Any]:
 
 def build_tokenizer(metadata: Mapping[str, Any]):
     """A ``tokenizers.Tokenizer`` equivalent to the GGUF file's vocabulary."""
-    kind = metadata.get("tokenizer.ggml.model")
-    tokens = metadata.get("tokenizer.ggml.tokens")
+    metadata = GGUFMetadata.of(metadata)
+    kind = metadata.get_str("tokenizer.ggml.model")
+    tokens = _tokens(metadata)
     if kind is None or not tokens:
         raise UnsupportedTokenizerError("the GGUF file has no tokenizer vocabulary")
     if kind == "gpt2":
@@ -220,19 +243,20 @@ def build_tokenizer(metadata: Mapping[str, Any]):
 
 def tokenizer_config(metadata: Mapping[str, Any]) -> dict[str, Any]:
     """The ``tokenizer_config.json`` content: special tokens, BOS/EOS flags, chat template."""
-    tokens = metadata["tokenizer.ggml.tokens"]
+    metadata = GGUFMetadata.of(metadata)
+    tokens = _tokens(metadata)
     config: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast"}
     for name, key in _SPECIAL_IDS.items():
-        token_id = metadata.get(f"tokenizer.ggml.{key}")
-        if token_id is not None and 0 <= token_id < len(tokens):
+        token_id = _token_id(metadata, key, len(tokens))
+        if token_id is not None:
             config[name] = tokens[token_id]
     config["add_bos_token"], config["add_eos_token"] = _add_bos_eos(metadata)
-    arch = metadata.get("general.architecture")
-    context = metadata.get(f"{arch}.context_length")
+    arch = metadata.get_str("general.architecture")
+    context = metadata.get_int(f"{arch}.context_length") if arch else None
     if context:
-        config["model_max_length"] = int(context)
+        config["model_max_length"] = context
     config["clean_up_tokenization_spaces"] = False
-    template = metadata.get("tokenizer.chat_template")
+    template = metadata.get_str("tokenizer.chat_template")
     if template:
         config["chat_template"] = template
     return config
@@ -242,24 +266,45 @@ def _dump(data: dict) -> str:
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 
-def _add_bos_eos(metadata: Mapping[str, Any]) -> tuple[bool, bool]:
+def _add_bos_eos(metadata: GGUFMetadata) -> tuple[bool, bool]:
     # llama.cpp adds BOS to a SentencePiece vocabulary that does not say otherwise.
-    default_bos = metadata.get("tokenizer.ggml.model") == "llama"
-    add_bos = metadata.get("tokenizer.ggml.add_bos_token", default_bos)
-    add_eos = metadata.get("tokenizer.ggml.add_eos_token", False)
-    return bool(add_bos), bool(add_eos)
+    default_bos = metadata.get_str("tokenizer.ggml.model") == "llama"
+    add_bos = metadata.get_bool("tokenizer.ggml.add_bos_token", default_bos)
+    add_eos = metadata.get_bool("tokenizer.ggml.add_eos_token", False)
+    return add_bos, add_eos
 
 
-def _token_types(metadata: Mapping[str, Any]) -> list[int]:
-    types = metadata.get("tokenizer.ggml.token_type")
-    n = len(metadata["tokenizer.ggml.tokens"])
-    return list(types) if types is not None and len(types) == n else [NORMAL] * n
+def _token_types(metadata: GGUFMetadata) -> list[int]:
+    """One llama.cpp token type per token (all NORMAL when the file has none)."""
+    n = len(_tokens(metadata))
+    types = metadata.get_int_list(_TYPES, min=0, max=BYTE, length=n)
+    return [NORMAL] * n if types is None else types
 
 
-def _byte_level(metadata: Mapping[str, Any]):
+def _merges(metadata: GGUFMetadata, vocab: dict[str, int]) -> list[tuple[str, str]]:
+    """``tokenizer.ggml.merges`` as pairs, each checked against the vocabulary.
+
+    A merge is split at its first space after the first character, as llama.cpp
+    splits it (so a part may itself be a space). Both parts and the token they make
+    must be in the vocabulary: ``tokenizers`` fails on (or panics at) any other.
+    """
+    pairs = []
+    for index, merge in enumerate(metadata.get_str_list(_MERGES) or ()):
+        cut = merge.find(" ", 1)
+        left, right = merge[:cut], merge[cut + 1 :]
+        if cut < 0 or not right or not all(t in vocab for t in (left, right, left + right)):
+            raise CheckpointError(
+                f"{metadata.source}: metadata {_MERGES}[{index}] = {merge[:60]!r} is not two "
+                "tokens of the vocabulary, joined by a space, that make a third"
+            )
+        pairs.append((left, right))
+    return pairs
+
+
+def _byte_level(metadata: GGUFMetadata):
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
-    pre = metadata.get("tokenizer.ggml.pre", "default")
+    pre = metadata.get_str("tokenizer.ggml.pre", "default")
     if pre not in _PRE_TOKENIZERS:
         raise UnsupportedTokenizerError(
             f"GGUF byte-level pre-tokenizer {pre!r} is not supported "
@@ -269,14 +314,14 @@ def _byte_level(metadata: Mapping[str, Any]):
     spelled = set(alphabet.values())
     vocab: dict[str, int] = {}
     for index, (token, kind) in enumerate(
-        zip(metadata["tokenizer.ggml.tokens"], _token_types(metadata), strict=True)
+        zip(_tokens(metadata), _token_types(metadata), strict=True)
     ):
         # A normal token is stored in the byte alphabet; one that is not was written as
         # plain text, so spell its UTF-8 bytes. Added tokens match as they are written.
         if kind == NORMAL and not set(token) <= spelled:
             token = "".join(alphabet[b] for b in token.encode("utf-8"))
         vocab.setdefault(token, index)
-    merges = [tuple(merge.split(" ", 1)) for merge in metadata.get("tokenizer.ggml.merges", ())]
+    merges = _merges(metadata, vocab)
     tokenizer = Tokenizer(
         models.BPE(
             vocab,
@@ -322,12 +367,12 @@ def _byte_alphabet() -> dict[int, str]:
     return spelling
 
 
-def _sentencepiece(metadata: Mapping[str, Any]):
+def _sentencepiece(metadata: GGUFMetadata):
     from tokenizers import Tokenizer, decoders, models, normalizers
 
-    arch = metadata.get("general.architecture")
+    arch = metadata.get_str("general.architecture")
     types = _token_types(metadata)
-    tokens = list(metadata["tokenizer.ggml.tokens"])
+    tokens = list(_tokens(metadata))
     if arch in _GEMMA:
         # Gemma files store whitespace-run tokens with real spaces; the text they match
         # has its spaces turned into "▁" first.
@@ -341,14 +386,14 @@ def _sentencepiece(metadata: Mapping[str, Any]):
     vocab: dict[str, int] = {}
     for index, token in enumerate(tokens):
         vocab.setdefault(token, index)
-    if "tokenizer.ggml.merges" in metadata:
-        merges = [tuple(m.split(" ", 1)) for m in metadata["tokenizer.ggml.merges"]]
+    if _MERGES in metadata:
+        merges = _merges(metadata, vocab)
     else:
         if arch in _GEMMA:
             ranks = [-float(i) for i in range(len(tokens))]
         else:
-            scores = metadata.get("tokenizer.ggml.scores")
-            if scores is None or len(scores) != len(tokens):
+            scores = metadata.get_float_list(_SCORES, length=len(tokens))
+            if scores is None:
                 # Without merges the scores are what orders them; no guessing.
                 raise UnsupportedTokenizerError(
                     "the GGUF SentencePiece vocabulary has neither merges nor a score per token"
@@ -356,8 +401,8 @@ def _sentencepiece(metadata: Mapping[str, Any]):
             ranks = [float(score) for score in scores]
         merges = _merges_from_ranks(tokens, types, ranks, vocab)
     byte_fallback = all(f"<0x{b:02X}>" in vocab for b in range(256))
-    unk_id = metadata.get("tokenizer.ggml.unknown_token_id")
-    unk = tokens[unk_id] if unk_id is not None and 0 <= unk_id < len(tokens) else None
+    unk_id = _token_id(metadata, "unknown_token_id", len(tokens))
+    unk = None if unk_id is None else tokens[unk_id]
     tokenizer = Tokenizer(
         models.BPE(vocab, merges, unk_token=unk, fuse_unk=True, byte_fallback=byte_fallback)
     )
@@ -365,7 +410,7 @@ def _sentencepiece(metadata: Mapping[str, Any]):
     if byte_fallback:
         steps.append(decoders.ByteFallback())
     steps.append(decoders.Fuse())
-    if metadata.get("tokenizer.ggml.add_space_prefix", True):
+    if metadata.get_bool("tokenizer.ggml.add_space_prefix", True):
         # SentencePiece's dummy prefix: "▁" before the text, even one that starts with a
         # space, and (as llama.cpp does) after each special token. A normalizer runs on
         # every piece of text between added tokens, so Prepend does both; the decoder
@@ -389,21 +434,29 @@ def _merges_from_ranks(
 
     Control, unknown and byte tokens are neither merged nor merge parts: SentencePiece
     never builds them from text.
+
+    Only cuts where both parts have the length of some piece are tried: trying every
+    cut of every piece is quadratic in a piece's length, and a small file with one
+    long token would take hours.
     """
     mergeable = {
         token
         for token, kind in zip(tokens, types, strict=True)
         if kind not in (UNKNOWN, CONTROL, BYTE)
     }
+    lengths = sorted({len(token) for token in mergeable})
+    has_length = set(lengths)
     candidates = []
     for token, rank in zip(tokens, ranks, strict=True):
-        if token not in mergeable or len(token) < 2:
+        size = len(token)
+        if token not in mergeable or size < 2:
             continue
-        splits = [
-            (token[:i], token[i:])
-            for i in range(1, len(token))
-            if token[:i] in mergeable and token[i:] in mergeable
-        ]
+        splits = []
+        for cut in lengths:
+            if cut >= size:
+                break
+            if size - cut in has_length and token[:cut] in mergeable and token[cut:] in mergeable:
+                splits.append((token[:cut], token[cut:]))
         splits.sort(key=lambda pair: (vocab[pair[0]], vocab[pair[1]]))
         candidates.extend((rank, left, right) for left, right in splits)
     # A stable sort, best first: ties keep the vocabulary's order.
@@ -411,12 +464,12 @@ def _merges_from_ranks(
     return [(left, right) for _, left, right in candidates]
 
 
-def _add_special_tokens(tokenizer, metadata: Mapping[str, Any]) -> None:
+def _add_special_tokens(tokenizer, metadata: GGUFMetadata) -> None:
     """Control and unknown tokens as special added tokens, user-defined ones as plain
     added tokens: all are matched whole in the text before the model splits it."""
     from tokenizers import AddedToken
 
-    tokens = metadata["tokenizer.ggml.tokens"]
+    tokens = _tokens(metadata)
     types = _token_types(metadata)
     vocab = tokenizer.get_vocab()
     special = [
@@ -424,8 +477,8 @@ def _add_special_tokens(tokenizer, metadata: Mapping[str, Any]) -> None:
     ]
     # The named special tokens are special whatever their type says.
     for key in _SPECIAL_IDS.values():
-        token_id = metadata.get(f"tokenizer.ggml.{key}")
-        if token_id is not None and 0 <= token_id < len(tokens) and tokens[token_id] not in special:
+        token_id = _token_id(metadata, key, len(tokens))
+        if token_id is not None and tokens[token_id] not in special:
             special.append(tokens[token_id])
     tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special])
     chosen = set(special)
@@ -437,18 +490,16 @@ def _add_special_tokens(tokenizer, metadata: Mapping[str, Any]) -> None:
     tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in user])
 
 
-def _post_processor(metadata: Mapping[str, Any]):
+def _post_processor(metadata: GGUFMetadata):
     """BOS / EOS around each sequence as the file's ``add_*_token`` flags say, or none."""
     from tokenizers import processors
 
     add_bos, add_eos = _add_bos_eos(metadata)
-    tokens = metadata["tokenizer.ggml.tokens"]
+    tokens = _tokens(metadata)
 
     def token(key: str) -> tuple[str, int] | None:
-        token_id = metadata.get(f"tokenizer.ggml.{key}")
-        if token_id is None or not 0 <= token_id < len(tokens):
-            return None
-        return tokens[token_id], token_id
+        token_id = _token_id(metadata, key, len(tokens))
+        return None if token_id is None else (tokens[token_id], token_id)
 
     bos = token("bos_token_id") if add_bos else None
     eos = token("eos_token_id") if add_eos else None

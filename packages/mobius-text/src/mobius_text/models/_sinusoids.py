@@ -12,6 +12,7 @@ import math
 import numpy as np
 import onnx_ir as ir
 
+from mobius.components import check_constant_size
 from mobius.weights import DerivedTensor
 
 
@@ -20,6 +21,9 @@ def split_sinusoids(num_positions: int, dim: int) -> np.ndarray:
 
     ``pos / 10000 ** (2 * (j // 2) / dim)`` in float64, then float32, as transformers does.
     """
+    check_constant_size(
+        (num_positions, dim), 8, "sinusoidal position table", "max_position_embeddings"
+    )
     j = np.arange(dim)
     angles = np.arange(num_positions)[:, None] / np.power(10000, 2 * (j // 2) / dim)[None, :]
     sentinel = (dim + 1) // 2
@@ -31,6 +35,9 @@ def split_sinusoids(num_positions: int, dim: int) -> np.ndarray:
 
 def tensor2tensor_sinusoids(num_positions: int, dim: int, padding_idx: int | None) -> np.ndarray:
     """M2M-100's table (fairseq/tensor2tensor): ``[sin | cos]`` of float32 angles, the pad row zero."""
+    check_constant_size(
+        (num_positions, dim), 4, "sinusoidal position table", "max_position_embeddings"
+    )
     half = dim // 2
     step = np.float32(math.log(10000) / (half - 1))
     frequencies = np.exp(np.arange(half, dtype=np.float32) * -step)

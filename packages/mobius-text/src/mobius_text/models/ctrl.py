@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 from onnxscript import nn
 
-from mobius.components import LayerNorm, Linear
+from mobius.components import LayerNorm, Linear, check_constant_size
 from mobius.config import ArchitectureConfig
 from mobius_text.models._gpt_common import (
     FixedPositions,
@@ -25,6 +25,9 @@ _BLOCK_NORM_EPS = 1e-6  # hard-coded in the blocks; the config's epsilon is the 
 def ctrl_sinusoids(num_positions: int, dim: int) -> np.ndarray:
     """``[num_positions, dim]``: sines of the even channels' angles, then cosines of the odd
     ones, with rate ``10000^(-2*(i//2)/dim)`` for channel ``i`` (float32, as transformers)."""
+    check_constant_size(
+        (num_positions, dim), 4, "sinusoidal position table", "max_position_embeddings"
+    )
     channel = np.arange(dim, dtype=np.float32)
     rates = np.float32(1) / np.power(np.float32(10000), (2 * (channel // 2)) / np.float32(dim))
     angles = np.arange(num_positions, dtype=np.float32)[:, None] * rates[None, :]

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mobius.errors import MobiusError
+from mobius.safe_paths import join_inside
 
 #: The source's HF ``processor_config.json``, as a vision–language package keeps it.
 HF_PROCESSOR_FILE = "hf_processor_config.json"
@@ -82,6 +83,8 @@ def keep_sub_tokenizers(directory: Path, text_files: dict[str, str]) -> None:
             path = directory / folder / name
             if not path.is_file():
                 continue
+            # Copied into the package: a symlink out of the source folder is refused.
+            path = join_inside(directory, f"{folder}/{name}", source=directory)
             try:
                 text_files[f"{folder}/{name}"] = path.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as exc:
@@ -115,11 +118,8 @@ def read_settings(package_dir: str | Path) -> PackageSettings:
 
 
 def load_tokenizer(package_dir: str | Path):
-    """The package's tokenizer (transformers' ``AutoTokenizer``, no remote code, no torch)."""
-    from transformers import AutoTokenizer
+    """The package's tokenizer (transformers' ``AutoTokenizer``, no remote code, no torch),
+    its files checked first as every runner's are (:func:`mobius.generate.load_tokenizer`)."""
+    from mobius.generate import load_tokenizer as load_package_tokenizer
 
-    try:
-        return AutoTokenizer.from_pretrained(str(package_dir), trust_remote_code=False)
-    except (OSError, ValueError, TypeError) as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
-        raise MobiusError(f"cannot load the tokenizer of {package_dir}: {reason}") from None
+    return load_package_tokenizer(package_dir)
