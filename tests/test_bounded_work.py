@@ -308,3 +308,45 @@ def test_a_prompt_through_mobius_generate_is_unchanged(tmp_path: Path) -> None:
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     expected = tokenizer(text, add_special_tokens=False)["input_ids"]
     assert prompt_ids(tmp_path, SIMPLE, system="hi") == expected
+
+
+@pytest.mark.parametrize("steps", [10**12, 2**21, 1])
+def test_a_package_scheduler_with_an_absurd_schedule_is_refused(steps) -> None:
+    """``mobius generate`` reads a diffusion package's scheduler config: its schedule length
+    is bounded before anything is allocated (10**12 was a MemoryError, exit 3)."""
+    from mobius.errors import ConfigError
+    from mobius_diffusion.schedulers import load_scheduler
+
+    started = time.perf_counter()
+    with pytest.raises(ConfigError, match="num_train_timesteps"):
+        load_scheduler({"_class_name": "DDIMScheduler", "num_train_timesteps": steps})
+    assert time.perf_counter() - started < 5
+
+
+def test_running_out_of_memory_is_one_line_and_exit_1(capsys, monkeypatch, tmp_path: Path):
+    """Whatever asks for more memory than the machine has (a size no limit caught) ends in
+    one line and exit 1, not a traceback or exit 3."""
+    import numpy as np
+
+    from mobius import cli
+
+    def allocate(args):
+        return np.zeros(2**62, np.uint8)  # numpy raises MemoryError at once
+
+    parser = cli.make_parser(plugins=False)
+    monkeypatch.setattr(cli, "make_parser", lambda plugins: parser)
+    monkeypatch.setattr(parser, "parse_args", lambda argv: _Args(allocate))
+    capsys.readouterr()
+    assert main(["info", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("mobius: error: out of memory:") and err.count("\n") == 1, err
+
+
+class _Args:
+    """Parsed arguments whose command is ``run``."""
+
+    command = "info"
+    verbose = False
+
+    def __init__(self, run):
+        self.run = run

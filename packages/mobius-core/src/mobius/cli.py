@@ -935,6 +935,12 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into a reader that stopped (``mobius list | head``)
         sys.stderr.close()
         return 0
+    except MemoryError as exc:  # sizes from the input (or a model) beyond this machine
+        if verbose:
+            traceback.print_exc()
+        reason = " ".join(str(exc).split()) or "an allocation failed"
+        print(f"mobius: error: out of memory: {reason}", file=sys.stderr)
+        return 1
     except Exception as exc:  # not the user's doing: say so in one line, trace on request
         if verbose:
             traceback.print_exc()

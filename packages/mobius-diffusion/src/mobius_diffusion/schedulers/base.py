@@ -16,6 +16,9 @@ from mobius.errors import ConfigError
 
 F32 = np.float32
 
+#: The most training timesteps a scheduler config may name (diffusers' schedules use 1000).
+MAX_TRAIN_TIMESTEPS = 1 << 20
+
 
 def torch_linspace(start: float, end: float, steps: int) -> np.ndarray:
     """``torch.linspace(start, end, steps)`` in float32, bit for bit as torch's CPU kernel makes it.
@@ -123,8 +126,12 @@ class Scheduler:
         if len(chosen) > 1:
             raise ConfigError(f"{name} sets {' and '.join(chosen)}: one at most (as diffusers)")
         n = self.config.get("num_train_timesteps")
-        if n is not None and n < 2:
-            raise ConfigError(f"{name} num_train_timesteps={n!r}: must be at least 2")
+        if n is not None and not 2 <= n <= MAX_TRAIN_TIMESTEPS:
+            # the schedule holds n entries: a package's 10**12 would allocate terabytes
+            raise ConfigError(
+                f"{name} num_train_timesteps={n!r} in the scheduler config: must be from 2 "
+                f"to {MAX_TRAIN_TIMESTEPS}"
+            )
 
     def refuse(self, what: str, allowed: tuple | None = None) -> None:
         """Raise the ConfigError that names an option (or combination) mobius has not ported."""
