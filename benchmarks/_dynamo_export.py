@@ -43,7 +43,7 @@ class WithCache(torch.nn.Module):
 def main(source: str, output: str) -> None:
     """Export ``source`` to ``output/model.onnx``."""
     model = AutoModelForCausalLM.from_pretrained(
-        source, dtype=torch.float32, attn_implementation="sdpa"
+        source, dtype=torch.float32, attn_implementation="sdpa", trust_remote_code=False
     ).eval()
     config = model.config
     layers, heads = config.num_hidden_layers, config.num_key_value_heads

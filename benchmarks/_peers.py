@@ -171,6 +171,19 @@ def run_child(
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
+def paired_rounds(paths, rounds: int, run_one, label: str = "") -> dict[str, list[dict]]:
+    """``run_one(path, round_index)`` for every path, ``rounds`` times: forward, then reverse
+    order, so the machine's drift over minutes falls on both sides of each ratio alike.
+    Returns each path's results, round by round."""
+    per_round: dict[str, list[dict]] = {path: [] for path in paths}
+    for round_index in range(rounds):
+        order = list(paths) if round_index % 2 == 0 else list(reversed(list(paths)))
+        print(f"{label}round {round_index + 1}/{rounds} ...", file=sys.stderr, flush=True)
+        for path in order:
+            per_round[path].append(run_one(path, round_index))
+    return per_round
+
+
 def match_length(tokens: list[int], reference: list[int]) -> int:
     """How many leading tokens agree (a check that two paths decode the same model alike)."""
     n = 0
@@ -269,7 +282,9 @@ def _make_llama1b(directory: Path) -> None:
         model = LlamaForCausalLM(config).to(torch.bfloat16)
     model.save_pretrained(directory)
     gguf_dir, name = _smollm2_gguf()
-    AutoTokenizer.from_pretrained(gguf_dir, gguf_file=name).save_pretrained(directory)
+    AutoTokenizer.from_pretrained(
+        gguf_dir, gguf_file=name, trust_remote_code=False
+    ).save_pretrained(directory)
 
 
 def checkpoint_bytes(directory: Path) -> int:

@@ -210,7 +210,9 @@ def child_eager(checkpoint_dir: str, ids: list[int]) -> dict:
     from transformers import AutoModelForCausalLM
 
     torch.set_num_threads(THREADS)
-    model = AutoModelForCausalLM.from_pretrained(checkpoint_dir, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(
+        checkpoint_dir, dtype=torch.float32, trust_remote_code=False
+    ).eval()
 
     @torch.inference_mode()
     def generate(new_tokens: int) -> tuple[list[int], float, float]:
@@ -368,7 +370,9 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     source = _peers.checkpoint(args.checkpoint)
-    ids = AutoTokenizer.from_pretrained(source)(PROMPT)["input_ids"][:PROMPT_TOKENS]
+    ids = AutoTokenizer.from_pretrained(source, trust_remote_code=False)(PROMPT)["input_ids"][
+        :PROMPT_TOKENS
+    ]
     assert len(ids) == PROMPT_TOKENS, len(ids)
     ids = (ids * -(-args.prompt_tokens // PROMPT_TOKENS))[
         : args.prompt_tokens
@@ -426,15 +430,11 @@ def main() -> None:
 
     # Rounds: every path once per round, in forward then reverse order, so that the
     # machine's drift over minutes falls on both sides of each ratio alike.
-    per_round: dict[str, list[dict]] = {label: [] for label in runs}
-    for round_index in range(args.rounds):
-        order = list(runs) if round_index % 2 == 0 else list(reversed(runs))
-        print(f"round {round_index + 1}/{args.rounds} ...", file=sys.stderr, flush=True)
-        for label in order:
-            python, target = runs[label]
-            per_round[label].append(
-                _peers.run_child(python, __file__, [runner_of(label), target, json.dumps(ids)])
-            )
+    def run_one(label: str, _round: int) -> dict:
+        python, target = runs[label]
+        return _peers.run_child(python, __file__, [runner_of(label), target, json.dumps(ids)])
+
+    per_round = _peers.paired_rounds(runs, args.rounds, run_one)
     for label, measured in per_round.items():
         failed = [m for m in measured if "error" in m]
         if failed:

@@ -394,20 +394,13 @@ def main() -> None:
             else:
                 graphs[tool] = out / "model.onnx"
 
-        per_round: dict[str, list[dict]] = {tool: [] for tool in graphs}
-        for round_index in range(args.rounds):
-            order = list(graphs) if round_index % 2 == 0 else list(reversed(graphs))
-            print(f"{model} round {round_index + 1}/{args.rounds} ...", file=sys.stderr)
-            for tool in order:
-                output = scratch / f"{tool}-output.npy" if round_index == 0 else "-"
-                child = [
-                    "step",
-                    str(graphs[tool]),
-                    str(inputs_path),
-                    str(output),
-                    str(args.repeats),
-                ]
-                per_round[tool].append(run_child(child))
+        # (this model's graphs and folders bound as defaults: the loop moves on)
+        def run_one(tool, round_index, graphs=graphs, scratch=scratch, inputs_path=inputs_path):
+            output = scratch / f"{tool}-output.npy" if round_index == 0 else "-"
+            child = ["step", str(graphs[tool]), str(inputs_path), str(output), str(args.repeats)]
+            return run_child(child)
+
+        per_round = _peers.paired_rounds(graphs, args.rounds, run_one, label=f"{model} ")
         print("| path | step s (median) | rounds | session load s |")
         print("|---|---|---|---|")
         steps = {}

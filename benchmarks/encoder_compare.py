@@ -215,7 +215,9 @@ def child_eager(checkpoint_dir: str, save: str) -> dict:
     from transformers import AutoModel
 
     torch.set_num_threads(THREADS)
-    model = AutoModel.from_pretrained(checkpoint_dir, dtype=torch.float32).eval()
+    model = AutoModel.from_pretrained(
+        checkpoint_dir, dtype=torch.float32, trust_remote_code=False
+    ).eval()
     feed = {k: torch.from_numpy(v) for k, v in inputs(max(BATCHES)).items()}
     with torch.inference_mode():
         np.save(save, model(**feed).last_hidden_state.numpy())
@@ -347,15 +349,16 @@ def main() -> None:
 
 def run_checkpoint(name: str, dirs: dict[str, Path], rounds: int) -> None:
     """The rounds, the table of medians, the speedups and the output agreement of one checkpoint."""
-    per_round: dict[str, list[dict]] = {tool: [] for tool in dirs}
+    import _peers
+
     with tempfile.TemporaryDirectory() as scratch:
         outputs = {tool: Path(scratch) / f"{tool}.npy" for tool in dirs}
-        for round_index in range(rounds):
-            order = list(dirs) if round_index % 2 == 0 else list(reversed(dirs))
-            print(f"{name}: round {round_index + 1}/{rounds} ...", file=sys.stderr, flush=True)
-            for tool in order:
-                save = str(outputs[tool]) if round_index == 0 else "-"
-                per_round[tool].append(run_child("ort", dirs[tool], save))
+
+        def run_one(tool: str, round_index: int) -> dict:
+            save = str(outputs[tool]) if round_index == 0 else "-"
+            return run_child("ort", dirs[tool], save)
+
+        per_round = _peers.paired_rounds(dirs, rounds, run_one, label=f"{name}: ")
         reference = Path(scratch) / "eager.npy"
         eager = run_child("eager", checkpoint(name), str(reference))
         hidden = {tool: np.load(path) for tool, path in outputs.items() if path.exists()}

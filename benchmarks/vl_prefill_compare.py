@@ -456,13 +456,11 @@ def main() -> None:
         " 0.18's builder makes no Qwen2.5-VL vision or embedding graph"
     )
 
-    per_round: dict[str, list[dict]] = {label: [] for label in runs}
-    for round_index in range(args.rounds):
-        order = list(runs) if round_index % 2 == 0 else list(reversed(runs))
-        print(f"round {round_index + 1}/{args.rounds} ...", file=sys.stderr, flush=True)
-        for label in order:
-            python, runner, rest = runs[label]
-            per_round[label].append(run_child(python, runner, *rest, repeats=args.repeats))
+    def run_one(label: str, _round: int) -> dict:
+        python, runner, rest = runs[label]
+        return run_child(python, runner, *rest, repeats=args.repeats)
+
+    per_round = _peers.paired_rounds(runs, args.rounds, run_one)
     print(f"load average after: {os.getloadavg()[0]:.2f} (other jobs skew the figures)")
 
     results: dict[str, dict] = {}

@@ -381,7 +381,7 @@ def child_optimum(package: str, wav: str) -> dict:
     from transformers import WhisperFeatureExtractor
 
     torch.set_num_threads(THREADS)
-    extractor = WhisperFeatureExtractor.from_pretrained(package)
+    extractor = WhisperFeatureExtractor.from_pretrained(package, trust_remote_code=False)
     encoder = _ort_session(Path(package) / "encoder_model.onnx")
     first_decoder = _ort_session(Path(package) / "decoder_model.onnx")
     decoder = _ort_session(Path(package) / "decoder_with_past_model.onnx")
@@ -488,15 +488,12 @@ def main() -> None:
                 continue
             runs[tool] = (python, out)
             print(f"run {tool}: {python} {Path(__file__).resolve()} --child {tool} {out} {wav}")
-        per_round: dict[str, list[dict]] = {tool: [] for tool in runs}
-        for index in range(args.rounds):
-            order = list(runs) if index % 2 == 0 else list(reversed(runs))
-            print(f"round {index + 1}/{args.rounds} ...", file=sys.stderr, flush=True)
-            for tool in order:
-                python, package = runs[tool]
-                per_round[tool].append(
-                    _peers.run_child(python, __file__, [tool, package, wav], timeout=1800)
-                )
+
+        def run_one(tool: str, _round: int, runs: dict = runs) -> dict:  # this model's runs
+            python, package = runs[tool]
+            return _peers.run_child(python, __file__, [tool, package, wav], timeout=1800)
+
+        per_round = _peers.paired_rounds(runs, args.rounds, run_one)
         results = dict(errors)
         for tool, measured in per_round.items():
             failed = [m for m in measured if "error" in m]

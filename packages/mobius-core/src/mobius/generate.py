@@ -341,13 +341,16 @@ def decode_loop(
 
 
 def _read_json(path: Path) -> dict:
+    """A package's JSON object file, ``{}`` when absent; PackageError naming it otherwise."""
     if not path.is_file():
         return {}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise PackageError(f"unreadable {path.name} in {path.parent}: {exc}") from None
-    return data if isinstance(data, dict) else {}
+    except (OSError, ValueError, RecursionError) as exc:
+        raise PackageError(f"unreadable {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise PackageError(f"{path} is not a JSON object")
+    return data
 
 
 def _import_onnxruntime():
@@ -941,19 +944,6 @@ def read_graph(model_path: str | os.PathLike):
         raise PackageError(f"{model_path} is not a readable ONNX model: {reason}") from None
 
 
-def _json_object(path: Path) -> dict | None:
-    """``path`` parsed as a JSON object, None when absent; PackageError naming it otherwise."""
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise PackageError(f"{path} is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise PackageError(f"{path} is not a JSON object")
-    return data
-
-
 def _check_bpe_merges(path: Path, model: dict) -> None:
     """A BPE model's merges must join tokens of its vocabulary into one: ``tokenizers``
     panics (a Rust abort, not an error) on a merge whose result it cannot find."""
@@ -992,11 +982,11 @@ def check_tokenizer_files(package_dir: str | os.PathLike) -> None:
         PackageError: One line naming the file and what is wrong.
     """
     directory = Path(package_dir)
-    _json_object(directory / "tokenizer_config.json")
+    _read_json(directory / "tokenizer_config.json")
     path = directory / "tokenizer.json"
-    tokenizer = _json_object(path)
-    if tokenizer is None:
+    if not path.is_file():
         return
+    tokenizer = _read_json(path)
     added = tokenizer.get("added_tokens")
     if not isinstance(added, list):
         raise PackageError(f"{path}: added_tokens must be a list (of {{id, content}} objects)")
