@@ -6,6 +6,7 @@ import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 
+from mobius.components._runtime import MS_DOMAIN
 from mobius.passes import quantize_int4
 from mobius.passes._fusion import CONCAT_OF, pack_parallel_matmuls
 
@@ -14,6 +15,7 @@ K = 32
 
 
 def _initializer(graph: ir.Graph, name: str, array: np.ndarray) -> ir.Value:
+    array = array.astype(np.float32)
     value = ir.Value(name=name, const_value=ir.tensor(array, name=name))
     value.type, value.shape = ir.TensorType(ir.DataType.FLOAT), ir.Shape(array.shape)
     graph.register_initializer(value)
@@ -108,3 +110,61 @@ def test_inverse_transposes_fold_but_a_graph_output_keeps_its_name():
     relu = next(n for n in inner.graph if n.op_type == "Relu")
     assert relu.inputs[0].name == "x"
     assert simplify_layout_ops(model(as_output=True)) == 0
+
+
+def _attention_without_key_bias() -> ir.Model:
+    """``GroupQueryAttention(x @ Wq + bq, x @ Wk, x @ Wv + bv)`` over an empty cache (Whisper's
+    decoder: no key bias); the cache lengths are graph inputs."""
+    heads, head_dim = 2, 16
+    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([1, 3, K]))
+    past = [
+        ir.Value(name=n, type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([1, heads, 0, 16]))
+        for n in ("past_key", "past_value")
+    ]
+    lengths = [
+        ir.Value(name=n, type=ir.TensorType(ir.DataType.INT32), shape=ir.Shape(s))
+        for n, s in (("seqlens_k", [1]), ("total_sequence_length", []))
+    ]
+    graph = ir.Graph([x, *past, *lengths], [], nodes=[], opset_imports={"": 23, MS_DOMAIN: 1})
+    width = heads * head_dim
+    projections = []
+    for name, biased in (("q_proj", True), ("k_proj", False), ("v_proj", True)):
+        weight = _initializer(graph, f"attn.{name}.weight", rng.standard_normal((K, width)))
+        node = ir.node("MatMul", [x, weight])
+        graph.append(node)
+        if biased:
+            bias = _initializer(graph, f"attn.{name}.bias", rng.standard_normal(width))
+            node = ir.node("Add", [node.outputs[0], bias])
+            graph.append(node)
+        projections.append(node.outputs[0])
+    attention = ir.node(
+        "GroupQueryAttention", [*projections, *past, *lengths], domain=MS_DOMAIN, num_outputs=3,
+        attributes={"num_heads": heads, "kv_num_heads": heads},
+    )  # fmt: skip
+    graph.append(attention)
+    attention.outputs[0].name = "y"
+    graph.outputs.append(attention.outputs[0])
+    return ir.Model(graph, ir_version=10)
+
+
+def test_qkv_without_a_key_bias_pack_with_zeros_exactly():
+    from mobius.passes._fusion import pack_qkv
+
+    model = _attention_without_key_bias()
+    feeds = {
+        "x": rng.standard_normal((1, 3, K)).astype(np.float32),
+        "past_key": np.zeros((1, 2, 0, 16), np.float32),
+        "past_value": np.zeros((1, 2, 0, 16), np.float32),
+        "seqlens_k": np.array([2], np.int32),
+        "total_sequence_length": np.array(3, np.int32),
+    }
+
+    def run() -> np.ndarray:
+        proto = ir.serde.serialize_model(model).SerializeToString()
+        return ort.InferenceSession(proto).run(["y"], feeds)[0]
+
+    expected = run()
+    assert pack_qkv(model) == 1
+    ops = [node.op_type for node in model.graph]
+    assert ops.count("MatMul") == 1 and ops.count("Add") == 1  # one packed projection and bias
+    np.testing.assert_array_equal(run(), expected)

@@ -114,6 +114,8 @@ class CrossAttention(Seq2SeqAttention):
                 q_proj(op, x), key, value, num_heads=self.num_heads, scale=self.scale,
                 _domain=MS_DOMAIN,
             )  # fmt: skip
+            if x.dtype is not None:  # no type inference for contrib ops; later blocks read it
+                y.dtype = x.dtype
             return out_proj(op, y)
         q = self.split_heads(op, q_proj(op, x))
         cap = {"softcap": self.softcap} if self.softcap else {}

@@ -6,6 +6,7 @@ import numpy as np
 import onnx_ir as ir
 
 from mobius.components._attention import _NUMPY_FLOAT, lowest_value
+from mobius.components._runtime import MS_DOMAIN, fused_ops
 
 
 def padding_bias(
@@ -32,8 +33,17 @@ def bidirectional_attention(
 
     The ONNX ``Attention`` op splits the heads itself (3-D inputs), so no transposes
     are needed; ``bias`` is :func:`padding_bias` or anything broadcastable to
-    ``[batch, heads, seq, seq]``.
+    ``[batch, heads, seq, seq]``. Unmasked ``cpu`` and ``cuda`` graphs use ONNX Runtime's
+    ``MultiHeadAttention``, the faster CPU kernel on long sequences (one call, 2 threads,
+    best of 5: 1500 tokens x 6 heads of 64, 33 against 35 ms; 4096 x 8 of 40, 154 against
+    219 ms; 4352 x 24 of 128, 0.99 against 1.39 s). Masked ones keep the ONNX op, the
+    faster one with a padding bias at 128 tokens (0.47 against 0.59 ms).
     """
+    if bias is None and fused_ops(op):
+        y = op.MultiHeadAttention(q, k, v, num_heads=num_heads, scale=scale, _domain=MS_DOMAIN)
+        if q.dtype is not None:  # no type inference for contrib ops; later blocks read it
+            y.dtype = q.dtype
+        return y
     return op.Attention(q, k, v, bias, q_num_heads=num_heads, kv_num_heads=num_heads, scale=scale)
 
 

@@ -185,8 +185,9 @@ def pack_qkv(model: ir.Model) -> int:
         if any(p is None for p in projections) or len({id(p[0]) for p in projections}) != 1:
             continue
         biases = [p[2] for p in projections]
-        if any(b is None for b in biases) != all(b is None for b in biases):
-            continue
+        if any(b is None for b in biases) and not all(b is None for b in biases):
+            # Whisper's lineage: no key bias. Zeros in its place keep the sum exact.
+            biases = [_zero_bias(p[1], biases) if p[2] is None else p[2] for p in projections]
         x = projections[0][0]
         weight = _concat_initializer(graph, [p[1] for p in projections], axis=1)
         matmul = ir.node("MatMul", [x, weight], name=f"{node.name}_packed_qkv")
@@ -203,6 +204,15 @@ def pack_qkv(model: ir.Model) -> int:
     if count:
         RemoveUnusedNodesPass()(model)
     return count
+
+
+def _zero_bias(weight: ir.Value, biases: list[ir.Value | None]) -> ir.Value:
+    """A zero bias for ``weight``'s outputs ``[N]``, of the type of the given ``biases``."""
+    like = next(b for b in biases if b is not None).const_value.numpy()
+    zeros = np.zeros(weight.shape[1], dtype=like.dtype)
+    name = weight.name.removesuffix(".weight") + ".zero_bias"
+    return ir.Value(name=name, type=ir.TensorType(ir.DataType.from_numpy(like.dtype)),
+                    shape=ir.Shape(zeros.shape), const_value=ir.tensor(zeros, name=name))  # fmt: skip
 
 
 def _packable_weight(value: ir.Value) -> bool:

@@ -238,12 +238,16 @@ class MultimodalDecoderTask(ModelTask):
 
         count = op.Shape(inputs[0], start=0, end=1)
         has_inputs = op.Squeeze(op.Greater(count, op.Constant(value_ints=[0])), [0])
-        return op.If(
+        features = op.If(
             has_inputs,
             then_branch=branch(with_inputs, f"with_{encoder.name}"),
             else_branch=branch(without_inputs, f"without_{encoder.name}"),
             _outputs=len(outputs),
         )
+        # ONNX's type inference gives up on a branch with ONNX Runtime's contrib ops.
+        for value in _values(features):
+            value.dtype = dtype
+        return features
 
     def _encoder_graph(self, encoder: EncoderGraph, dtype) -> ir.Model:
         graph, builder = self.new_graph(encoder.name)
