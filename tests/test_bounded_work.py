@@ -310,10 +310,11 @@ def test_a_prompt_through_mobius_generate_is_unchanged(tmp_path: Path) -> None:
     assert prompt_ids(tmp_path, SIMPLE, system="hi") == expected
 
 
-@pytest.mark.parametrize("steps", [10**12, 2**21, 1])
+@pytest.mark.parametrize("steps", [10**12, 2**21, 1, None])
 def test_a_package_scheduler_with_an_absurd_schedule_is_refused(steps) -> None:
     """``mobius generate`` reads a diffusion package's scheduler config: its schedule length
-    is bounded before anything is allocated (10**12 was a MemoryError, exit 3)."""
+    is bounded before anything is allocated (10**12 was a MemoryError, exit 3; null a
+    TypeError)."""
     from mobius.errors import ConfigError
     from mobius_diffusion.schedulers import load_scheduler
 
@@ -343,7 +344,7 @@ def test_running_out_of_memory_is_one_line_and_exit_1(capsys, monkeypatch, tmp_p
 
 
 class _Args:
-    """Parsed arguments whose command is ``run``."""
+    """Parsed arguments whose command (``info``) runs ``run``."""
 
     command = "info"
     verbose = False

@@ -118,7 +118,9 @@ def _attention_without_key_bias() -> ir.Model:
     heads, head_dim = 2, 16
     x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([1, 3, K]))
     past = [
-        ir.Value(name=n, type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([1, heads, 0, 16]))
+        ir.Value(
+            name=n, type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([1, heads, 0, head_dim])
+        )
         for n in ("past_key", "past_value")
     ]
     lengths = [

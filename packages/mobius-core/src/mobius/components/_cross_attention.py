@@ -17,7 +17,7 @@ from mobius.components._attention import scaled_dot_product_attention
 from mobius.components._encoder import bidirectional_attention
 from mobius.components._heads import merge_heads, split_heads
 from mobius.components._linear import Linear
-from mobius.components._runtime import MS_DOMAIN, fused_ops
+from mobius.components._runtime import MS_DOMAIN, fused_ops, typed_like
 
 
 class Seq2SeqAttention(nn.Module):
@@ -114,9 +114,7 @@ class CrossAttention(Seq2SeqAttention):
                 q_proj(op, x), key, value, num_heads=self.num_heads, scale=self.scale,
                 _domain=MS_DOMAIN,
             )  # fmt: skip
-            if x.dtype is not None:  # no type inference for contrib ops; later blocks read it
-                y.dtype = x.dtype
-            return out_proj(op, y)
+            return out_proj(op, typed_like(y, x))
         q = self.split_heads(op, q_proj(op, x))
         cap = {"softcap": self.softcap} if self.softcap else {}
         y = op.Attention(q, key, value, bias, scale=self.scale, **cap)

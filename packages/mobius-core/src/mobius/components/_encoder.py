@@ -6,7 +6,7 @@ import numpy as np
 import onnx_ir as ir
 
 from mobius.components._attention import _NUMPY_FLOAT, lowest_value
-from mobius.components._runtime import MS_DOMAIN, fused_ops
+from mobius.components._runtime import MS_DOMAIN, fused_ops, typed_like
 
 
 def padding_bias(
@@ -41,9 +41,7 @@ def bidirectional_attention(
     """
     if bias is None and fused_ops(op):
         y = op.MultiHeadAttention(q, k, v, num_heads=num_heads, scale=scale, _domain=MS_DOMAIN)
-        if q.dtype is not None:  # no type inference for contrib ops; later blocks read it
-            y.dtype = q.dtype
-        return y
+        return typed_like(y, q)
     return op.Attention(q, k, v, bias, q_num_heads=num_heads, kv_num_heads=num_heads, scale=scale)
 
 

@@ -18,7 +18,14 @@ MS_DOMAIN = "com.microsoft"
 #: The graph metadata key that holds the graph's execution provider.
 EP_META = "mobius.execution_provider"
 
-__all__ = ["EXECUTION_PROVIDERS", "MS_DOMAIN", "execution_provider_of", "fused_ops", "mark_target"]
+__all__ = [
+    "EXECUTION_PROVIDERS",
+    "MS_DOMAIN",
+    "execution_provider_of",
+    "fused_ops",
+    "mark_target",
+    "typed_like",
+]
 
 
 def mark_target(graph: ir.Graph, ep: str) -> None:
@@ -47,3 +54,11 @@ def execution_provider_of(op) -> str:
 def fused_ops(op) -> bool:
     """Whether the graph ``op`` emits into may use ONNX Runtime's fused contrib ops."""
     return execution_provider_of(op) != "default"
+
+
+def typed_like(value: ir.Value, like: ir.Value) -> ir.Value:
+    """``value`` (a contrib op's output) given ``like``'s dtype where that is known: ONNX's
+    type inference stops at ONNX Runtime's contrib ops, and later blocks read dtypes."""
+    if like.dtype is not None:
+        value.dtype = like.dtype
+    return value

@@ -126,7 +126,8 @@ class Scheduler:
         if len(chosen) > 1:
             raise ConfigError(f"{name} sets {' and '.join(chosen)}: one at most (as diffusers)")
         n = self.config.get("num_train_timesteps")
-        if n is not None and not 2 <= n <= MAX_TRAIN_TIMESTEPS:
+        sized = n is not None or self.defaults.get("num_train_timesteps") is not None
+        if sized and not (n is not None and 2 <= n <= MAX_TRAIN_TIMESTEPS):
             # the schedule holds n entries: a package's 10**12 would allocate terabytes
             raise ConfigError(
                 f"{name} num_train_timesteps={n!r} in the scheduler config: must be from 2 "
