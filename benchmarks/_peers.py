@@ -152,6 +152,18 @@ def short_error(text: str, limit: int = 160) -> str:
     return (lines[-1] if lines else "no output")[:limit]
 
 
+def mobius_command_environment() -> dict[str, str]:
+    """The variables the ``mobius`` command adds to its own environment before it runs a
+    package (glibc's huge-page tunable, where it applies: ``mobius._huge_pages``). The
+    children that time mobius's runners get them, as ``mobius generate`` would."""
+    from mobius._huge_pages import glibc_version, huge_page_environment, thp_mode
+
+    environment = huge_page_environment(os.environ, mode=thp_mode(), glibc=glibc_version())
+    if environment is None:
+        return {}
+    return {k: v for k, v in environment.items() if os.environ.get(k) != v}
+
+
 def run_child(
     python: Path | str,
     script: str,

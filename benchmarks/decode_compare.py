@@ -67,6 +67,7 @@ PATHS = [
     ("eager fp32", None, "fp32", "eager"),
     ("mobius fp32 (og)", "mobius", "fp32", "genai"),
     ("mobius fp32 (loop)", "mobius", "fp32", "ort"),
+    ("mobius fp32 (runner)", "mobius", "fp32", "mobius"),
     ("genai fp32 (og)", "genai", "fp32", "genai"),
     ("genai fp32 (loop)", "genai", "fp32", "ort"),
     ("optimum fp32 (loop)", "optimum", "fp32", "ort"),
@@ -358,6 +359,12 @@ def main() -> None:
         help=f"prompt length (default {PROMPT_TOKENS}); longer prompts repeat the text",
     )
     parser.add_argument(
+        "--huge-pages-everywhere",
+        action="store_true",
+        help="give every path the huge-page tunable that the mobius command sets for its "
+        "runner (rows marked 'runner'), for a comparison on equal memory",
+    )
+    parser.add_argument(
         "--child", nargs=3, metavar=("RUNNER", "PATH", "IDS"), help=argparse.SUPPRESS
     )
     args = parser.parse_args()
@@ -385,6 +392,9 @@ def main() -> None:
         f"# greedy, {THREADS} threads, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}"
     )
     print(f"mobius flags: fp32 {_peers.mobius_flags('fp32')}, int4 {_peers.mobius_flags('int4')}")
+    command_env = _peers.mobius_command_environment()
+    everywhere = " (every path: --huge-pages-everywhere)" if args.huge_pages_everywhere else ""
+    print(f"mobius command environment, in the runner rows{everywhere}: {command_env or 'none'}")
 
     builds, runs, results = {}, {}, {}
     # The GGUF files (SmolLM2 only): the Q4_1 file the checkpoint comes from, and a
@@ -432,7 +442,9 @@ def main() -> None:
     # machine's drift over minutes falls on both sides of each ratio alike.
     def run_one(label: str, _round: int) -> dict:
         python, target = runs[label]
-        return _peers.run_child(python, __file__, [runner_of(label), target, json.dumps(ids)])
+        runner = runner_of(label)
+        env = command_env if runner == "mobius" or args.huge_pages_everywhere else {}
+        return _peers.run_child(python, __file__, [runner, target, json.dumps(ids)], env=env)
 
     per_round = _peers.paired_rounds(runs, args.rounds, run_one)
     for label, measured in per_round.items():
@@ -533,6 +545,7 @@ def main() -> None:
     ratio("mobius fp32 (loop)", "dynamo fp32 (loop)")
     ratio("mobius fp32 (loop)", "eager fp32", at_least=3.0)
     ratio("mobius int4 (runner)", "genai int4 (og)")
+    ratio("mobius fp32 (runner)", "genai fp32 (og)")
 
     # Against the floor: the share of it each mobius path reaches, and llama.cpp's.
     targets = {"fp32": 0.85, "int4": 0.70, "int4-b64": 0.70, "gguf": 0.70}

@@ -454,6 +454,12 @@ def main() -> None:
         "--rounds", type=int, default=5, help="paired rounds, forward then reverse (default 5)"
     )
     parser.add_argument(
+        "--huge-pages-everywhere",
+        action="store_true",
+        help="give the peers too the huge-page tunable that the mobius command sets for "
+        "its runner, for a comparison on equal memory",
+    )
+    parser.add_argument(
         "--child", nargs=3, metavar=("TOOL", "PACKAGE", "WAV"), help=argparse.SUPPRESS
     )
     args = parser.parse_args()
@@ -471,6 +477,9 @@ def main() -> None:
     print(f"audio: {wav} ({kind}, {seconds:.1f} s, 16 kHz mono); prompt {PROMPT}; "
           f"{NEW_TOKENS} new tokens forced in every path (EOS never stops)")  # fmt: skip
     print(f"load average before: {os.getloadavg()[0]:.2f}")
+    command_env = _peers.mobius_command_environment()
+    everywhere = " and the peers' (--huge-pages-everywhere)" if args.huge_pages_everywhere else ""
+    print(f"mobius command environment, in mobius's runs{everywhere}: {command_env or 'none'}")
     for model in args.models:
         source = make_checkpoint(model)
         print(f"\n## whisper-{model} shapes ({SHAPES[model]}), random weights: {source}")
@@ -491,7 +500,8 @@ def main() -> None:
 
         def run_one(tool: str, _round: int, runs: dict = runs) -> dict:  # this model's runs
             python, package = runs[tool]
-            return _peers.run_child(python, __file__, [tool, package, wav], timeout=1800)
+            env = command_env if tool == "mobius" or args.huge_pages_everywhere else {}
+            return _peers.run_child(python, __file__, [tool, package, wav], env=env, timeout=1800)
 
         per_round = _peers.paired_rounds(runs, args.rounds, run_one)
         results = dict(errors)
