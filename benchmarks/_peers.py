@@ -153,9 +153,9 @@ def short_error(text: str, limit: int = 160) -> str:
 
 
 def mobius_command_environment() -> dict[str, str]:
-    """The variables the ``mobius`` command adds to its own environment before it runs a
+    """The variables ``mobius generate`` adds to its own environment before it loads a
     package (glibc's huge-page tunable, where it applies: ``mobius._huge_pages``). The
-    children that time mobius's runners get them, as ``mobius generate`` would."""
+    children that time mobius's runners get them, as the command would."""
     from mobius._huge_pages import glibc_version, huge_page_environment, thp_mode
 
     environment = huge_page_environment(os.environ, mode=thp_mode(), glibc=glibc_version())
