@@ -3,8 +3,8 @@
 ONNX Runtime keeps every weight, and every pre-packed copy of one, in its own ``malloc``
 block. Where the kernel's transparent huge pages are ``madvise`` (most distributions'
 default), those blocks sit on 4 KiB pages, and a decode step that streams all the weights
-misses the TLB every 4 KiB: from 2 MiB pages SmolLM2 decodes 4-13% faster and Whisper-base
-10-14% on the benchmark host (benchmarks/README.md). glibc 2.35+ advises huge pages for
+misses the TLB every 4 KiB: from 2 MiB pages SmolLM2 decodes 4-12% faster and Whisper-base
+14% on the benchmark host (benchmarks/README.md). glibc 2.35+ advises huge pages for
 its own memory under the tunable ``glibc.malloc.hugetlb=1``, but reads tunables only when
 a process starts, so ``mobius generate`` re-executes itself once, with it set, before it
 loads a package. Only ``generate``: it streams the weights once a token, many times over,
