@@ -152,3 +152,31 @@ def test_foreign_keys_are_ignored_as_diffusers_does():
     scheduler = load_scheduler({"_class_name": "PNDMScheduler", "clip_sample": False})
     assert "clip_sample" not in scheduler.config
     assert set(SCHEDULERS) >= {"EulerDiscreteScheduler", "FlowMatchEulerDiscreteScheduler"}
+
+
+def _null_number_cases():
+    """Every scheduler and each of its keys whose diffusers default is a number or a list."""
+    for name, cls in SCHEDULERS.items():
+        for key, default in cls.defaults.items():
+            if isinstance(default, (int, float, list, tuple)) and not isinstance(default, bool):
+                yield pytest.param(cls, key, id=f"{name}-{key}")
+
+
+@pytest.mark.parametrize(("cls", "key"), list(_null_number_cases()))
+def test_a_null_number_is_refused_where_it_is_read(cls, key):
+    """A package's scheduler config with ``null`` in place of a number (or a list): the
+    scheduler either never reads it (as diffusers, which passes it on) or refuses it by
+    name; it never fails with a TypeError or computes NaN (28 keys crashed before)."""
+    sample = np.ones((1, 4, 2, 2), np.float32)
+    try:
+        scheduler = cls.from_config({key: None})
+        scheduler.generator = np.random.default_rng(0)  # the samplers that add noise
+        scheduler.set_timesteps(4)
+        for t in scheduler.timesteps[:2]:
+            sample = scheduler.scale_model_input(sample, t)
+            out = scheduler.step(np.full_like(sample, 0.5), t, sample)
+            sample = out[0] if isinstance(out, tuple) else getattr(out, "prev_sample", out)
+    except ConfigError as error:
+        assert f"{key}=null" in str(error)
+        return
+    assert np.isfinite(sample).all() and np.isfinite(scheduler.timesteps).all()

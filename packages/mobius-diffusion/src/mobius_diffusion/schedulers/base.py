@@ -68,6 +68,29 @@ def betas(config: dict) -> np.ndarray:
 _SIGMA_SCHEDULES = ("use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas")
 
 
+class SchedulerConfig(dict):
+    """A scheduler's config, whose null in place of a number (or a list) fails where a
+    scheduler reads it: a ``ConfigError`` naming the key, not a ``TypeError`` from the
+    arithmetic or a schedule of NaNs. A null the scheduler never reads stays harmless, as
+    in diffusers (``flow_shift`` without flow sigmas); ``get`` returns it as it is."""
+
+    def __init__(self, owner: str, defaults: dict[str, Any], values: dict[str, Any]) -> None:
+        super().__init__(values)
+        self._owner, self._defaults = owner, defaults
+
+    def __getitem__(self, key: str) -> Any:
+        value = super().__getitem__(key)
+        default = self._defaults.get(key)
+        numeric = isinstance(default, (int, float, list, tuple)) and not isinstance(default, bool)
+        if value is None and numeric:
+            kind = "a list" if isinstance(default, (list, tuple)) else "a number"
+            raise ConfigError(
+                f"{self._owner} {key}=null in the scheduler config: it needs {kind} "
+                "(leave the key out for diffusers' default)"
+            )
+        return value
+
+
 class Scheduler:
     """The base of every port: config, refusals, diffusers' step-index rule, seeded noise.
 
@@ -87,7 +110,10 @@ class Scheduler:
     order = 1
 
     def __init__(self, **config: Any) -> None:
-        self.config = {**self.defaults, **{k: v for k, v in config.items() if k in self.defaults}}
+        given = {k: v for k, v in config.items() if k in self.defaults}
+        self.config = SchedulerConfig(
+            type(self).__name__, self.defaults, {**self.defaults, **given}
+        )
         self._check_types()
         for key, table in self.remapped.items():
             self.config[key] = table.get(self.config[key], self.config[key])
@@ -104,7 +130,7 @@ class Scheduler:
         """A config is a stranger's file: each value must have its default's type (null aside)."""
         name = type(self).__name__
         for key, default in self.defaults.items():
-            value = self.config[key]
+            value = self.config.get(key)  # a null is refused where it is read, if it is
             if value is None or default is None:
                 continue
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -130,7 +156,8 @@ class Scheduler:
         if sized and not (n is not None and 2 <= n <= MAX_TRAIN_TIMESTEPS):
             # the schedule holds n entries: a package's 10**12 would allocate terabytes
             raise ConfigError(
-                f"{name} num_train_timesteps={n!r} in the scheduler config: must be from 2 "
+                f"{name} num_train_timesteps={'null' if n is None else repr(n)} in the "
+                f"scheduler config: must be from 2 "
                 f"to {MAX_TRAIN_TIMESTEPS}"
             )
 
