@@ -50,7 +50,7 @@ def make_narrow_gguf(source: Path, out: Path) -> None:
     heads = int(reader.fields[f"{arch}.attention.head_count"].contents())
     kv_heads = int(reader.fields[f"{arch}.attention.head_count_kv"].contents())
     vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
-    head_size = 64
+    head_size = int(reader.fields[f"{arch}.embedding_length"].contents()) // heads  # kept
     replaced = {
         f"{arch}.embedding_length",
         f"{arch}.feed_forward_length",
