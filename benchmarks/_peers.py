@@ -385,6 +385,12 @@ def mobius_flags(precision: str) -> list[str]:
 # --- builds --------------------------------------------------------------------
 
 
+def mobius_gguf_command(gguf: Path, out: Path) -> list[str]:
+    """``mobius build`` of a GGUF file with its blocks kept (no --dtype/--quant)."""
+    return [*mobius_command(), "build", "--model", str(gguf), str(out), "--quiet",
+            *MOBIUS_EP, "--runtime", "ort-genai"]  # fmt: skip
+
+
 def build_command(tool: str, precision: str, source: Path, out: Path) -> list[str]:
     """The command line that builds ``source`` into ``out`` with ``tool``."""
     if tool == "mobius":
@@ -398,10 +404,9 @@ def build_command(tool: str, precision: str, source: Path, out: Path) -> list[st
             *mobius_flags(precision),
         ]
     if tool.startswith("mobius-gguf"):  # a SmolLM2 GGUF file, its blocks kept as they are
-        gguf = smollm2_gguf("q4_k_m" if tool.endswith("q4_k_m") else "q4_1")
-        flags = [*MOBIUS_EP, "--runtime", "ort-genai"]  # no --dtype/--quant: keep the blocks
-        return [*mobius_command(), "build", "--model", str(gguf), str(out),
-                "--quiet", *flags]  # fmt: skip
+        return mobius_gguf_command(
+            smollm2_gguf("q4_k_m" if tool.endswith("q4_k_m") else "q4_1"), out
+        )
     if tool == "genai":
         python = peer_python("genai")
         cache = WORKDIR / "genai-cache"

@@ -162,8 +162,11 @@ def make_variants(package: Path, scratch: Path) -> dict[str, Path]:
     import onnx
 
     config = json.loads((package / "config.json").read_text())
-    heads = int(config["num_attention_heads"])
-    head_size = int(config.get("head_dim") or config["hidden_size"] // heads)
+    try:
+        heads = int(config["num_attention_heads"])
+        head_size = int(config.get("head_dim") or config["hidden_size"] // heads)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        raise ValueError("config.json gives no attention heads and head size") from None
     data_files = [p for p in package.iterdir() if p.name.endswith(".data")]
     directories = {}
     for label, (attention, norms, activation) in VARIANTS.items():

@@ -98,14 +98,13 @@ def make_narrow_gguf(source: Path, out: Path) -> None:
     partial.rename(out)
 
 
-def build_mobius(gguf_path: Path, out: Path) -> Path:
-    """mobius's package of ``gguf_path``, blocks kept (as ``decode_compare.py`` builds it)."""
+def build_narrow(gguf_path: Path, out: Path) -> Path:
+    """mobius's package of the narrow file, blocks kept (as ``decode_compare.py`` builds
+    SmolLM2's)."""
     if (out / "model.onnx").is_file():
         return out
-    command = [*_peers.mobius_command(), "build", "--model", str(gguf_path), str(out), "--quiet",
-               *_peers.MOBIUS_EP, "--runtime", "ort-genai"]  # fmt: skip
     log = out.with_name(out.name + ".log")
-    _, _, code = _peers.run_measured(command, log)
+    _, _, code = _peers.run_measured(_peers.mobius_gguf_command(gguf_path, out), log)
     if code or not (out / "model.onnx").is_file():
         raise SystemExit(f"mobius could not build {gguf_path}: see {log}")
     return out
@@ -124,11 +123,11 @@ def main() -> None:
     if not narrow.exists():
         narrow.parent.mkdir(parents=True, exist_ok=True)
         make_narrow_gguf(smollm2, narrow)
-    builds = _peers.WORKDIR / "builds" / "smollm2"
-    packages = {
-        "narrow": build_mobius(narrow, builds / "mobius-narrow-gguf"),
-        "SmolLM2": build_mobius(smollm2, builds / "mobius-gguf-gguf"),
-    }
+    built = _peers.build("mobius-gguf", "gguf", "smollm2", reuse=True)  # decode_compare's
+    if built.error:
+        raise SystemExit(f"mobius could not build {smollm2}: {built.error}")
+    narrow_package = _peers.WORKDIR / "builds" / "smollm2" / "mobius-narrow-gguf"
+    packages = {"narrow": build_narrow(narrow, narrow_package), "SmolLM2": built.out}
     files = {"narrow": narrow, "SmolLM2": smollm2}
 
     from transformers import AutoTokenizer
